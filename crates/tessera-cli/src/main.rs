@@ -1,0 +1,273 @@
+//! The `tessera` command line: run a script, explain its plan, generate example data.
+
+mod generate;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use tessera::connectors::sink::{FileSink, OutputFormat};
+use tessera::connectors::{OnError, ReadOptions};
+use tessera::engine::{query_windows, run_script, RunOptions, RunStats, Script};
+use tessera::exec::pipeline::Progress;
+use tessera::TesseraError;
+
+#[derive(Parser)]
+#[command(name = "tessera", version, about = "Streaming SQL over event files: windowed aggregates in event time")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Csv,
+    Jsonl,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ErrorPolicy {
+    Fail,
+    Skip,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ExplainFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every statement of a script and write the query results.
+    Run {
+        /// The SQL script (CREATE SOURCE, SET, SELECT ...).
+        script: PathBuf,
+        /// Write results here instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "csv")]
+        format: Format,
+        /// Write run statistics as one JSON object.
+        #[arg(long)]
+        stats_json: Option<PathBuf>,
+        /// Write events that arrived after their window closed (CSV).
+        #[arg(long)]
+        late_output: Option<PathBuf>,
+        /// What to do with a malformed input row.
+        #[arg(long, value_enum, default_value = "fail")]
+        on_error: ErrorPolicy,
+        /// Where `--on-error skip` puts malformed rows (JSON lines).
+        #[arg(long, default_value = "tessera-dead-letter.jsonl")]
+        dead_letter: PathBuf,
+        /// Worker threads (default: the number of cores).
+        #[arg(long)]
+        parallelism: Option<usize>,
+        /// No progress bar and no summary.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Show the plan of every query of a script.
+    Explain {
+        script: PathBuf,
+        #[arg(long, value_enum, default_value = "text")]
+        format: ExplainFormat,
+    },
+    /// Write a synthetic IoT stream (device_id, temperature, ts in seconds) as CSV or Parquet.
+    Generate(generate::GenerateArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("TESSERA_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run { script, output, format, stats_json, late_output, on_error, dead_letter, parallelism, quiet } => {
+            run(RunArgs { script, output, format, stats_json, late_output, on_error, dead_letter, parallelism, quiet })
+        }
+        Command::Explain { script, format } => explain(&script, format),
+        Command::Generate(args) => generate::generate(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                eprintln!("  caused by: {cause}");
+                source = cause.source();
+            }
+            ExitCode::from(if error.is_user_error() { 1 } else { 2 })
+        }
+    }
+}
+
+struct RunArgs {
+    script: PathBuf,
+    output: Option<PathBuf>,
+    format: Format,
+    stats_json: Option<PathBuf>,
+    late_output: Option<PathBuf>,
+    on_error: ErrorPolicy,
+    dead_letter: PathBuf,
+    parallelism: Option<usize>,
+    quiet: bool,
+}
+
+fn run(args: RunArgs) -> Result<(), TesseraError> {
+    let script = Script::from_file(&args.script)?;
+    let parallelism = args
+        .parallelism
+        .or(script.settings.parallelism)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if parallelism == 0 {
+        return Err(TesseraError::Option("--parallelism must be at least 1".into()));
+    }
+    let format = match args.format {
+        Format::Csv => OutputFormat::Csv,
+        Format::Jsonl => OutputFormat::JsonLines,
+    };
+    let mut sink = FileSink::new(format, args.output.clone(), args.late_output.clone());
+    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {percent:>3}% {msg}")
+                .expect("valid template"),
+        );
+        bar
+    });
+    let progress = |p: Progress| {
+        if let Some(bar) = &bar {
+            if let Some(total) = p.total {
+                bar.set_length(total);
+            }
+            bar.set_position(p.done);
+            bar.set_message(format!("{} events", p.events));
+        }
+    };
+    let options = RunOptions {
+        parallelism,
+        read: ReadOptions {
+            on_error: match args.on_error {
+                ErrorPolicy::Fail => OnError::Fail,
+                ErrorPolicy::Skip => OnError::Skip,
+            },
+            dead_letter_path: args.dead_letter.clone(),
+            ..ReadOptions::default()
+        },
+        progress: Some(&progress),
+    };
+    let mut settings = script.settings.clone();
+    settings.parallelism = Some(parallelism);
+    let script = Script { settings, ..script };
+    let result = run_script(&script, &options, &mut sink);
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let stats = result?;
+    if let Some(path) = &args.stats_json {
+        let json = serde_json::to_string_pretty(&stats).map_err(|e| TesseraError::Internal(e.to_string()))?;
+        std::fs::write(path, json + "\n")
+            .map_err(|e| TesseraError::io(format!("cannot write {}", path.display()), e))?;
+    }
+    if !args.quiet {
+        eprintln!("{}", summary(&stats, &args));
+    }
+    Ok(())
+}
+
+fn summary(stats: &RunStats, args: &RunArgs) -> String {
+    let mut text = format!(
+        "tessera: {} events in {:.2} s ({:.2}M events/s), {} rows out, {} late, {} bad rows, parallelism {}",
+        stats.events_in,
+        stats.elapsed_ms as f64 / 1000.0,
+        stats.events_per_second / 1e6,
+        stats.rows_out,
+        stats.late_events,
+        stats.bad_rows,
+        stats.parallelism,
+    );
+    if stats.bad_rows > 0 {
+        text.push_str(&format!("\n  skipped rows are in {}", args.dead_letter.display()));
+    }
+    if stats.late_events > 0 && args.late_output.is_none() {
+        text.push_str("\n  late events were dropped; --late-output FILE keeps them");
+    }
+    text
+}
+
+fn explain(path: &std::path::Path, format: ExplainFormat) -> Result<(), TesseraError> {
+    let script = Script::from_file(path)?;
+    let eta = script.settings.eta;
+    let queries: Vec<serde_json::Value> = script
+        .queries
+        .iter()
+        .map(|q| {
+            let windows = query_windows(q);
+            let cost = tessera::window::baseline_cost(&windows, eta);
+            let period = windows.iter().fold(1, |acc, w| tessera::window::lcm(acc, w.range));
+            let unit = script.catalog.source(&q.source).map(|s| s.event_time.unit.suffix()).unwrap_or("");
+            serde_json::json!({
+                "sql": q.sql,
+                "source": q.source,
+                "windows": windows.iter().enumerate().map(|(i, w)| serde_json::json!({
+                    "name": format!("w{}", i + 1), "range": w.range, "slide": w.slide, "unit": unit,
+                    "output": true, "factor": false,
+                })).collect::<Vec<_>>(),
+                "aggregates": aggregates_of(q),
+                "edges": windows.iter().enumerate().map(|(i, _)| serde_json::json!({
+                    "from": "stream", "to": format!("w{}", i + 1), "multiplier": 1,
+                })).collect::<Vec<_>>(),
+                "costs": { "baseline": cost, "chosen": cost },
+                "chosen_strategy": if windows.is_empty() { "stateless" } else { "baseline" },
+                "eta": eta,
+                "period": period,
+            })
+        })
+        .collect();
+    match format {
+        ExplainFormat::Json => {
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "queries": queries })).expect("json"))
+        }
+        ExplainFormat::Text => {
+            for (i, q) in queries.iter().enumerate() {
+                println!("query {}: {}", i + 1, q["sql"].as_str().unwrap_or(""));
+                println!("  source: {}", q["source"].as_str().unwrap_or(""));
+                for w in q["windows"].as_array().into_iter().flatten() {
+                    println!(
+                        "  window {}: range {}{u}, slide {}{u}, from the stream",
+                        w["name"],
+                        w["range"],
+                        w["slide"],
+                        u = w["unit"].as_str().unwrap_or("")
+                    );
+                }
+                println!("  aggregates: {}", q["aggregates"]);
+                println!(
+                    "  strategy: {} (modeled cost {} per period {}, eta {})",
+                    q["chosen_strategy"], q["costs"]["chosen"], q["period"], q["eta"]
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn aggregates_of(query: &tessera::plan::QueryPlan) -> Vec<String> {
+    let mut names = Vec::new();
+    for branch in &query.branches {
+        if let tessera::plan::BranchPlan::WindowAggregate(plan) = branch {
+            for a in &plan.aggregates {
+                let name = a.function.name().to_string();
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}

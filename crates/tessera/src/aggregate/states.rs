@@ -1,0 +1,566 @@
+//! Columnar partial states of one aggregate for many groups (slots).
+
+use std::sync::Arc;
+
+use super::hll::HyperLogLog;
+use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, StringArray};
+use arrow::datatypes::{Float64Type, Int64Type};
+use hashbrown::HashSet;
+
+use super::{AggregateFunction, ValueKind};
+use crate::error::{Result, TesseraError};
+
+/// Distinct-count state of one group: exact hashes while few, a HyperLogLog sketch beyond.
+#[derive(Clone)]
+pub enum DistinctSketch {
+    Exact(HashSet<u64>),
+    Sketch(Box<HyperLogLog>),
+}
+
+/// Groups below this many distinct values are counted exactly (by 64-bit hash).
+const EXACT_DISTINCT_LIMIT: usize = 512;
+
+impl DistinctSketch {
+    fn insert(&mut self, hash: u64) {
+        match self {
+            DistinctSketch::Exact(set) => {
+                set.insert(hash);
+                if set.len() > EXACT_DISTINCT_LIMIT {
+                    let mut hll = Box::new(HyperLogLog::new());
+                    set.iter().for_each(|h| hll.add(*h));
+                    *self = DistinctSketch::Sketch(hll);
+                }
+            }
+            DistinctSketch::Sketch(hll) => hll.add(hash),
+        }
+    }
+
+    fn merge(&mut self, other: &DistinctSketch) {
+        match other {
+            DistinctSketch::Exact(set) => set.iter().for_each(|h| self.insert(*h)),
+            DistinctSketch::Sketch(other_hll) => {
+                if let DistinctSketch::Exact(set) = self {
+                    let mut hll = Box::new(HyperLogLog::new());
+                    set.iter().for_each(|h| hll.add(*h));
+                    *self = DistinctSketch::Sketch(hll);
+                }
+                if let DistinctSketch::Sketch(hll) = self {
+                    hll.merge(other_hll);
+                }
+            }
+        }
+    }
+
+    fn count(&self) -> i64 {
+        match self {
+            DistinctSketch::Exact(set) => set.len() as i64,
+            DistinctSketch::Sketch(hll) => hll.count() as i64,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            DistinctSketch::Exact(set) => set.capacity() * 8 + 32,
+            DistinctSketch::Sketch(_) => 16 * 1024 + 32,
+        }
+    }
+}
+
+/// Partial states of one aggregate, one entry per group slot.
+#[derive(Clone)]
+pub enum GroupStates {
+    MinMaxInt {
+        max: bool,
+        values: Vec<i64>,
+        seen: Vec<bool>,
+    },
+    MinMaxFloat {
+        max: bool,
+        values: Vec<f64>,
+        seen: Vec<bool>,
+    },
+    MinMaxUtf8 {
+        max: bool,
+        values: Vec<Option<Box<str>>>,
+    },
+    /// SUM or AVG of integers: exact 128-bit sums.
+    SumInt {
+        avg: bool,
+        sums: Vec<i128>,
+        counts: Vec<i64>,
+    },
+    SumFloat {
+        avg: bool,
+        sums: Vec<f64>,
+        counts: Vec<i64>,
+    },
+    /// COUNT(x) (with values) or COUNT(*) (without).
+    Count {
+        counts: Vec<i64>,
+    },
+    /// VAR_SAMP / STDDEV_SAMP by Welford's method, merged with Chan et al.'s formula.
+    Moments {
+        stddev: bool,
+        counts: Vec<i64>,
+        means: Vec<f64>,
+        m2s: Vec<f64>,
+    },
+    Median {
+        values: Vec<Vec<f64>>,
+    },
+    Distinct {
+        sketches: Vec<DistinctSketch>,
+    },
+}
+
+impl GroupStates {
+    pub fn new(function: AggregateFunction, kind: ValueKind) -> Self {
+        use AggregateFunction as F;
+        match (function, kind) {
+            (F::Min | F::Max, ValueKind::Int) => {
+                GroupStates::MinMaxInt { max: function == F::Max, values: vec![], seen: vec![] }
+            }
+            (F::Min | F::Max, ValueKind::Float) => {
+                GroupStates::MinMaxFloat { max: function == F::Max, values: vec![], seen: vec![] }
+            }
+            (F::Min | F::Max, ValueKind::Utf8) => GroupStates::MinMaxUtf8 { max: function == F::Max, values: vec![] },
+            (F::Sum | F::Avg, ValueKind::Int) => {
+                GroupStates::SumInt { avg: function == F::Avg, sums: vec![], counts: vec![] }
+            }
+            (F::Sum | F::Avg, _) => GroupStates::SumFloat { avg: function == F::Avg, sums: vec![], counts: vec![] },
+            (F::Count | F::CountRows, _) => GroupStates::Count { counts: vec![] },
+            (F::VarSamp | F::StddevSamp, _) => {
+                GroupStates::Moments { stddev: function == F::StddevSamp, counts: vec![], means: vec![], m2s: vec![] }
+            }
+            (F::Median, _) => GroupStates::Median { values: vec![] },
+            (F::ApproxCountDistinct, _) => GroupStates::Distinct { sketches: vec![] },
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            GroupStates::MinMaxInt { values, .. } => values.len(),
+            GroupStates::MinMaxFloat { values, .. } => values.len(),
+            GroupStates::MinMaxUtf8 { values, .. } => values.len(),
+            GroupStates::SumInt { counts, .. } | GroupStates::SumFloat { counts, .. } => counts.len(),
+            GroupStates::Count { counts } | GroupStates::Moments { counts, .. } => counts.len(),
+            GroupStates::Median { values } => values.len(),
+            GroupStates::Distinct { sketches } => sketches.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Grows the state to `n` slots, new slots empty.
+    pub fn resize(&mut self, n: usize) {
+        match self {
+            GroupStates::MinMaxInt { values, seen, .. } => {
+                values.resize(n, 0);
+                seen.resize(n, false);
+            }
+            GroupStates::MinMaxFloat { values, seen, .. } => {
+                values.resize(n, 0.0);
+                seen.resize(n, false);
+            }
+            GroupStates::MinMaxUtf8 { values, .. } => values.resize(n, None),
+            GroupStates::SumInt { sums, counts, .. } => {
+                sums.resize(n, 0);
+                counts.resize(n, 0);
+            }
+            GroupStates::SumFloat { sums, counts, .. } => {
+                sums.resize(n, 0.0);
+                counts.resize(n, 0);
+            }
+            GroupStates::Count { counts } => counts.resize(n, 0),
+            GroupStates::Moments { counts, means, m2s, .. } => {
+                counts.resize(n, 0);
+                means.resize(n, 0.0);
+                m2s.resize(n, 0.0);
+            }
+            GroupStates::Median { values } => values.resize_with(n, Vec::new),
+            GroupStates::Distinct { sketches } => sketches.resize_with(n, || DistinctSketch::Exact(HashSet::new())),
+        }
+    }
+
+    /// Adds `values[rows[i]]` to slot `slots[i]` for every `i`. `values` is the argument cast to
+    /// the state's domain, `None` for `COUNT(*)`. Slots must exist (see `resize`).
+    pub fn update(&mut self, values: Option<&ArrayRef>, rows: &[u32], slots: &[u32]) {
+        debug_assert_eq!(rows.len(), slots.len());
+        let Some(values) = values else {
+            if let GroupStates::Count { counts } = self {
+                slots.iter().for_each(|&s| counts[s as usize] += 1);
+            }
+            return;
+        };
+        let valid = |r: u32| values.is_valid(r as usize);
+        let has_nulls = values.null_count() > 0;
+        match self {
+            GroupStates::MinMaxInt { max, values: state, seen } => {
+                let input = values.as_primitive::<Int64Type>().values();
+                for (&r, &s) in rows.iter().zip(slots) {
+                    if has_nulls && !valid(r) {
+                        continue;
+                    }
+                    let (v, s) = (input[r as usize], s as usize);
+                    if !seen[s] || (*max && v > state[s]) || (!*max && v < state[s]) {
+                        state[s] = v;
+                        seen[s] = true;
+                    }
+                }
+            }
+            GroupStates::MinMaxFloat { max, values: state, seen } => {
+                let input = values.as_primitive::<Float64Type>().values();
+                let max = *max;
+                for (&r, &s) in rows.iter().zip(slots) {
+                    if has_nulls && !valid(r) {
+                        continue;
+                    }
+                    let (v, s) = (input[r as usize], s as usize);
+                    if !seen[s] || float_better(v, state[s], max) {
+                        state[s] = v;
+                        seen[s] = true;
+                    }
+                }
+            }
+            GroupStates::MinMaxUtf8 { max, values: state } => {
+                let input = values.as_string::<i32>();
+                for (&r, &s) in rows.iter().zip(slots) {
+                    if !input.is_valid(r as usize) {
+                        continue;
+                    }
+                    let v = input.value(r as usize);
+                    let slot = &mut state[s as usize];
+                    let replace = match slot {
+                        None => true,
+                        Some(cur) => (*max && v > &**cur) || (!*max && v < &**cur),
+                    };
+                    if replace {
+                        *slot = Some(v.into());
+                    }
+                }
+            }
+            GroupStates::SumInt { sums, counts, .. } => {
+                let input = values.as_primitive::<Int64Type>().values();
+                for (&r, &s) in rows.iter().zip(slots) {
+                    if has_nulls && !valid(r) {
+                        continue;
+                    }
+                    sums[s as usize] += input[r as usize] as i128;
+                    counts[s as usize] += 1;
+                }
+            }
+            GroupStates::SumFloat { sums, counts, .. } => {
+                let input = values.as_primitive::<Float64Type>().values();
+                for (&r, &s) in rows.iter().zip(slots) {
+                    if has_nulls && !valid(r) {
+                        continue;
+                    }
+                    sums[s as usize] += input[r as usize];
+                    counts[s as usize] += 1;
+                }
+            }
+            GroupStates::Count { counts } => {
+                for (&r, &s) in rows.iter().zip(slots) {
+                    counts[s as usize] += i64::from(!has_nulls || valid(r));
+                }
+            }
+            GroupStates::Moments { counts, means, m2s, .. } => {
+                let input = values.as_primitive::<Float64Type>().values();
+                for (&r, &s) in rows.iter().zip(slots) {
+                    if has_nulls && !valid(r) {
+                        continue;
+                    }
+                    let s = s as usize;
+                    let x = input[r as usize];
+                    counts[s] += 1;
+                    let delta = x - means[s];
+                    means[s] += delta / counts[s] as f64;
+                    m2s[s] += delta * (x - means[s]);
+                }
+            }
+            GroupStates::Median { values: state } => {
+                let input = values.as_primitive::<Float64Type>().values();
+                for (&r, &s) in rows.iter().zip(slots) {
+                    if has_nulls && !valid(r) {
+                        continue;
+                    }
+                    state[s as usize].push(input[r as usize]);
+                }
+            }
+            GroupStates::Distinct { sketches } => {
+                let mut hashes = vec![0u64; values.len()];
+                // One hash per distinct SQL value: the same value always lands on the same hash.
+                let _ = datafusion_common::hash_utils::create_hashes(
+                    [values],
+                    &datafusion_common::hash_utils::RandomState::with_seed(0x7e55e7a),
+                    &mut hashes,
+                );
+                for (&r, &s) in rows.iter().zip(slots) {
+                    if has_nulls && !valid(r) {
+                        continue;
+                    }
+                    sketches[s as usize].insert(hashes[r as usize]);
+                }
+            }
+        }
+    }
+
+    /// Merges slot `i` of `other` into slot `dst[i]` of `self` for every slot of `other`.
+    /// Both states must be of the same function and domain.
+    pub fn merge(&mut self, other: &GroupStates, dst: &[u32]) -> Result<()> {
+        match (self, other) {
+            (GroupStates::MinMaxInt { max, values, seen }, GroupStates::MinMaxInt { values: ov, seen: os, .. }) => {
+                for (i, &d) in dst.iter().enumerate() {
+                    let d = d as usize;
+                    if os[i] && (!seen[d] || (*max && ov[i] > values[d]) || (!*max && ov[i] < values[d])) {
+                        values[d] = ov[i];
+                        seen[d] = true;
+                    }
+                }
+            }
+            (GroupStates::MinMaxFloat { max, values, seen }, GroupStates::MinMaxFloat { values: ov, seen: os, .. }) => {
+                for (i, &d) in dst.iter().enumerate() {
+                    let d = d as usize;
+                    if os[i] && (!seen[d] || float_better(ov[i], values[d], *max)) {
+                        values[d] = ov[i];
+                        seen[d] = true;
+                    }
+                }
+            }
+            (GroupStates::MinMaxUtf8 { max, values }, GroupStates::MinMaxUtf8 { values: ov, .. }) => {
+                for (i, &d) in dst.iter().enumerate() {
+                    if let Some(v) = &ov[i] {
+                        let replace = match &values[d as usize] {
+                            None => true,
+                            Some(cur) => (*max && v > cur) || (!*max && v < cur),
+                        };
+                        if replace {
+                            values[d as usize] = Some(v.clone());
+                        }
+                    }
+                }
+            }
+            (GroupStates::SumInt { sums, counts, .. }, GroupStates::SumInt { sums: os, counts: oc, .. }) => {
+                for (i, &d) in dst.iter().enumerate() {
+                    sums[d as usize] += os[i];
+                    counts[d as usize] += oc[i];
+                }
+            }
+            (GroupStates::SumFloat { sums, counts, .. }, GroupStates::SumFloat { sums: os, counts: oc, .. }) => {
+                for (i, &d) in dst.iter().enumerate() {
+                    sums[d as usize] += os[i];
+                    counts[d as usize] += oc[i];
+                }
+            }
+            (GroupStates::Count { counts }, GroupStates::Count { counts: oc }) => {
+                for (i, &d) in dst.iter().enumerate() {
+                    counts[d as usize] += oc[i];
+                }
+            }
+            (
+                GroupStates::Moments { counts, means, m2s, .. },
+                GroupStates::Moments { counts: oc, means: om, m2s: o2, .. },
+            ) => {
+                for (i, &d) in dst.iter().enumerate() {
+                    let d = d as usize;
+                    if oc[i] == 0 {
+                        continue;
+                    }
+                    let (n_a, n_b) = (counts[d] as f64, oc[i] as f64);
+                    let n = n_a + n_b;
+                    let delta = om[i] - means[d];
+                    means[d] += delta * n_b / n;
+                    m2s[d] += o2[i] + delta * delta * n_a * n_b / n;
+                    counts[d] += oc[i];
+                }
+            }
+            (GroupStates::Median { values }, GroupStates::Median { values: ov }) => {
+                for (i, &d) in dst.iter().enumerate() {
+                    values[d as usize].extend_from_slice(&ov[i]);
+                }
+            }
+            (GroupStates::Distinct { sketches }, GroupStates::Distinct { sketches: os }) => {
+                for (i, &d) in dst.iter().enumerate() {
+                    sketches[d as usize].merge(&os[i]);
+                }
+            }
+            _ => return Err(TesseraError::Internal("merging partial states of different aggregates".into())),
+        }
+        Ok(())
+    }
+
+    /// SQL values of every slot, in the state's domain (the caller casts to the return type).
+    pub fn finalize(&self) -> Result<ArrayRef> {
+        Ok(match self {
+            GroupStates::MinMaxInt { values, seen, .. } => {
+                Arc::new(Int64Array::from_iter(values.iter().zip(seen).map(|(v, s)| s.then_some(*v))))
+            }
+            GroupStates::MinMaxFloat { values, seen, .. } => {
+                Arc::new(Float64Array::from_iter(values.iter().zip(seen).map(|(v, s)| s.then_some(*v))))
+            }
+            GroupStates::MinMaxUtf8 { values, .. } => {
+                Arc::new(StringArray::from_iter(values.iter().map(|v| v.as_deref())))
+            }
+            GroupStates::SumInt { avg: false, sums, counts } => {
+                let mut out = Vec::with_capacity(sums.len());
+                for (s, c) in sums.iter().zip(counts) {
+                    out.push(if *c == 0 {
+                        None
+                    } else {
+                        Some(
+                            i64::try_from(*s)
+                                .map_err(|_| TesseraError::Execution(format!("sum {s} overflows BIGINT")))?,
+                        )
+                    });
+                }
+                Arc::new(Int64Array::from(out))
+            }
+            GroupStates::SumInt { avg: true, sums, counts } => Arc::new(Float64Array::from_iter(
+                sums.iter().zip(counts).map(|(s, c)| (*c > 0).then(|| *s as f64 / *c as f64)),
+            )),
+            GroupStates::SumFloat { avg, sums, counts } => Arc::new(Float64Array::from_iter(
+                sums.iter().zip(counts).map(|(s, c)| (*c > 0).then(|| if *avg { s / *c as f64 } else { *s })),
+            )),
+            GroupStates::Count { counts } => Arc::new(Int64Array::from(counts.clone())),
+            GroupStates::Moments { stddev, counts, m2s, .. } => {
+                Arc::new(Float64Array::from_iter(counts.iter().zip(m2s).map(|(c, m2)| {
+                    (*c > 1).then(|| {
+                        let var = (m2 / (*c - 1) as f64).max(0.0);
+                        if *stddev {
+                            var.sqrt()
+                        } else {
+                            var
+                        }
+                    })
+                })))
+            }
+            GroupStates::Median { values } => Arc::new(Float64Array::from_iter(values.iter().map(|v| median(v)))),
+            GroupStates::Distinct { sketches } => {
+                Arc::new(Int64Array::from_iter_values(sketches.iter().map(DistinctSketch::count)))
+            }
+        })
+    }
+
+    /// Approximate heap bytes held, for the state-size figures.
+    pub fn bytes(&self) -> usize {
+        let n = self.len();
+        match self {
+            GroupStates::MinMaxInt { .. } | GroupStates::MinMaxFloat { .. } => n * 9,
+            GroupStates::MinMaxUtf8 { values, .. } => {
+                values.iter().map(|v| 16 + v.as_ref().map_or(0, |s| s.len())).sum()
+            }
+            GroupStates::SumInt { .. } => n * 24,
+            GroupStates::SumFloat { .. } | GroupStates::Count { .. } => n * 16,
+            GroupStates::Moments { .. } => n * 24,
+            GroupStates::Median { values } => values.iter().map(|v| 24 + v.capacity() * 8).sum(),
+            GroupStates::Distinct { sketches } => sketches.iter().map(DistinctSketch::bytes).sum(),
+        }
+    }
+}
+
+/// Whether `candidate` should replace `current` for MIN (or MAX); NaN sorts above every number,
+/// as in SQL engines that order floats totally.
+#[inline]
+fn float_better(candidate: f64, current: f64, max: bool) -> bool {
+    let ord = candidate.total_cmp(&current);
+    if max {
+        ord.is_gt()
+    } else {
+        ord.is_lt()
+    }
+}
+
+fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    let mid = sorted.len() / 2;
+    let (_, upper, _) = sorted.select_nth_unstable_by(mid, f64::total_cmp);
+    let upper = *upper;
+    if values.len() % 2 == 1 {
+        return Some(upper);
+    }
+    let lower = sorted[..mid].iter().copied().max_by(f64::total_cmp).unwrap_or(upper);
+    Some(lower + (upper - lower) / 2.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(v: &[Option<i64>]) -> ArrayRef {
+        Arc::new(Int64Array::from(v.to_vec()))
+    }
+    fn floats(v: &[Option<f64>]) -> ArrayRef {
+        Arc::new(Float64Array::from(v.to_vec()))
+    }
+
+    fn run(function: AggregateFunction, kind: ValueKind, values: Option<ArrayRef>, slots: &[u32]) -> ArrayRef {
+        let mut s = GroupStates::new(function, kind);
+        s.resize(slots.iter().max().map_or(0, |m| *m as usize + 1));
+        let rows: Vec<u32> = (0..slots.len() as u32).collect();
+        s.update(values.as_ref(), &rows, slots);
+        s.finalize().unwrap()
+    }
+
+    #[test]
+    fn nulls_are_ignored_and_empty_groups_are_null() {
+        let v = ints(&[Some(3), None, Some(1), None]);
+        let out = run(AggregateFunction::Min, ValueKind::Int, Some(v.clone()), &[0, 0, 0, 1]);
+        assert_eq!(out.as_primitive::<Int64Type>().iter().collect::<Vec<_>>(), vec![Some(1), None]);
+        let out = run(AggregateFunction::Sum, ValueKind::Int, Some(v.clone()), &[0, 0, 0, 1]);
+        assert_eq!(out.as_primitive::<Int64Type>().iter().collect::<Vec<_>>(), vec![Some(4), None]);
+        let out = run(AggregateFunction::Count, ValueKind::Int, Some(v), &[0, 0, 0, 1]);
+        assert_eq!(out.as_primitive::<Int64Type>().values().to_vec(), vec![2, 0]);
+        let out = run(AggregateFunction::CountRows, ValueKind::Int, None, &[0, 0, 0, 1]);
+        assert_eq!(out.as_primitive::<Int64Type>().values().to_vec(), vec![3, 1]);
+    }
+
+    #[test]
+    fn merged_moments_equal_direct_moments() {
+        let data: Vec<Option<f64>> = (0..50).map(|i| Some((i * 37 % 11) as f64 * 1.5 - 3.0)).collect();
+        let direct = run(AggregateFunction::VarSamp, ValueKind::Float, Some(floats(&data)), &[0; 50]);
+        let mut a = GroupStates::new(AggregateFunction::VarSamp, ValueKind::Float);
+        let mut b = a.clone();
+        a.resize(1);
+        b.resize(1);
+        let rows: Vec<u32> = (0..50).collect();
+        a.update(Some(&floats(&data[..20])), &rows[..20], &[0; 20]);
+        b.update(Some(&floats(&data[20..])), &rows[..30], &[0; 30]);
+        a.merge(&b, &[0]).unwrap();
+        let merged = a.finalize().unwrap();
+        let (d, m) = (direct.as_primitive::<Float64Type>().value(0), merged.as_primitive::<Float64Type>().value(0));
+        assert!((d - m).abs() < 1e-9, "{d} vs {m}");
+    }
+
+    #[test]
+    fn median_interpolates_even_counts() {
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn sum_overflow_is_an_error_not_a_wrap() {
+        let v = ints(&[Some(i64::MAX), Some(1)]);
+        let mut s = GroupStates::new(AggregateFunction::Sum, ValueKind::Int);
+        s.resize(1);
+        s.update(Some(&v), &[0, 1], &[0, 0]);
+        assert!(s.finalize().is_err());
+    }
+
+    #[test]
+    fn distinct_counts_are_exact_when_small_and_close_when_large() {
+        let small = ints(&(0..100).map(|i| Some(i % 37)).collect::<Vec<_>>());
+        let out = run(AggregateFunction::ApproxCountDistinct, ValueKind::Int, Some(small), &[0; 100]);
+        assert_eq!(out.as_primitive::<Int64Type>().value(0), 37);
+        let n = 20_000;
+        let large = ints(&(0..n).map(|i| Some(i * 7)).collect::<Vec<_>>());
+        let out = run(AggregateFunction::ApproxCountDistinct, ValueKind::Int, Some(large), &vec![0; n as usize]);
+        let estimate = out.as_primitive::<Int64Type>().value(0) as f64;
+        assert!((estimate / n as f64 - 1.0).abs() < 0.05, "{estimate}");
+    }
+}

@@ -1,0 +1,133 @@
+//! Sources declared by `CREATE SOURCE`: their schema, event-time column, watermark and
+//! connector options. Later: tables, views and sinks.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit as ArrowTimeUnit};
+
+use crate::error::{Result, TesseraError};
+
+/// The unit in which event time is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum TimeUnit {
+    Second,
+    Millisecond,
+    Microsecond,
+    Nanosecond,
+}
+
+impl TimeUnit {
+    pub fn parse(text: &str) -> Option<TimeUnit> {
+        Some(match text.to_ascii_lowercase().as_str() {
+            "s" | "sec" | "second" | "seconds" => TimeUnit::Second,
+            "ms" | "millisecond" | "milliseconds" => TimeUnit::Millisecond,
+            "us" | "microsecond" | "microseconds" => TimeUnit::Microsecond,
+            "ns" | "nanosecond" | "nanoseconds" => TimeUnit::Nanosecond,
+            _ => return None,
+        })
+    }
+
+    pub fn from_arrow(unit: ArrowTimeUnit) -> TimeUnit {
+        match unit {
+            ArrowTimeUnit::Second => TimeUnit::Second,
+            ArrowTimeUnit::Millisecond => TimeUnit::Millisecond,
+            ArrowTimeUnit::Microsecond => TimeUnit::Microsecond,
+            ArrowTimeUnit::Nanosecond => TimeUnit::Nanosecond,
+        }
+    }
+
+    /// Units of this kind in one second.
+    pub fn per_second(self) -> i64 {
+        match self {
+            TimeUnit::Second => 1,
+            TimeUnit::Millisecond => 1_000,
+            TimeUnit::Microsecond => 1_000_000,
+            TimeUnit::Nanosecond => 1_000_000_000,
+        }
+    }
+
+    pub fn suffix(self) -> &'static str {
+        match self {
+            TimeUnit::Second => "s",
+            TimeUnit::Millisecond => "ms",
+            TimeUnit::Microsecond => "us",
+            TimeUnit::Nanosecond => "ns",
+        }
+    }
+}
+
+/// File formats a file source can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Csv,
+    JsonLines,
+    Parquet,
+}
+
+impl Format {
+    pub fn parse(text: &str) -> Option<Format> {
+        Some(match text.to_ascii_lowercase().as_str() {
+            "csv" => Format::Csv,
+            "json" | "jsonl" | "ndjson" | "json_lines" => Format::JsonLines,
+            "parquet" => Format::Parquet,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a source's events come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    File(PathBuf),
+    Stdin,
+}
+
+/// The event-time column of a source and how to read it.
+#[derive(Debug, Clone)]
+pub struct EventTime {
+    pub column: String,
+    pub index: usize,
+    pub data_type: DataType,
+    pub unit: TimeUnit,
+    /// Bounded out-of-orderness: the watermark trails the largest event time seen by this
+    /// many units. Zero without a WATERMARK clause (events must arrive in order).
+    pub watermark_delay: i64,
+}
+
+/// A source declared by `CREATE SOURCE`.
+#[derive(Debug, Clone)]
+pub struct SourceDef {
+    pub name: String,
+    pub schema: SchemaRef,
+    pub event_time: EventTime,
+    pub location: Location,
+    pub format: Format,
+    /// Every option of the WITH clause, lower-cased keys, for connectors to read.
+    pub options: BTreeMap<String, String>,
+}
+
+/// The sources of one script, by lower-cased name.
+#[derive(Debug, Default, Clone)]
+pub struct Catalog {
+    sources: BTreeMap<String, SourceDef>,
+}
+
+impl Catalog {
+    pub fn add_source(&mut self, source: SourceDef) -> Result<()> {
+        let key = source.name.to_ascii_lowercase();
+        if self.sources.contains_key(&key) {
+            return Err(TesseraError::Plan(format!("source `{}` is already defined", source.name)));
+        }
+        self.sources.insert(key, source);
+        Ok(())
+    }
+
+    pub fn source(&self, name: &str) -> Option<&SourceDef> {
+        self.sources.get(&name.to_ascii_lowercase())
+    }
+
+    pub fn source_names(&self) -> impl Iterator<Item = &str> {
+        self.sources.values().map(|s| s.name.as_str())
+    }
+}

@@ -1,0 +1,146 @@
+//! Sources and sinks: CSV (with header), JSON lines and Parquet files or stdin in; CSV or JSON
+//! lines out. Readers hand out Arrow batches in the source's declared schema; malformed rows
+//! stop the run with `file:line` and the reason, or are skipped into a dead-letter file.
+
+mod parquet_reader;
+pub mod sink;
+mod text_reader;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use arrow::record_batch::RecordBatch;
+
+use crate::catalog::{Format, Location, SourceDef};
+use crate::error::{Result, TesseraError};
+
+/// What to do with a malformed input row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// Stop the run with the row's location and the reason (exit status 1).
+    #[default]
+    Fail,
+    /// Write the row to the dead-letter file, count it and go on.
+    Skip,
+}
+
+/// How sources are read.
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    pub batch_size: usize,
+    pub on_error: OnError,
+    /// Where skipped rows go (JSON lines: file, line, reason, record).
+    pub dead_letter_path: PathBuf,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            batch_size: 8192,
+            on_error: OnError::Fail,
+            dead_letter_path: PathBuf::from("tessera-dead-letter.jsonl"),
+        }
+    }
+}
+
+/// A stream of batches from one source.
+pub trait BatchReader: Send {
+    /// The next batch of well-formed rows, in the source's declared schema.
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>>;
+    /// Bytes consumed so far and the total, when known (for progress).
+    fn progress(&self) -> (u64, Option<u64>);
+    /// Malformed rows skipped so far.
+    fn bad_rows(&self) -> u64;
+}
+
+/// Opens a source for reading.
+pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn BatchReader>> {
+    let (name, input, total): (String, Box<dyn std::io::Read + Send>, Option<u64>) = match &source.location {
+        Location::File(path) => {
+            let file = File::open(path).map_err(|e| TesseraError::io(format!("cannot open {}", path.display()), e))?;
+            let total = file.metadata().ok().map(|m| m.len());
+            if source.format == Format::Parquet {
+                return Ok(Box::new(parquet_reader::ParquetReader::new(
+                    source,
+                    path.display().to_string(),
+                    file,
+                    options,
+                )?));
+            }
+            (path.display().to_string(), Box::new(file), total)
+        }
+        Location::Stdin => {
+            if source.format == Format::Parquet {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+                    .map_err(|e| TesseraError::io("cannot read stdin", e))?;
+                let bytes = bytes::Bytes::from(bytes);
+                return Ok(Box::new(parquet_reader::ParquetReader::new(source, "<stdin>".into(), bytes, options)?));
+            }
+            ("<stdin>".to_string(), Box::new(std::io::stdin()), None)
+        }
+    };
+    Ok(Box::new(text_reader::TextReader::new(source, name, input, total, options)?))
+}
+
+/// Rows that failed to parse, kept for the user to inspect.
+pub struct DeadLetter {
+    path: PathBuf,
+    writer: Option<BufWriter<File>>,
+}
+
+impl DeadLetter {
+    pub fn new(path: &Path) -> Self {
+        DeadLetter { path: path.to_path_buf(), writer: None }
+    }
+
+    pub fn write(&mut self, file: &str, line: u64, reason: &str, record: &str) -> Result<()> {
+        if self.writer.is_none() {
+            let f = File::create(&self.path)
+                .map_err(|e| TesseraError::io(format!("cannot create dead-letter file {}", self.path.display()), e))?;
+            self.writer = Some(BufWriter::new(f));
+        }
+        let entry = serde_json::json!({ "file": file, "line": line, "reason": reason, "record": record });
+        let writer = self.writer.as_mut().expect("opened above");
+        writeln!(writer, "{entry}").map_err(|e| TesseraError::io("cannot write the dead-letter file", e))
+    }
+
+    pub fn flush(&mut self) -> Result<()> {
+        if let Some(w) = &mut self.writer {
+            w.flush().map_err(|e| TesseraError::io("cannot write the dead-letter file", e))?;
+        }
+        Ok(())
+    }
+}
+
+/// A malformed row: either the error that stops the run, or a dead-letter entry.
+pub(crate) struct BadRowPolicy {
+    on_error: OnError,
+    dead_letter: DeadLetter,
+    count: u64,
+}
+
+impl BadRowPolicy {
+    pub(crate) fn new(options: &ReadOptions) -> Self {
+        BadRowPolicy { on_error: options.on_error, dead_letter: DeadLetter::new(&options.dead_letter_path), count: 0 }
+    }
+
+    pub(crate) fn bad_row(&mut self, file: &str, line: u64, reason: &str, record: &str) -> Result<()> {
+        match self.on_error {
+            OnError::Fail => Err(TesseraError::Input { file: file.to_string(), line, reason: reason.to_string() }),
+            OnError::Skip => {
+                self.count += 1;
+                self.dead_letter.write(file, line, reason, record)
+            }
+        }
+    }
+
+    pub(crate) fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        self.dead_letter.flush()
+    }
+}

@@ -1,0 +1,158 @@
+//! Parquet files: columns are matched to the declared schema by name and cast to the declared
+//! types. Parquet has no lines, so a malformed row is reported by its 1-based row number.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray};
+use arrow::compute::{cast, filter_record_batch};
+use arrow::datatypes::{Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::ProjectionMask;
+use parquet::file::reader::ChunkReader;
+
+use super::{BadRowPolicy, BatchReader, ReadOptions};
+use crate::catalog::SourceDef;
+use crate::error::{Result, TesseraError};
+
+pub struct ParquetReader {
+    name: String,
+    reader: ParquetRecordBatchReader,
+    declared: SchemaRef,
+    /// Position of each declared column in the projected batches.
+    columns: Vec<usize>,
+    required: Vec<usize>,
+    rows_read: u64,
+    total_rows: u64,
+    policy: BadRowPolicy,
+}
+
+impl ParquetReader {
+    pub fn new<R: ChunkReader + 'static>(
+        source: &SourceDef,
+        name: String,
+        input: R,
+        options: &ReadOptions,
+    ) -> Result<Self> {
+        let invalid = |e: parquet::errors::ParquetError| TesseraError::Input {
+            file: name.clone(),
+            line: 0,
+            reason: e.to_string(),
+        };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(input).map_err(invalid)?;
+        let file_schema = builder.schema().clone();
+        let total_rows = builder.metadata().file_metadata().num_rows().max(0) as u64;
+        let mut leaves = Vec::new();
+        for field in source.schema.fields() {
+            let index =
+                file_schema.fields().iter().position(|f| f.name().eq_ignore_ascii_case(field.name())).ok_or_else(
+                    || TesseraError::Input {
+                        file: name.clone(),
+                        line: 0,
+                        reason: format!(
+                            "no column `{}` in the file (it has: {})",
+                            field.name(),
+                            file_schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", ")
+                        ),
+                    },
+                )?;
+            leaves.push(index);
+        }
+        let mut sorted = leaves.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let columns = leaves.iter().map(|l| sorted.binary_search(l).expect("present")).collect();
+        let mask = ProjectionMask::roots(builder.parquet_schema(), sorted.iter().copied());
+        let reader =
+            builder.with_projection(mask).with_batch_size(options.batch_size.max(1)).build().map_err(invalid)?;
+        let declared: SchemaRef = Arc::new(Schema::new(
+            source.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+        ));
+        let mut required: Vec<usize> =
+            source.schema.fields().iter().enumerate().filter(|(_, f)| !f.is_nullable()).map(|(i, _)| i).collect();
+        if !required.contains(&source.event_time.index) {
+            required.push(source.event_time.index);
+        }
+        Ok(ParquetReader {
+            name,
+            reader,
+            declared,
+            columns,
+            required,
+            rows_read: 0,
+            total_rows,
+            policy: BadRowPolicy::new(options),
+        })
+    }
+}
+
+impl BatchReader for ParquetReader {
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        loop {
+            let Some(batch) = self.reader.next() else {
+                self.policy.flush()?;
+                return Ok(None);
+            };
+            let batch = batch.map_err(|e| TesseraError::Input {
+                file: self.name.clone(),
+                line: self.rows_read + 1,
+                reason: e.to_string(),
+            })?;
+            let first_row = self.rows_read + 1;
+            self.rows_read += batch.num_rows() as u64;
+            let columns = self
+                .columns
+                .iter()
+                .zip(self.declared.fields())
+                .map(|(&i, field)| {
+                    let column = batch.column(i);
+                    if column.data_type() == field.data_type() {
+                        Ok(Arc::clone(column))
+                    } else {
+                        cast(column, field.data_type()).map_err(|e| TesseraError::Input {
+                            file: self.name.clone(),
+                            line: first_row,
+                            reason: format!(
+                                "column `{}` of type {} cannot be read as {}: {e}",
+                                field.name(),
+                                column.data_type(),
+                                field.data_type()
+                            ),
+                        })
+                    }
+                })
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            let batch = RecordBatch::try_new(Arc::clone(&self.declared), columns)?;
+            let mut keep: Option<Vec<bool>> = None;
+            for &c in &self.required {
+                let column = batch.column(c);
+                if column.null_count() == 0 {
+                    continue;
+                }
+                let keep = keep.get_or_insert_with(|| vec![true; batch.num_rows()]);
+                for (row, keep_row) in keep.iter_mut().enumerate() {
+                    if *keep_row && column.is_null(row) {
+                        *keep_row = false;
+                        let reason = format!("column `{}` is NULL", self.declared.field(c).name());
+                        self.policy.bad_row(&self.name, first_row + row as u64, &reason, "")?;
+                    }
+                }
+            }
+            let batch = match keep {
+                Some(keep) => filter_record_batch(&batch, &BooleanArray::from(keep))?,
+                None => batch,
+            };
+            if batch.num_rows() > 0 {
+                return Ok(Some(batch));
+            }
+        }
+    }
+
+    fn progress(&self) -> (u64, Option<u64>) {
+        (self.rows_read, Some(self.total_rows))
+    }
+
+    fn bad_rows(&self) -> u64 {
+        self.policy.count()
+    }
+}

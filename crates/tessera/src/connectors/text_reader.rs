@@ -1,0 +1,384 @@
+//! CSV and JSON-lines readers. Records are split here (CSV records may span lines inside
+//! quotes) so every row keeps its line number; Arrow's decoders parse a whole batch at once and,
+//! only when that fails, row by row to find the malformed rows.
+
+use std::io::{BufRead, BufReader, Read};
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+
+use super::{BadRowPolicy, BatchReader, ReadOptions};
+use crate::catalog::{Format, SourceDef};
+use crate::error::{Result, TesseraError};
+
+#[derive(Clone, Copy)]
+enum TextFormat {
+    Csv { delimiter: u8 },
+    JsonLines,
+}
+
+pub struct TextReader {
+    name: String,
+    input: BufReader<CountingReader>,
+    total_bytes: Option<u64>,
+    format: TextFormat,
+    /// The declared schema, every column nullable (NOT NULL is checked per row).
+    declared: SchemaRef,
+    /// Which declared columns may not be NULL (the event-time column and NOT NULL columns).
+    required: Vec<usize>,
+    /// CSV: the schema of the file's columns in file order, and where each declared column is.
+    decode_schema: SchemaRef,
+    projection: Vec<usize>,
+    batch_size: usize,
+    line: u64,
+    policy: BadRowPolicy,
+    done: bool,
+}
+
+/// A reader that counts the bytes it hands out, for progress.
+struct CountingReader {
+    inner: Box<dyn Read + Send>,
+    count: u64,
+}
+
+impl Read for CountingReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
+}
+
+/// Records of one batch: their bytes back to back, each with its first line number.
+struct Chunk {
+    bytes: Vec<u8>,
+    records: Vec<(u64, Range<usize>)>,
+}
+
+impl TextReader {
+    pub fn new(
+        source: &SourceDef,
+        name: String,
+        input: Box<dyn Read + Send>,
+        total_bytes: Option<u64>,
+        options: &ReadOptions,
+    ) -> Result<Self> {
+        let format = match source.format {
+            Format::Csv => {
+                let delimiter = match source.options.get("delimiter").map(String::as_str) {
+                    None => b',',
+                    Some("\\t") | Some("tab") => b'\t',
+                    Some(d) if d.len() == 1 => d.as_bytes()[0],
+                    Some(d) => return Err(TesseraError::Option(format!("delimiter must be one character, got '{d}'"))),
+                };
+                TextFormat::Csv { delimiter }
+            }
+            Format::JsonLines => TextFormat::JsonLines,
+            Format::Parquet => return Err(TesseraError::Internal("TextReader used for Parquet".into())),
+        };
+        let declared: SchemaRef = Arc::new(Schema::new(
+            source.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+        ));
+        let mut required: Vec<usize> =
+            source.schema.fields().iter().enumerate().filter(|(_, f)| !f.is_nullable()).map(|(i, _)| i).collect();
+        if !required.contains(&source.event_time.index) {
+            required.push(source.event_time.index);
+        }
+        let mut reader = TextReader {
+            name,
+            input: BufReader::with_capacity(1 << 20, CountingReader { inner: input, count: 0 }),
+            total_bytes,
+            format,
+            decode_schema: Arc::clone(&declared),
+            projection: (0..declared.fields().len()).collect(),
+            declared,
+            required,
+            batch_size: options.batch_size.max(1),
+            line: 0,
+            policy: BadRowPolicy::new(options),
+            done: false,
+        };
+        let has_header =
+            !matches!(source.options.get("header").map(|h| h.to_ascii_lowercase()).as_deref(), Some("false"));
+        if let (TextFormat::Csv { delimiter }, true) = (format, has_header) {
+            reader.read_header(delimiter)?;
+        }
+        Ok(reader)
+    }
+
+    /// Maps the header's column names to the declared columns; extra file columns are read as
+    /// text and dropped.
+    fn read_header(&mut self, delimiter: u8) -> Result<()> {
+        let mut chunk = Chunk { bytes: Vec::new(), records: Vec::new() };
+        if !self.read_record(&mut chunk)? {
+            return Ok(());
+        }
+        let (line, range) = chunk.records[0].clone();
+        let text = String::from_utf8_lossy(&chunk.bytes[range]).into_owned();
+        let names = split_csv_fields(text.trim_end_matches(['\n', '\r']), delimiter);
+        let mut fields = Vec::new();
+        let mut projection = vec![usize::MAX; self.declared.fields().len()];
+        for (i, name) in names.iter().enumerate() {
+            let name = name.trim();
+            match self.declared.fields().iter().position(|f| f.name().eq_ignore_ascii_case(name)) {
+                Some(d) if projection[d] == usize::MAX => {
+                    projection[d] = i;
+                    fields.push(self.declared.field(d).clone());
+                }
+                _ => fields.push(Field::new(format!("__extra_{i}"), DataType::Utf8, true)),
+            }
+        }
+        if let Some(missing) = projection.iter().position(|&p| p == usize::MAX) {
+            return Err(TesseraError::Input {
+                file: self.name.clone(),
+                line,
+                reason: format!(
+                    "header has no column `{}` (header: {})",
+                    self.declared.field(missing).name(),
+                    names.join(", ")
+                ),
+            });
+        }
+        self.decode_schema = Arc::new(Schema::new(fields));
+        self.projection = projection;
+        Ok(())
+    }
+
+    /// Appends the next non-blank record to `chunk`; false at the end of the input.
+    fn read_record(&mut self, chunk: &mut Chunk) -> Result<bool> {
+        loop {
+            let start = chunk.bytes.len();
+            let first_line = self.line + 1;
+            let mut quotes = 0usize;
+            loop {
+                let before = chunk.bytes.len();
+                let n = self
+                    .input
+                    .read_until(b'\n', &mut chunk.bytes)
+                    .map_err(|e| TesseraError::io(format!("cannot read {}", self.name), e))?;
+                if n == 0 {
+                    break;
+                }
+                self.line += 1;
+                if let TextFormat::Csv { .. } = self.format {
+                    quotes += chunk.bytes[before..].iter().filter(|&&b| b == b'"').count();
+                    if quotes % 2 == 1 {
+                        continue; // a quoted field spans lines
+                    }
+                }
+                break;
+            }
+            if chunk.bytes.len() == start {
+                return Ok(false);
+            }
+            if chunk.bytes[start..].iter().all(|b| b.is_ascii_whitespace()) {
+                chunk.bytes.truncate(start);
+                continue;
+            }
+            if chunk.bytes.last() != Some(&b'\n') {
+                chunk.bytes.push(b'\n');
+            }
+            chunk.records.push((first_line, start..chunk.bytes.len()));
+            return Ok(true);
+        }
+    }
+
+    fn decode(&self, bytes: &[u8]) -> std::result::Result<Option<RecordBatch>, arrow::error::ArrowError> {
+        match self.format {
+            TextFormat::Csv { delimiter } => {
+                let mut decoder = arrow::csv::ReaderBuilder::new(Arc::clone(&self.decode_schema))
+                    .with_header(false)
+                    .with_delimiter(delimiter)
+                    .with_batch_size(self.batch_size.max(1))
+                    .build_decoder();
+                let mut offset = 0;
+                while offset < bytes.len() {
+                    let used = decoder.decode(&bytes[offset..])?;
+                    if used == 0 {
+                        break;
+                    }
+                    offset += used;
+                }
+                decoder.flush()
+            }
+            TextFormat::JsonLines => {
+                let mut decoder = arrow::json::ReaderBuilder::new(Arc::clone(&self.decode_schema))
+                    .with_batch_size(self.batch_size.max(1))
+                    .build_decoder()?;
+                let mut offset = 0;
+                while offset < bytes.len() {
+                    let used = decoder.decode(&bytes[offset..])?;
+                    if used == 0 {
+                        break;
+                    }
+                    offset += used;
+                }
+                decoder.flush()
+            }
+        }
+    }
+
+    fn record_text(chunk: &Chunk, range: &Range<usize>) -> String {
+        String::from_utf8_lossy(&chunk.bytes[range.clone()]).trim_end_matches(['\n', '\r']).to_string()
+    }
+
+    /// Decodes a chunk; when the whole chunk fails, finds the malformed records one by one.
+    fn decode_chunk(&mut self, chunk: &Chunk) -> Result<(RecordBatch, Vec<u64>)> {
+        let lines: Vec<u64> = chunk.records.iter().map(|(l, _)| *l).collect();
+        match self.decode(&chunk.bytes) {
+            Ok(Some(batch)) if batch.num_rows() == chunk.records.len() => return Ok((batch, lines)),
+            Ok(None) if chunk.records.is_empty() => {
+                return Ok((RecordBatch::new_empty(Arc::clone(&self.decode_schema)), lines))
+            }
+            _ => {}
+        }
+        let mut good = Vec::new();
+        let mut good_lines = Vec::new();
+        for (line, range) in &chunk.records {
+            match self.decode(&chunk.bytes[range.clone()]) {
+                Ok(Some(batch)) if batch.num_rows() == 1 => {
+                    good.extend_from_slice(&chunk.bytes[range.clone()]);
+                    good_lines.push(*line);
+                }
+                Ok(_) => {
+                    let text = Self::record_text(chunk, range);
+                    self.policy.bad_row(&self.name, *line, "not a complete record", &text)?;
+                }
+                Err(e) => {
+                    let text = Self::record_text(chunk, range);
+                    self.policy.bad_row(&self.name, *line, &clean_arrow_error(&e), &text)?;
+                }
+            }
+        }
+        let batch = match self.decode(&good) {
+            Ok(Some(batch)) => batch,
+            Ok(None) => RecordBatch::new_empty(Arc::clone(&self.decode_schema)),
+            Err(e) => return Err(TesseraError::Internal(format!("rows that decode alone fail together: {e}"))),
+        };
+        Ok((batch, good_lines))
+    }
+}
+
+/// Arrow's parse errors carry a line number relative to the batch; drop it (the reader knows
+/// the real one) and the "Parser error:" prefix.
+fn clean_arrow_error(e: &arrow::error::ArrowError) -> String {
+    let text = match e {
+        arrow::error::ArrowError::ParseError(m)
+        | arrow::error::ArrowError::CsvError(m)
+        | arrow::error::ArrowError::JsonError(m) => m.clone(),
+        other => other.to_string(),
+    };
+    let text = match text.find(" at line ") {
+        Some(p) => {
+            let rest = &text[p + " at line ".len()..];
+            let after_number = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+            format!("{}{}", &text[..p], after_number)
+        }
+        None => text,
+    };
+    let text = match text.find(". Row data:") {
+        Some(p) => text[..p].to_string(),
+        None => text,
+    };
+    text.replace("incorrect number of fields for line , ", "incorrect number of fields: ")
+}
+
+/// Splits one CSV record into fields, honouring quotes and doubled quotes.
+pub fn split_csv_fields(line: &str, delimiter: u8) -> Vec<String> {
+    let delimiter = delimiter as char;
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut in_quotes = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if in_quotes && chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            '"' => in_quotes = !in_quotes,
+            c if c == delimiter && !in_quotes => fields.push(std::mem::take(&mut field)),
+            c => field.push(c),
+        }
+    }
+    fields.push(field);
+    fields
+}
+
+impl BatchReader for TextReader {
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        while !self.done {
+            let mut chunk =
+                Chunk { bytes: Vec::with_capacity(self.batch_size * 32), records: Vec::with_capacity(self.batch_size) };
+            while chunk.records.len() < self.batch_size {
+                if !self.read_record(&mut chunk)? {
+                    self.done = true;
+                    break;
+                }
+            }
+            if chunk.records.is_empty() {
+                break;
+            }
+            let (decoded, lines) = self.decode_chunk(&chunk)?;
+            let columns: Vec<ArrayRef> = self.projection.iter().map(|&i| Arc::clone(decoded.column(i))).collect();
+            let batch = RecordBatch::try_new(Arc::clone(&self.declared), columns)?;
+            let batch = self.drop_rows_missing_required(batch, &lines, &chunk)?;
+            if batch.num_rows() > 0 {
+                return Ok(Some(batch));
+            }
+        }
+        self.policy.flush()?;
+        Ok(None)
+    }
+
+    fn progress(&self) -> (u64, Option<u64>) {
+        (self.input.get_ref().count, self.total_bytes)
+    }
+
+    fn bad_rows(&self) -> u64 {
+        self.policy.count()
+    }
+}
+
+impl TextReader {
+    /// Rows with NULL in the event-time column or a NOT NULL column are malformed.
+    fn drop_rows_missing_required(&mut self, batch: RecordBatch, lines: &[u64], chunk: &Chunk) -> Result<RecordBatch> {
+        if self.required.iter().all(|&c| batch.column(c).null_count() == 0) {
+            return Ok(batch);
+        }
+        let mut keep = vec![true; batch.num_rows()];
+        for &c in &self.required {
+            let column = batch.column(c);
+            for (row, keep_row) in keep.iter_mut().enumerate() {
+                if *keep_row && column.is_null(row) {
+                    *keep_row = false;
+                    let line = lines[row];
+                    let text = chunk
+                        .records
+                        .iter()
+                        .find(|(l, _)| *l == line)
+                        .map(|(_, r)| Self::record_text(chunk, r))
+                        .unwrap_or_default();
+                    let reason = format!("column `{}` is NULL or missing", self.declared.field(c).name());
+                    self.policy.bad_row(&self.name, line, &reason, &text)?;
+                }
+            }
+        }
+        Ok(filter_record_batch(&batch, &BooleanArray::from(keep))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_quoted_fields() {
+        assert_eq!(split_csv_fields(r#"a,"b,c","say ""hi""""#, b','), vec!["a", "b,c", r#"say "hi""#]);
+        assert_eq!(split_csv_fields("x", b','), vec!["x"]);
+    }
+}

@@ -1,0 +1,76 @@
+//! `FilterProjectExec`: a stateless query (WHERE and SELECT list per row), and the
+//! filter-then-project step that window aggregates apply to their results (HAVING, SELECT).
+
+use arrow::array::AsArray;
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+
+use super::{EventBatch, OperatorMetrics, Output, StreamOperator};
+use crate::error::{Result, TesseraError};
+use crate::plan::{ExprRef, StatelessPlan};
+
+/// Keeps the rows of `batch` where `filter` holds and evaluates `projection` on them.
+pub fn filter_and_project(
+    batch: &RecordBatch,
+    filter: Option<&ExprRef>,
+    projection: &[ExprRef],
+    schema: &SchemaRef,
+) -> Result<RecordBatch> {
+    let filtered;
+    let input = match filter {
+        Some(predicate) => {
+            let mask = predicate.evaluate(batch)?.into_array(batch.num_rows())?;
+            let mask = mask
+                .as_boolean_opt()
+                .ok_or_else(|| TesseraError::Plan(format!("filter `{predicate}` is not a boolean expression")))?;
+            filtered = filter_record_batch(batch, &arrow::compute::prep_null_mask_filter(mask))?;
+            &filtered
+        }
+        None => batch,
+    };
+    let columns =
+        projection.iter().map(|e| Ok(e.evaluate(input)?.into_array(input.num_rows())?)).collect::<Result<Vec<_>>>()?;
+    let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(input.num_rows()));
+    Ok(RecordBatch::try_new_with_options(schema.clone(), columns, &options)?)
+}
+
+pub struct FilterProjectExec {
+    plan: StatelessPlan,
+    metrics: OperatorMetrics,
+}
+
+impl FilterProjectExec {
+    pub fn new(plan: StatelessPlan) -> Self {
+        FilterProjectExec { plan, metrics: OperatorMetrics::default() }
+    }
+}
+
+impl StreamOperator for FilterProjectExec {
+    fn name(&self) -> &'static str {
+        "FilterProjectExec"
+    }
+
+    fn process(&mut self, input: &EventBatch, out: &mut Output) -> Result<()> {
+        self.metrics.rows_in += input.len() as u64;
+        let plan = &self.plan;
+        let batch = filter_and_project(&input.rows, plan.filter.as_ref(), &plan.projection, &plan.output_schema)?;
+        self.metrics.rows_out += batch.num_rows() as u64;
+        if batch.num_rows() > 0 {
+            out.rows.push(batch);
+        }
+        Ok(())
+    }
+
+    fn advance_watermark(&mut self, _watermark: i64, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
+
+    fn finish(&mut self, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
+
+    fn metrics(&self) -> OperatorMetrics {
+        self.metrics
+    }
+}

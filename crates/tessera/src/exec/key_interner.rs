@@ -1,0 +1,172 @@
+//! Interning group keys: every distinct key (a tuple of column values, NULL included) gets a
+//! dense `u32` id once per batch row, so window slices index their states by id instead of
+//! hashing keys again. A single integer key takes a fast path; any other key set is encoded
+//! with Arrow's row format.
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Int64Type};
+use arrow::row::{RowConverter, Rows, SortField};
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+
+use crate::error::Result;
+
+pub struct KeyInterner {
+    types: Vec<DataType>,
+    kind: KeyKind,
+}
+
+enum KeyKind {
+    /// No GROUP BY keys besides the window: one key.
+    Unit {
+        seen: bool,
+    },
+    Int {
+        ids: HashMap<i64, u32>,
+        null_id: Option<u32>,
+        values: Vec<Option<i64>>,
+    },
+    Rows {
+        converter: RowConverter,
+        table: HashTable<u32>,
+        rows: Rows,
+        hasher: DefaultHashBuilder,
+    },
+}
+
+impl KeyInterner {
+    pub fn new(types: Vec<DataType>) -> Result<Self> {
+        let kind = match types.as_slice() {
+            [] => KeyKind::Unit { seen: false },
+            [t] if t.is_integer() => KeyKind::Int { ids: HashMap::new(), null_id: None, values: Vec::new() },
+            _ => {
+                let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
+                let rows = converter.empty_rows(0, 0);
+                KeyKind::Rows { converter, table: HashTable::new(), rows, hasher: DefaultHashBuilder::default() }
+            }
+        };
+        Ok(KeyInterner { types, kind })
+    }
+
+    /// Number of distinct keys seen.
+    pub fn len(&self) -> usize {
+        match &self.kind {
+            KeyKind::Unit { seen } => usize::from(*seen),
+            KeyKind::Int { values, .. } => values.len(),
+            KeyKind::Rows { rows, .. } => rows.num_rows(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The id of every row's key (inserting new keys).
+    pub fn intern(&mut self, columns: &[ArrayRef], num_rows: usize) -> Result<Vec<u32>> {
+        match &mut self.kind {
+            KeyKind::Unit { seen } => {
+                *seen |= num_rows > 0;
+                Ok(vec![0; num_rows])
+            }
+            KeyKind::Int { ids, null_id, values } => {
+                let column = cast(&columns[0], &DataType::Int64)?;
+                let column = column.as_primitive::<Int64Type>();
+                let mut out = Vec::with_capacity(num_rows);
+                let raw = column.values();
+                for (i, &v) in raw.iter().enumerate() {
+                    let id = if column.is_null(i) {
+                        *null_id.get_or_insert_with(|| {
+                            values.push(None);
+                            values.len() as u32 - 1
+                        })
+                    } else {
+                        *ids.entry(v).or_insert_with(|| {
+                            values.push(Some(v));
+                            values.len() as u32 - 1
+                        })
+                    };
+                    out.push(id);
+                }
+                Ok(out)
+            }
+            KeyKind::Rows { converter, table, rows, hasher } => {
+                let batch_rows = converter.convert_columns(columns)?;
+                let mut out = Vec::with_capacity(num_rows);
+                for i in 0..batch_rows.num_rows() {
+                    let row = batch_rows.row(i);
+                    let hash = hasher.hash_one(row.as_ref());
+                    let found = table.find(hash, |&id| rows.row(id as usize).as_ref() == row.as_ref()).copied();
+                    let id = match found {
+                        Some(id) => id,
+                        None => {
+                            let id = rows.num_rows() as u32;
+                            rows.push(row);
+                            let stored = &*rows;
+                            table.insert_unique(hash, id, |&id| hasher.hash_one(stored.row(id as usize).as_ref()));
+                            id
+                        }
+                    };
+                    out.push(id);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The key columns for the given ids, in their original types.
+    pub fn columns(&self, ids: &[u32]) -> Result<Vec<ArrayRef>> {
+        match &self.kind {
+            KeyKind::Unit { .. } => Ok(vec![]),
+            KeyKind::Int { values, .. } => {
+                let array: ArrayRef = Arc::new(Int64Array::from_iter(ids.iter().map(|&id| values[id as usize])));
+                Ok(vec![cast(&array, &self.types[0])?])
+            }
+            KeyKind::Rows { converter, rows, .. } => {
+                Ok(converter.convert_rows(ids.iter().map(|&id| rows.row(id as usize)))?)
+            }
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        match &self.kind {
+            KeyKind::Unit { .. } => 0,
+            KeyKind::Int { ids, values, .. } => ids.capacity() * 16 + values.capacity() * 16,
+            KeyKind::Rows { table, rows, .. } => table.capacity() * 8 + rows.size(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringArray;
+
+    #[test]
+    fn ids_are_dense_and_round_trip() {
+        let mut interner = KeyInterner::new(vec![DataType::Int32]).unwrap();
+        let keys: ArrayRef = Arc::new(arrow::array::Int32Array::from(vec![Some(5), None, Some(5), Some(-1), None]));
+        let ids = interner.intern(&[keys], 5).unwrap();
+        assert_eq!(ids, vec![0, 1, 0, 2, 1]);
+        let back = interner.columns(&[2, 1, 0]).unwrap();
+        assert_eq!(back[0].data_type(), &DataType::Int32);
+        assert_eq!(
+            back[0].as_primitive::<arrow::datatypes::Int32Type>().iter().collect::<Vec<_>>(),
+            vec![Some(-1), None, Some(5)]
+        );
+    }
+
+    #[test]
+    fn multi_column_keys_use_rows() {
+        let mut interner = KeyInterner::new(vec![DataType::Utf8, DataType::Int64]).unwrap();
+        let a: ArrayRef = Arc::new(StringArray::from(vec![Some("x"), Some("x"), None, Some("x")]));
+        let b: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 1, 1]));
+        let ids = interner.intern(&[a, b], 4).unwrap();
+        assert_eq!(ids, vec![0, 1, 2, 0]);
+        let back = interner.columns(&[1]).unwrap();
+        assert_eq!(back[0].as_string::<i32>().value(0), "x");
+        assert_eq!(back[1].as_primitive::<Int64Type>().value(0), 2);
+    }
+}

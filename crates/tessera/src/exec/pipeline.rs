@@ -1,0 +1,371 @@
+//! Runs the queries of one source: reads batches, stamps each row with its event time and
+//! the watermark after it, routes rows to workers by group-key hash and merges what the
+//! workers emit into the sink.
+//!
+//! ```text
+//!  reader ─▶ stamp ─▶ partition by key hash ─┬─▶ worker 0 (an operator per query branch) ─┐
+//!                                            └─▶ worker 1 ...                              ├─▶ sink
+//! ```
+//!
+//! With one worker everything runs on the calling thread. Watermarks are computed before the
+//! split, so every worker sees the same event-time progress as the source.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Int64Type};
+use arrow::record_batch::RecordBatch;
+use datafusion_common::hash_utils::{create_hashes, RandomState};
+
+use super::{create_operator, EventBatch, OperatorMetrics, Output, StreamOperator};
+use crate::catalog::SourceDef;
+use crate::connectors::sink::ResultSink;
+use crate::connectors::BatchReader;
+use crate::error::{Result, TesseraError};
+use crate::plan::{BranchPlan, QueryPlan};
+
+/// Progress of a run, reported after every batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub done: u64,
+    pub total: Option<u64>,
+    pub events: u64,
+}
+
+pub type ProgressFn<'a> = dyn Fn(Progress) + Send + Sync + 'a;
+
+/// What running one source's queries produced.
+#[derive(Debug, Default, Clone)]
+pub struct SourceRun {
+    pub events_in: u64,
+    pub bad_rows: u64,
+    pub state_bytes_peak: u64,
+    /// Per query (by index in the script): rows out, and summed operator metrics.
+    pub query_rows_out: Vec<u64>,
+    pub query_metrics: Vec<OperatorMetrics>,
+}
+
+/// One operator of a query, as planned.
+struct OperatorSpec<'a> {
+    query: usize,
+    branch: &'a BranchPlan,
+}
+
+/// The operators one worker runs (one per query branch), each with its query index.
+struct Worker {
+    operators: Vec<(usize, Box<dyn StreamOperator>)>,
+    state_bytes: Arc<AtomicU64>,
+}
+
+/// What a worker hands to the sink.
+enum Emitted {
+    Rows(usize, RecordBatch),
+    Late(usize, RecordBatch),
+}
+
+impl Worker {
+    fn new(specs: &[OperatorSpec], event_time_type: &DataType) -> Result<Self> {
+        let operators = specs
+            .iter()
+            .map(|s| Ok((s.query, create_operator(s.branch, event_time_type)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Worker { operators, state_bytes: Arc::new(AtomicU64::new(0)) })
+    }
+
+    fn flush(query: usize, out: Output, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<()> {
+        for batch in out.rows {
+            emit(Emitted::Rows(query, batch))?;
+        }
+        for batch in out.late {
+            emit(Emitted::Late(query, batch))?;
+        }
+        Ok(())
+    }
+
+    fn handle(
+        &mut self,
+        parts: Vec<(usize, EventBatch)>,
+        watermark: i64,
+        emit: &mut dyn FnMut(Emitted) -> Result<()>,
+    ) -> Result<()> {
+        for (op, input) in parts {
+            let mut out = Output::default();
+            let (query, operator) = &mut self.operators[op];
+            operator.process(&input, &mut out)?;
+            Self::flush(*query, out, emit)?;
+        }
+        let mut state = 0;
+        for (query, operator) in &mut self.operators {
+            let mut out = Output::default();
+            operator.advance_watermark(watermark, &mut out)?;
+            Self::flush(*query, out, emit)?;
+            state += operator.metrics().state_bytes;
+        }
+        self.state_bytes.store(state, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn finish(&mut self, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<Vec<OperatorMetrics>> {
+        for (query, operator) in &mut self.operators {
+            let mut out = Output::default();
+            operator.finish(&mut out)?;
+            Self::flush(*query, out, emit)?;
+        }
+        Ok(self.operators.iter().map(|(_, o)| o.metrics()).collect())
+    }
+}
+
+/// Event times of a batch as `i64` in the source's unit.
+fn event_times(batch: &RecordBatch, source: &SourceDef) -> Result<Vec<i64>> {
+    let column = batch.column(source.event_time.index);
+    let column =
+        if column.data_type() == &DataType::Int64 { Arc::clone(column) } else { cast(column, &DataType::Int64)? };
+    Ok(column.as_primitive::<Int64Type>().values().to_vec())
+}
+
+/// Splits the rows of a batch among workers: by group-key hash for window aggregates (so each
+/// group lives on one worker), whole batches in turn for stateless queries.
+struct Partitioner {
+    workers: usize,
+    random_state: RandomState,
+    hashes: Vec<u64>,
+    batches_seen: usize,
+}
+
+impl Partitioner {
+    fn split(
+        &mut self,
+        branch: &BranchPlan,
+        input: &EventBatch,
+        cache: &mut Vec<(String, Vec<Vec<u32>>)>,
+    ) -> Result<Vec<Option<EventBatch>>> {
+        let n = self.workers;
+        let plan = match branch {
+            BranchPlan::Stateless(_) => {
+                let target = self.batches_seen % n;
+                return Ok((0..n).map(|w| (w == target).then(|| input.clone())).collect());
+            }
+            BranchPlan::WindowAggregate(plan) => plan,
+        };
+        if plan.keys.is_empty() {
+            return Ok((0..n).map(|w| (w == 0).then(|| input.clone())).collect());
+        }
+        let signature = format!("{:?}", plan.keys);
+        let indices = match cache.iter().find(|(s, _)| *s == signature) {
+            Some((_, indices)) => indices.clone(),
+            None => {
+                let keys = plan
+                    .keys
+                    .iter()
+                    .map(|k| Ok(k.evaluate(&input.rows)?.into_array(input.len())?))
+                    .collect::<Result<Vec<_>>>()?;
+                self.hashes.clear();
+                self.hashes.resize(input.len(), 0);
+                create_hashes(&keys, &self.random_state, &mut self.hashes)?;
+                let mut indices = vec![Vec::with_capacity(input.len() / n + 1); n];
+                for (row, hash) in self.hashes.iter().enumerate() {
+                    indices[(*hash % n as u64) as usize].push(row as u32);
+                }
+                cache.push((signature, indices.clone()));
+                indices
+            }
+        };
+        indices.iter().map(|rows| if rows.is_empty() { Ok(None) } else { input.take(rows).map(Some) }).collect()
+    }
+}
+
+/// Runs `queries` (index in the script, plan) over `source` until its input ends.
+pub fn run_source(
+    source: &SourceDef,
+    reader: &mut dyn BatchReader,
+    queries: &[(usize, &QueryPlan)],
+    workers: usize,
+    sink: &mut dyn ResultSink,
+    progress: Option<&ProgressFn<'_>>,
+) -> Result<SourceRun> {
+    let specs: Vec<OperatorSpec> = queries
+        .iter()
+        .flat_map(|(query, plan)| plan.branches.iter().map(move |branch| OperatorSpec { query: *query, branch }))
+        .collect();
+    let query_count = queries.iter().map(|(q, _)| q + 1).max().unwrap_or(0);
+    for (query, plan) in queries {
+        sink.open_query(*query, &plan.output_schema)?;
+    }
+    let mut run = SourceRun {
+        query_rows_out: vec![0; query_count],
+        query_metrics: vec![OperatorMetrics::default(); query_count],
+        ..Default::default()
+    };
+    let workers = workers.max(1);
+    let event_time_type = source.event_time.data_type.clone();
+    let mut stamp = Stamper { max_event_time: i64::MIN, delay: source.event_time.watermark_delay };
+
+    let write = |run: &mut SourceRun, emitted: Emitted, sink: &mut dyn ResultSink| -> Result<()> {
+        match emitted {
+            Emitted::Rows(q, batch) => {
+                run.query_rows_out[q] += batch.num_rows() as u64;
+                sink.write_rows(q, &batch)
+            }
+            Emitted::Late(q, batch) => sink.write_late(q, &batch),
+        }
+    };
+
+    if workers == 1 {
+        let mut worker = Worker::new(&specs, &event_time_type)?;
+        while let Some(batch) = reader.next_batch()? {
+            let input = stamp.stamp(batch, source)?;
+            run.events_in += input.len() as u64;
+            let watermark = stamp.watermark();
+            let parts = (0..specs.len()).map(|op| (op, input.clone())).collect();
+            worker.handle(parts, watermark, &mut |e| write(&mut run, e, sink))?;
+            run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
+            report(progress, reader, run.events_in);
+        }
+        let metrics = worker.finish(&mut |e| write(&mut run, e, sink))?;
+        for ((query, _), m) in worker.operators.iter().zip(metrics) {
+            run.query_metrics[*query].add(&m);
+        }
+        run.bad_rows = reader.bad_rows();
+        return Ok(run);
+    }
+
+    // Parallel: workers on their own threads, the sink on this one's helper thread.
+    let mut pool = Vec::new();
+    for _ in 0..workers {
+        pool.push(Worker::new(&specs, &event_time_type)?);
+    }
+    let state_gauges: Vec<Arc<AtomicU64>> = pool.iter().map(|w| Arc::clone(&w.state_bytes)).collect();
+    type WorkerMessage = Option<(Vec<(usize, EventBatch)>, i64)>;
+    let (sink_tx, sink_rx) = sync_channel::<std::result::Result<Emitted, TesseraError>>(64);
+    std::thread::scope(|scope| -> Result<SourceRun> {
+        let mut senders: Vec<SyncSender<WorkerMessage>> = Vec::new();
+        let mut handles = Vec::new();
+        for mut worker in pool {
+            let (tx, rx): (SyncSender<WorkerMessage>, Receiver<WorkerMessage>) = sync_channel(4);
+            senders.push(tx);
+            let sink_tx = sink_tx.clone();
+            handles.push(scope.spawn(move || -> Result<Vec<(usize, OperatorMetrics)>> {
+                let mut emit =
+                    |e: Emitted| sink_tx.send(Ok(e)).map_err(|_| TesseraError::Internal("sink closed".into()));
+                let result = (|| -> Result<Vec<(usize, OperatorMetrics)>> {
+                    while let Ok(Some((parts, watermark))) = rx.recv() {
+                        worker.handle(parts, watermark, &mut emit)?;
+                    }
+                    let metrics = worker.finish(&mut emit)?;
+                    Ok(worker.operators.iter().map(|(q, _)| *q).zip(metrics).collect())
+                })();
+                // The error travels to the sink thread, which ends the run with it.
+                result.or_else(|e| {
+                    sink_tx.send(Err(e)).map(|_| Vec::new()).map_err(|_| TesseraError::Internal("sink closed".into()))
+                })
+            }));
+        }
+        drop(sink_tx);
+        let sink_thread = scope.spawn(move || -> Result<(Vec<u64>, &mut dyn ResultSink)> {
+            let mut rows_out = vec![0u64; query_count];
+            let mut failure = None;
+            for message in sink_rx {
+                match message {
+                    Ok(Emitted::Rows(q, batch)) if failure.is_none() => {
+                        rows_out[q] += batch.num_rows() as u64;
+                        if let Err(e) = sink.write_rows(q, &batch) {
+                            failure = Some(e);
+                        }
+                    }
+                    Ok(Emitted::Late(q, batch)) if failure.is_none() => {
+                        if let Err(e) = sink.write_late(q, &batch) {
+                            failure = Some(e);
+                        }
+                    }
+                    Err(e) if failure.is_none() => failure = Some(e),
+                    _ => {}
+                }
+            }
+            match failure {
+                Some(e) => Err(e),
+                None => Ok((rows_out, sink)),
+            }
+        });
+
+        let mut partitioner =
+            Partitioner { workers, random_state: RandomState::with_seed(0), hashes: Vec::new(), batches_seen: 0 };
+        let dispatch = (|| -> Result<()> {
+            while let Some(batch) = reader.next_batch()? {
+                let input = stamp.stamp(batch, source)?;
+                run.events_in += input.len() as u64;
+                let watermark = stamp.watermark();
+                let mut per_worker: Vec<Vec<(usize, EventBatch)>> = vec![Vec::new(); workers];
+                let mut cache = Vec::new();
+                for (op, spec) in specs.iter().enumerate() {
+                    for (w, part) in partitioner.split(spec.branch, &input, &mut cache)?.into_iter().enumerate() {
+                        if let Some(part) = part {
+                            per_worker[w].push((op, part));
+                        }
+                    }
+                }
+                partitioner.batches_seen += 1;
+                for (sender, parts) in senders.iter().zip(per_worker) {
+                    if sender.send(Some((parts, watermark))).is_err() {
+                        return Ok(()); // the worker failed; its error reaches the sink
+                    }
+                }
+                let state: u64 = state_gauges.iter().map(|g| g.load(Ordering::Relaxed)).sum();
+                run.state_bytes_peak = run.state_bytes_peak.max(state);
+                report(progress, reader, run.events_in);
+            }
+            Ok(())
+        })();
+        for sender in &senders {
+            let _ = sender.send(None);
+        }
+        drop(senders);
+        let mut worker_results = Vec::new();
+        for handle in handles {
+            worker_results.push(handle.join().map_err(|_| TesseraError::Internal("a worker thread panicked".into()))?);
+        }
+        let sink_result = sink_thread.join().map_err(|_| TesseraError::Internal("the sink thread panicked".into()))?;
+        dispatch?;
+        let (rows_out, _) = sink_result?;
+        for result in worker_results {
+            for (query, metrics) in result? {
+                run.query_metrics[query].add(&metrics);
+            }
+        }
+        run.query_rows_out = rows_out;
+        run.bad_rows = reader.bad_rows();
+        Ok(run)
+    })
+}
+
+fn report(progress: Option<&ProgressFn<'_>>, reader: &dyn BatchReader, events: u64) {
+    if let Some(progress) = progress {
+        let (done, total) = reader.progress();
+        progress(Progress { done, total, events });
+    }
+}
+
+/// Stamps rows with event times and watermarks: the watermark after a row is the largest
+/// event time so far minus the out-of-orderness bound.
+struct Stamper {
+    max_event_time: i64,
+    delay: i64,
+}
+
+impl Stamper {
+    fn stamp(&mut self, batch: RecordBatch, source: &SourceDef) -> Result<EventBatch> {
+        let times = event_times(&batch, source)?;
+        let mut watermarks = Vec::with_capacity(times.len());
+        for &t in &times {
+            self.max_event_time = self.max_event_time.max(t);
+            watermarks.push(self.max_event_time.saturating_sub(self.delay));
+        }
+        Ok(EventBatch { rows: batch, event_times: times, watermarks })
+    }
+
+    fn watermark(&self) -> i64 {
+        self.max_event_time.saturating_sub(self.delay)
+    }
+}

@@ -1,0 +1,322 @@
+//! `WindowAggregateExec`: GROUP BY keys and a tumbling or hopping window, on slices.
+//!
+//! Every row updates the partial states of exactly one slice (length `gcd(range, slide)`);
+//! a window is emitted once, when the watermark passes its end, by merging the states of its
+//! slices (a tumbling window is a single slice and is finalized directly). Slices no open
+//! window needs are dropped. A row is late when some window it belongs to was already closed:
+//! it still counts for the windows that are open, and goes to the late output.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::record_batch::RecordBatch;
+
+use super::key_interner::KeyInterner;
+use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
+use crate::aggregate::GroupStates;
+use crate::error::{Result, TesseraError};
+use crate::plan::{AggregateColumn, WindowAggregatePlan};
+use crate::window::floor_div;
+
+const NO_SLOT: u32 = u32::MAX;
+
+/// Partial states of every group seen in one slice (or, while emitting, one window).
+struct GroupTable {
+    /// Slot of each interned key id, `NO_SLOT` if the key has no state here.
+    slot_of_key: Vec<u32>,
+    /// Key id of each slot.
+    keys: Vec<u32>,
+    /// One state column per aggregate.
+    states: Vec<GroupStates>,
+}
+
+impl GroupTable {
+    fn new(plan: &WindowAggregatePlan) -> Self {
+        GroupTable {
+            slot_of_key: Vec::new(),
+            keys: Vec::new(),
+            states: plan.aggregates.iter().map(|a| a.new_states()).collect(),
+        }
+    }
+
+    /// Slots for `key_ids`, creating missing ones.
+    fn slots_for(&mut self, key_ids: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
+        out.clear();
+        for key in key_ids {
+            let k = key as usize;
+            if k >= self.slot_of_key.len() {
+                self.slot_of_key.resize(k + 1, NO_SLOT);
+            }
+            let mut slot = self.slot_of_key[k];
+            if slot == NO_SLOT {
+                slot = self.keys.len() as u32;
+                self.slot_of_key[k] = slot;
+                self.keys.push(key);
+            }
+            out.push(slot);
+        }
+        let n = self.keys.len();
+        for s in &mut self.states {
+            if s.len() < n {
+                s.resize(n);
+            }
+        }
+    }
+
+    fn merge_from(&mut self, other: &GroupTable, scratch: &mut Vec<u32>) -> Result<()> {
+        self.slots_for(other.keys.iter().copied(), scratch);
+        for (mine, theirs) in self.states.iter_mut().zip(&other.states) {
+            mine.merge(theirs, scratch)?;
+        }
+        Ok(())
+    }
+
+    fn bytes(&self) -> usize {
+        self.slot_of_key.capacity() * 4
+            + self.keys.capacity() * 4
+            + self.states.iter().map(GroupStates::bytes).sum::<usize>()
+    }
+}
+
+pub struct WindowAggregateExec {
+    plan: Arc<WindowAggregatePlan>,
+    event_time_type: DataType,
+    keys: KeyInterner,
+    slice_len: i64,
+    /// Open slices by index (slice `k` covers `[k * slice_len, (k + 1) * slice_len)`).
+    slices: BTreeMap<i64, GroupTable>,
+    /// The first window not yet closed: windows before it are emitted or were empty.
+    next_window: i64,
+    /// The watermark up to which windows are closed.
+    closed_through: i64,
+    metrics: OperatorMetrics,
+    scratch: Vec<u32>,
+}
+
+impl WindowAggregateExec {
+    pub fn new(plan: Arc<WindowAggregatePlan>, event_time_type: DataType) -> Result<Self> {
+        let key_types = plan
+            .aggregate_columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| matches!(c, AggregateColumn::Key(_)))
+            .map(|(i, _)| plan.aggregate_schema.field(i).data_type().clone())
+            .collect();
+        let slice_len = plan.window.slice_len();
+        Ok(WindowAggregateExec {
+            keys: KeyInterner::new(key_types)?,
+            slice_len,
+            slices: BTreeMap::new(),
+            next_window: plan.window.first_window_ending_after(i64::MIN),
+            closed_through: i64::MIN,
+            metrics: OperatorMetrics::default(),
+            scratch: Vec::new(),
+            event_time_type,
+            plan,
+        })
+    }
+
+    /// The end of the first window that is not closed yet: a row whose watermark reaches it
+    /// closes windows.
+    fn next_close(&self) -> i64 {
+        self.plan.window.end(self.next_window)
+    }
+
+    fn process_filtered(&mut self, input: &EventBatch, out: &mut Output) -> Result<()> {
+        let n = input.len();
+        let key_columns =
+            self.plan.keys.iter().map(|k| Ok(k.evaluate(&input.rows)?.into_array(n)?)).collect::<Result<Vec<_>>>()?;
+        let key_ids = self.keys.intern(&key_columns, n)?;
+        let values = self.plan.aggregates.iter().map(|a| a.evaluate_arg(&input.rows)).collect::<Result<Vec<_>>>()?;
+        let mut late_rows: Vec<u32> = Vec::new();
+        let mut start = 0;
+        while start < n {
+            // Rows up to and including the first one whose watermark closes a window form a
+            // segment; close windows after it, as if the rows had come one by one.
+            let threshold = self.next_close();
+            let end = input.watermarks[start..].iter().position(|&w| w >= threshold).map_or(n, |p| start + p + 1);
+            self.update_slices(input, start..end, &key_ids, &values, &mut late_rows)?;
+            if end < n || input.watermarks[end - 1] >= threshold {
+                self.close_windows(input.watermarks[end - 1], out)?;
+            }
+            start = end;
+        }
+        if !late_rows.is_empty() {
+            self.metrics.late_events += late_rows.len() as u64;
+            out.late.push(input.take(&late_rows)?.rows);
+        }
+        Ok(())
+    }
+
+    fn update_slices(
+        &mut self,
+        input: &EventBatch,
+        rows: std::ops::Range<usize>,
+        key_ids: &[u32],
+        values: &[Option<ArrayRef>],
+        late_rows: &mut Vec<u32>,
+    ) -> Result<()> {
+        let window = self.plan.window;
+        // Bucket the rows by slice; consecutive rows usually share one.
+        let mut buckets: Vec<(i64, Vec<u32>)> = Vec::new();
+        let mut last = usize::MAX;
+        for row in rows {
+            let t = input.event_times[row];
+            let (first, last_window) = window.windows_containing(t);
+            if first < self.next_window {
+                late_rows.push(row as u32);
+                if last_window < self.next_window {
+                    continue;
+                }
+            }
+            let slice = floor_div(t, self.slice_len);
+            if last == usize::MAX || buckets[last].0 != slice {
+                last = match buckets.iter().position(|(s, _)| *s == slice) {
+                    Some(p) => p,
+                    None => {
+                        buckets.push((slice, Vec::new()));
+                        buckets.len() - 1
+                    }
+                };
+            }
+            buckets[last].1.push(row as u32);
+        }
+        for (slice, bucket_rows) in buckets {
+            let plan = &self.plan;
+            let table = self.slices.entry(slice).or_insert_with(|| GroupTable::new(plan));
+            table.slots_for(bucket_rows.iter().map(|&r| key_ids[r as usize]), &mut self.scratch);
+            for (state, value) in table.states.iter_mut().zip(values) {
+                state.update(value.as_ref(), &bucket_rows, &self.scratch);
+            }
+            self.metrics.store_reads += bucket_rows.len() as u64;
+            self.metrics.store_writes += bucket_rows.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Emits every window with data whose end is at or before `watermark`, then drops the
+    /// slices no open window needs.
+    fn close_windows(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
+        if watermark <= self.closed_through {
+            return Ok(());
+        }
+        let window = self.plan.window;
+        let g = self.slice_len;
+        let mut m = self.next_window;
+        // Visit the windows that have data: from the first slice at or after the start of m.
+        while let Some((&k, _)) = self.slices.range(floor_div(window.start(m), g)..).next() {
+            let slice_start = k.saturating_mul(g);
+            if slice_start >= window.end(m) {
+                m = m.max(window.first_window_ending_after(slice_start));
+                continue;
+            }
+            if window.end(m) > watermark {
+                break;
+            }
+            self.emit_window(m, out)?;
+            m += 1;
+        }
+        self.closed_through = watermark;
+        self.next_window = self.next_window.max(window.first_window_ending_after(watermark));
+        let keep_from = floor_div(window.start(self.next_window), g);
+        self.slices = self.slices.split_off(&keep_from);
+        Ok(())
+    }
+
+    fn emit_window(&mut self, m: i64, out: &mut Output) -> Result<()> {
+        let window = self.plan.window;
+        let g = self.slice_len;
+        let (first, last) = (floor_div(window.start(m), g), floor_div(window.end(m) - 1, g));
+        let batch = if window.is_tumbling() {
+            match self.slices.get(&first) {
+                Some(table) => self.finalize(m, table)?,
+                None => return Ok(()),
+            }
+        } else {
+            let mut merged = GroupTable::new(&self.plan);
+            for (_, table) in self.slices.range(first..=last) {
+                merged.merge_from(table, &mut self.scratch)?;
+                self.metrics.store_reads += table.keys.len() as u64;
+            }
+            self.finalize(m, &merged)?
+        };
+        self.metrics.rows_out += batch.num_rows() as u64;
+        if batch.num_rows() > 0 {
+            out.rows.push(batch);
+        }
+        Ok(())
+    }
+
+    /// The result rows of window `m` from its merged states: aggregate, HAVING, SELECT list.
+    fn finalize(&self, m: i64, table: &GroupTable) -> Result<RecordBatch> {
+        let plan = &self.plan;
+        let n = table.keys.len();
+        let key_columns = self.keys.columns(&table.keys)?;
+        let bound = |value: i64| -> Result<ArrayRef> {
+            let array: ArrayRef = Arc::new(Int64Array::from_value(value, n));
+            Ok(if self.event_time_type == DataType::Int64 { array } else { cast(&array, &self.event_time_type)? })
+        };
+        let columns = plan
+            .aggregate_columns
+            .iter()
+            .map(|column| match column {
+                AggregateColumn::Key(i) => Ok(key_columns[*i].clone()),
+                AggregateColumn::WindowStart => bound(plan.window.start(m)),
+                AggregateColumn::WindowEnd => bound(plan.window.end(m)),
+                AggregateColumn::Aggregate(i) => plan.aggregates[*i].finalize(&table.states[*i]),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let aggregated = RecordBatch::try_new(nullable(&plan.aggregate_schema), columns)?;
+        filter_and_project(&aggregated, plan.having.as_ref(), &plan.projection, &plan.output_schema)
+    }
+}
+
+/// The schema with every field nullable (aggregates of empty inputs and NULL keys are NULL).
+fn nullable(schema: &SchemaRef) -> SchemaRef {
+    if schema.fields().iter().all(|f| f.is_nullable()) {
+        return schema.clone();
+    }
+    Arc::new(arrow::datatypes::Schema::new(
+        schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+    ))
+}
+
+impl StreamOperator for WindowAggregateExec {
+    fn name(&self) -> &'static str {
+        "WindowAggregateExec"
+    }
+
+    fn process(&mut self, input: &EventBatch, out: &mut Output) -> Result<()> {
+        self.metrics.rows_in += input.len() as u64;
+        match &self.plan.filter {
+            None => self.process_filtered(input, out),
+            Some(predicate) => {
+                let mask = predicate.evaluate(&input.rows)?.into_array(input.len())?;
+                let mask = arrow::array::AsArray::as_boolean_opt(&mask)
+                    .ok_or_else(|| TesseraError::Plan(format!("WHERE `{predicate}` is not a boolean expression")))?
+                    .clone();
+                let filtered = input.filter(&mask)?;
+                self.process_filtered(&filtered, out)
+            }
+        }
+    }
+
+    fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
+        if watermark >= self.next_close() {
+            self.close_windows(watermark, out)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Output) -> Result<()> {
+        self.close_windows(i64::MAX, out)
+    }
+
+    fn metrics(&self) -> OperatorMetrics {
+        let state: usize = self.slices.values().map(GroupTable::bytes).sum();
+        OperatorMetrics { state_bytes: (state + self.keys.bytes()) as u64, ..self.metrics }
+    }
+}

@@ -1,0 +1,68 @@
+//! Bound streaming query plans: what the binder produces from SQL and the runtime executes.
+//! Expressions are DataFusion physical expressions, evaluated on Arrow batches.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion_physical_expr::PhysicalExpr;
+
+use crate::aggregate::AggregateSpec;
+use crate::window::WindowSpec;
+
+pub type ExprRef = Arc<dyn PhysicalExpr>;
+
+/// One continuous query of a script: one or more branches (the arms of a `UNION ALL`) whose
+/// rows form one output stream.
+#[derive(Debug, Clone)]
+pub struct QueryPlan {
+    /// The query as written (normalised by the parser), for EXPLAIN and statistics.
+    pub sql: String,
+    /// Lower-cased name of the source every branch reads.
+    pub source: String,
+    pub branches: Vec<BranchPlan>,
+    pub output_schema: SchemaRef,
+}
+
+/// One `SELECT` over one source.
+#[derive(Debug, Clone)]
+pub enum BranchPlan {
+    /// Per-row filter and projection, no state.
+    Stateless(StatelessPlan),
+    WindowAggregate(Arc<WindowAggregatePlan>),
+}
+
+#[derive(Debug, Clone)]
+pub struct StatelessPlan {
+    pub filter: Option<ExprRef>,
+    pub projection: Vec<ExprRef>,
+    pub output_schema: SchemaRef,
+}
+
+/// `SELECT keys, window_start, window_end, aggregates FROM TUMBLE|HOP(...) WHERE ... GROUP BY ...
+/// HAVING ...`.
+#[derive(Debug, Clone)]
+pub struct WindowAggregatePlan {
+    pub window: WindowSpec,
+    /// `WHERE`, on source rows.
+    pub filter: Option<ExprRef>,
+    /// Group keys other than the window columns, on source rows.
+    pub keys: Vec<ExprRef>,
+    pub aggregates: Vec<AggregateSpec>,
+    /// The columns of the aggregate's result, in order: each is a key, a window bound or an
+    /// aggregate.
+    pub aggregate_columns: Vec<AggregateColumn>,
+    pub aggregate_schema: SchemaRef,
+    /// `HAVING`, on the aggregate's result.
+    pub having: Option<ExprRef>,
+    /// The SELECT list, on the aggregate's result.
+    pub projection: Vec<ExprRef>,
+    pub output_schema: SchemaRef,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateColumn {
+    Key(usize),
+    WindowStart,
+    WindowEnd,
+    Aggregate(usize),
+}

@@ -1,0 +1,113 @@
+//! The SQL front end: splitting a script into statements (sqlparser, extended with
+//! `CREATE SOURCE` and `SET`), and binding queries to streaming plans with DataFusion's planner.
+
+pub mod binder;
+pub mod diagnostic;
+mod interval;
+mod source_ddl;
+
+use std::path::Path;
+
+use datafusion_sql::sqlparser::ast;
+use datafusion_sql::sqlparser::dialect::GenericDialect;
+use datafusion_sql::sqlparser::keywords::Keyword;
+use datafusion_sql::sqlparser::parser::Parser;
+use datafusion_sql::sqlparser::tokenizer::Token;
+
+use crate::catalog::SourceDef;
+use crate::error::{Location, Result};
+pub use diagnostic::ScriptText;
+pub use interval::duration_in_units;
+
+/// One statement of a script.
+#[derive(Debug, Clone)]
+pub enum Statement {
+    CreateSource(Box<SourceDef>),
+    /// `SET name = value`: a session option for the statements that follow.
+    Set {
+        name: String,
+        value: String,
+        location: Option<Location>,
+    },
+    /// A continuous query.
+    Query {
+        query: Box<ast::Query>,
+        location: Option<Location>,
+    },
+}
+
+/// Parses a whole script. Paths in `CREATE SOURCE` are resolved against `base_dir`.
+pub fn parse_script(text: &str, base_dir: &Path) -> Result<Vec<Statement>> {
+    let script = ScriptText::new(text);
+    let dialect = GenericDialect {};
+    let mut parser = Parser::new(&dialect).try_with_sql(text).map_err(|e| script.parser_error(e))?;
+    let mut statements = Vec::new();
+    loop {
+        while parser.consume_token(&Token::SemiColon) {}
+        let next = parser.peek_token();
+        if next.token == Token::EOF {
+            break;
+        }
+        let location = diagnostic::span_location(next.span);
+        let statement = if is_word(&next.token, "CREATE") && is_word(&parser.peek_nth_token(1).token, "SOURCE") {
+            parser.next_token();
+            parser.next_token();
+            let source = source_ddl::parse_create_source(&mut parser, &script, base_dir)?;
+            Statement::CreateSource(Box::new(source))
+        } else if is_word(&next.token, "SET") {
+            parser.next_token();
+            parse_set(&mut parser, &script, location)?
+        } else {
+            let query = parser.parse_query().map_err(|e| script.parser_error(e))?;
+            Statement::Query { query, location }
+        };
+        statements.push(statement);
+        let end = parser.peek_token();
+        if end.token != Token::EOF && end.token != Token::SemiColon {
+            return Err(script.at_span(format!("expected `;` or end of script, found `{}`", end.token), end.span));
+        }
+    }
+    Ok(statements)
+}
+
+fn is_word(token: &Token, word: &str) -> bool {
+    matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
+}
+
+/// `SET name = value` or `SET name TO value`; the value is a literal or a bare word.
+fn parse_set(parser: &mut Parser, script: &ScriptText, location: Option<Location>) -> Result<Statement> {
+    let name = parser.parse_identifier().map_err(|e| script.parser_error(e))?;
+    if !parser.consume_token(&Token::Eq) && !parser.parse_keyword(Keyword::TO) {
+        let found = parser.peek_token();
+        return Err(
+            script.at_span(format!("expected `=` after SET {}, found `{}`", name.value, found.token), found.span)
+        );
+    }
+    let token = parser.next_token();
+    let value = match &token.token {
+        Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => s.clone(),
+        Token::Number(n, _) => n.clone(),
+        Token::Word(w) => w.value.clone(),
+        other => {
+            return Err(script.at_span(format!("expected a value for SET {}, found `{other}`", name.value), token.span))
+        }
+    };
+    Ok(Statement::Set { name: name.value.to_ascii_lowercase(), value, location })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_statements_and_reports_positions() {
+        let text = "SET parallelism = 2;\nSELECT 1;\n";
+        let statements = parse_script(text, Path::new(".")).unwrap();
+        assert_eq!(statements.len(), 2);
+        assert!(matches!(&statements[0], Statement::Set { name, value, .. } if name == "parallelism" && value == "2"));
+
+        let err = parse_script("SELECT a\nFROM t WHERE ;", Path::new(".")).unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(err.contains('^'), "{err}");
+    }
+}
