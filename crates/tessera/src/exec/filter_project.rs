@@ -24,7 +24,7 @@ pub fn filter_and_project(
             let mask = mask
                 .as_boolean_opt()
                 .ok_or_else(|| TesseraError::Plan(format!("filter `{predicate}` is not a boolean expression")))?;
-            filtered = filter_record_batch(batch, &arrow::compute::prep_null_mask_filter(mask))?;
+            filtered = filter_record_batch(batch, mask)?;
             &filtered
         }
         None => batch,

@@ -5,9 +5,10 @@
 //!                         (one worker per partition)        │ advance_watermark / finish
 //! ```
 //!
-//! Every source row carries the watermark that holds right after it (the largest event time
-//! seen so far minus the source's out-of-orderness bound), so operators decide lateness per
-//! row and results do not depend on how the input is cut into batches or partitions.
+//! Every source row carries the watermark in force when it arrives (the largest event time
+//! before it minus the source's out-of-orderness bound). Operators close windows up to that
+//! watermark before they take the row, so lateness is decided per row exactly as if rows came
+//! one at a time, and results do not depend on how the input is cut into batches or partitions.
 
 mod filter_project;
 pub mod key_interner;
@@ -23,7 +24,7 @@ use crate::plan::BranchPlan;
 pub use filter_project::{filter_and_project, FilterProjectExec};
 pub use window_aggregate::WindowAggregateExec;
 
-/// Source rows with their event times and the watermark after each row.
+/// Source rows with their event times and the watermark each row meets.
 #[derive(Debug, Clone)]
 pub struct EventBatch {
     pub rows: RecordBatch,
@@ -40,11 +41,11 @@ impl EventBatch {
         self.event_times.is_empty()
     }
 
-    /// The rows where `mask` is true (NULL counts as false).
+    /// The rows where `mask` is true (NULL counts as false, as in Arrow's filter).
     pub fn filter(&self, mask: &BooleanArray) -> Result<EventBatch> {
         let keep = |i: usize| mask.is_valid(i) && mask.value(i);
         Ok(EventBatch {
-            rows: filter_record_batch(&self.rows, &arrow::compute::prep_null_mask_filter(mask))?,
+            rows: filter_record_batch(&self.rows, mask)?,
             event_times: self.event_times.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, t)| *t).collect(),
             watermarks: self.watermarks.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, w)| *w).collect(),
         })

@@ -1,5 +1,5 @@
 //! Runs the queries of one source: reads batches, stamps each row with its event time and
-//! the watermark after it, routes rows to workers by group-key hash and merges what the
+//! the watermark it meets, routes rows to workers by group-key hash and merges what the
 //! workers emit into the sink.
 //!
 //! ```text
@@ -347,8 +347,8 @@ fn report(progress: Option<&ProgressFn<'_>>, reader: &dyn BatchReader, events: u
     }
 }
 
-/// Stamps rows with event times and watermarks: the watermark after a row is the largest
-/// event time so far minus the out-of-orderness bound.
+/// Stamps rows with event times and watermarks: the watermark a row meets is the largest
+/// event time before it minus the out-of-orderness bound.
 struct Stamper {
     max_event_time: i64,
     delay: i64,
@@ -359,8 +359,8 @@ impl Stamper {
         let times = event_times(&batch, source)?;
         let mut watermarks = Vec::with_capacity(times.len());
         for &t in &times {
+            watermarks.push(self.watermark());
             self.max_event_time = self.max_event_time.max(t);
-            watermarks.push(self.max_event_time.saturating_sub(self.delay));
         }
         Ok(EventBatch { rows: batch, event_times: times, watermarks })
     }

@@ -134,14 +134,15 @@ impl WindowAggregateExec {
         let mut late_rows: Vec<u32> = Vec::new();
         let mut start = 0;
         while start < n {
-            // Rows up to and including the first one whose watermark closes a window form a
-            // segment; close windows after it, as if the rows had come one by one.
+            // Take rows up to the first one that meets a watermark closing a window; close
+            // windows before taking it.
             let threshold = self.next_close();
-            let end = input.watermarks[start..].iter().position(|&w| w >= threshold).map_or(n, |p| start + p + 1);
-            self.update_slices(input, start..end, &key_ids, &values, &mut late_rows)?;
-            if end < n || input.watermarks[end - 1] >= threshold {
-                self.close_windows(input.watermarks[end - 1], out)?;
+            let end = input.watermarks[start..].iter().position(|&w| w >= threshold).map_or(n, |p| start + p);
+            if end == start {
+                self.close_windows(input.watermarks[start], out)?;
+                continue;
             }
+            self.update_slices(input, start..end, &key_ids, &values, &mut late_rows)?;
             start = end;
         }
         if !late_rows.is_empty() {

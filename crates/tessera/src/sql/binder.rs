@@ -557,6 +557,8 @@ fn bind_window_aggregate(
         }
         let counts_rows = match params.args.as_slice() {
             [] => true,
+            #[allow(deprecated)]
+            [Expr::Wildcard { .. }] => true,
             [Expr::Literal(value, _)] => !value.is_null(),
             _ => false,
         };

@@ -7,8 +7,18 @@ use super::ScriptText;
 use crate::catalog::TimeUnit;
 use crate::error::Result;
 
-/// The length of `expr` in `unit`s. Fractions of a unit are refused rather than rounded.
+/// The length of `expr` in `unit`s, which must be positive. Fractions of a unit are refused
+/// rather than rounded.
 pub fn duration_in_units(expr: &Expr, unit: TimeUnit, script: &ScriptText) -> Result<i64> {
+    units(expr, unit, script, false)
+}
+
+/// Like [`duration_in_units`], but zero is allowed (a watermark without delay).
+pub fn delay_in_units(expr: &Expr, unit: TimeUnit, script: &ScriptText) -> Result<i64> {
+    units(expr, unit, script, true)
+}
+
+fn units(expr: &Expr, unit: TimeUnit, script: &ScriptText, allow_zero: bool) -> Result<i64> {
     let invalid = |why: &str| script.at_span(format!("invalid duration `{expr}`: {why}"), expr.span());
     let (amount, per_second_num, per_second_den): (f64, i64, i64) = match expr {
         Expr::Value(v) => match &v.value {
@@ -42,7 +52,7 @@ pub fn duration_in_units(expr: &Expr, unit: TimeUnit, script: &ScriptText) -> Re
         }
         _ => return Err(invalid("expected an INTERVAL or a number of time units")),
     };
-    if !(amount.is_finite() && amount > 0.0) {
+    if !(amount.is_finite() && (amount > 0.0 || (allow_zero && amount == 0.0))) {
         return Err(invalid("durations must be positive"));
     }
     // units = amount * (seconds per interval unit) * (units per second)

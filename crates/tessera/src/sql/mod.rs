@@ -17,7 +17,7 @@ use datafusion_sql::sqlparser::tokenizer::Token;
 use crate::catalog::SourceDef;
 use crate::error::{Location, Result};
 pub use diagnostic::ScriptText;
-pub use interval::duration_in_units;
+pub use interval::{delay_in_units, duration_in_units};
 
 /// One statement of a script.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use datafusion_sql::sqlparser::parser::Parser;
 use datafusion_sql::sqlparser::tokenizer::Token;
 
 use super::diagnostic::closest_name;
-use super::{duration_in_units, ScriptText};
+use super::{delay_in_units, ScriptText};
 use crate::catalog::{EventTime, Format, Location, SourceDef, TimeUnit};
 use crate::error::Result;
 
@@ -151,7 +151,7 @@ pub fn parse_create_source(parser: &mut Parser, script: &ScriptText, base_dir: &
         None => 0,
         Some(Expr::Identifier(id)) if id.value.eq_ignore_ascii_case(&time_column.value) => 0,
         Some(Expr::BinaryOp { left, op: BinaryOperator::Minus, right }) if matches!(left.as_ref(), Expr::Identifier(id) if id.value.eq_ignore_ascii_case(&time_column.value)) => {
-            duration_in_units(right, unit, script)?
+            delay_in_units(right, unit, script)?
         }
         Some(other) => {
             return Err(script.at_span(

@@ -1,0 +1,66 @@
+//! SQL errors: a message, the line and column, a caret under the spot, and for unknown names
+//! the closest valid name.
+
+use std::path::Path;
+
+use tessera::engine::Script;
+
+const SOURCE: &str = "CREATE SOURCE readings (device_id BIGINT, temperature DOUBLE, ts BIGINT,
+    WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) WITH (path = 'r.csv', time_unit = 's');
+";
+
+fn error_of(query: &str) -> String {
+    let text = format!("{SOURCE}{query}");
+    match Script::compile(&text, Path::new(".")) {
+        Ok(_) => panic!("expected an error for {query}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn unknown_column_points_at_it_and_suggests() {
+    let err = error_of(
+        "SELECT device_id, window_start, window_end,\n  MIN(temprature) AS t\nFROM TUMBLE(readings, ts, INTERVAL '1' MINUTE)\nGROUP BY device_id, window_start, window_end;",
+    );
+    assert!(err.contains("unknown column `temprature`"), "{err}");
+    assert!(err.contains("line 4, column 7"), "{err}");
+    assert!(err.contains("did you mean `temperature`?"), "{err}");
+    assert!(err.contains("4 |   MIN(temprature) AS t\n   |       ^"), "{err}");
+}
+
+#[test]
+fn unknown_source_suggests_the_declared_one() {
+    let err = error_of("SELECT * FROM reading;");
+    assert!(err.contains("unknown source `reading`"), "{err}");
+    assert!(err.contains("line 3, column 15"), "{err}");
+    assert!(err.contains("did you mean `readings`?"), "{err}");
+}
+
+#[test]
+fn syntax_errors_have_positions() {
+    let err = error_of("SELECT device_id FROM readings WHERE;");
+    assert!(err.contains("line 3"), "{err}");
+    assert!(err.contains('^'), "{err}");
+}
+
+#[test]
+fn streaming_restrictions_are_explained() {
+    let err = error_of("SELECT device_id, MIN(temperature) FROM readings GROUP BY device_id;");
+    assert!(err.contains("need a window"), "{err}");
+    let err = error_of(
+        "SELECT MIN(temperature) FROM TUMBLE(readings, device_id, INTERVAL '1' MINUTE) GROUP BY window_start;",
+    );
+    assert!(err.contains("not the event-time column"), "{err}");
+    let err = error_of(
+        "SELECT device_id, window_start, COUNT(*) FROM HOP(readings, ts, INTERVAL '10' MINUTE, INTERVAL '1' MINUTE) GROUP BY device_id, window_start;",
+    );
+    assert!(err.contains("slide must not be larger"), "{err}");
+    let err = error_of("SELECT device_id, COUNT(*) FROM TUMBLE(readings, ts, INTERVAL '1' MINUTE) GROUP BY device_id;");
+    assert!(err.contains("GROUP BY window_start"), "{err}");
+    let err = error_of(
+        "SELECT window_start, COUNT(*) FROM TUMBLE(readings, ts, INTERVAL '1' MINUTE) GROUP BY window_start ORDER BY 1;",
+    );
+    assert!(err.contains("ORDER BY is not supported"), "{err}");
+    let err = error_of("SET parallelsim = 2;");
+    assert!(err.contains("unknown setting `parallelsim`"), "{err}");
+}

@@ -1,0 +1,126 @@
+//! Running scripts over in-memory batches and turning results into comparable rows.
+
+use std::path::Path;
+
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::{DataType, Float64Type, Int64Type};
+use arrow::record_batch::RecordBatch;
+use tessera::connectors::sink::MemorySink;
+use tessera::connectors::BatchReader;
+use tessera::engine::Script;
+use tessera::exec::pipeline::{run_source, SourceRun};
+
+/// Hands out prepared batches.
+pub struct MemoryReader {
+    batches: std::vec::IntoIter<RecordBatch>,
+}
+
+impl MemoryReader {
+    pub fn new(batches: Vec<RecordBatch>) -> Self {
+        MemoryReader { batches: batches.into_iter() }
+    }
+}
+
+impl BatchReader for MemoryReader {
+    fn next_batch(&mut self) -> tessera::Result<Option<RecordBatch>> {
+        Ok(self.batches.next())
+    }
+
+    fn progress(&self) -> (u64, Option<u64>) {
+        (0, None)
+    }
+
+    fn bad_rows(&self) -> u64 {
+        0
+    }
+}
+
+/// The results of one run: rows per query, late rows per query, and the run's counters.
+pub struct Outcome {
+    pub rows: Vec<Vec<RecordBatch>>,
+    pub late: Vec<Vec<RecordBatch>>,
+    pub run: SourceRun,
+}
+
+/// Compiles `script` (one source) and runs all its queries over `batches`.
+pub fn run_batches(script: &str, batches: Vec<RecordBatch>, parallelism: usize) -> tessera::Result<Outcome> {
+    let script = Script::compile(script, Path::new("."))?;
+    let source_name = script.queries.first().map(|q| q.source.clone()).expect("a query");
+    let source = script.catalog.source(&source_name).expect("declared source").clone();
+    let queries: Vec<_> = script.queries.iter().enumerate().collect();
+    let mut sink = MemorySink::default();
+    let mut reader = MemoryReader::new(batches);
+    let run = run_source(&source, &mut reader, &queries, parallelism, &mut sink, None)?;
+    Ok(Outcome { rows: sink.rows, late: sink.late, run })
+}
+
+/// A SQL value as the tests compare it: integers exactly, floats to 9 significant digits.
+#[derive(Debug, Clone, PartialEq, PartialOrd)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl Value {
+    pub fn approx_eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::Float(a), Value::Float(b)) => (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0),
+            (Value::Int(a), Value::Float(b)) | (Value::Float(b), Value::Int(a)) => (*a as f64 - b).abs() < 1e-9,
+            (a, b) => a == b,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        match self {
+            Value::Null => "NULL".into(),
+            Value::Int(v) => v.to_string(),
+            Value::Float(v) => {
+                let rounded = format!("{v:.6}");
+                rounded.trim_end_matches('0').trim_end_matches('.').to_string()
+            }
+            Value::Text(s) => s.clone(),
+        }
+    }
+}
+
+fn value(column: &ArrayRef, row: usize) -> Value {
+    if column.is_null(row) {
+        return Value::Null;
+    }
+    match column.data_type() {
+        DataType::Float64 => Value::Float(column.as_primitive::<Float64Type>().value(row)),
+        DataType::Utf8 => Value::Text(column.as_string::<i32>().value(row).to_string()),
+        t if t.is_integer() || matches!(t, DataType::Timestamp(..)) => {
+            let c = arrow::compute::cast(column, &DataType::Int64).expect("integer cast");
+            Value::Int(c.as_primitive::<Int64Type>().value(row))
+        }
+        t if t.is_floating() => {
+            let c = arrow::compute::cast(column, &DataType::Float64).expect("float cast");
+            Value::Float(c.as_primitive::<Float64Type>().value(row))
+        }
+        _ => {
+            let c = arrow::compute::cast(column, &DataType::Utf8).expect("text cast");
+            Value::Text(c.as_string::<i32>().value(row).to_string())
+        }
+    }
+}
+
+/// All rows of the batches, sorted.
+pub fn rows(batches: &[RecordBatch]) -> Vec<Vec<Value>> {
+    let mut out = Vec::new();
+    for batch in batches {
+        for row in 0..batch.num_rows() {
+            out.push(batch.columns().iter().map(|c| value(c, row)).collect::<Vec<_>>());
+        }
+    }
+    out.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    out
+}
+
+/// Whether two sorted row sets are equal, floats approximately.
+pub fn same_rows(a: &[Vec<Value>], b: &[Vec<Value>]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.approx_eq(q)))
+}

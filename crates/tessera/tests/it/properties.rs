@@ -1,0 +1,95 @@
+//! Property tests: the engine equals the reference evaluator on random streams (out of order
+//! within and beyond the watermark bound, late events, NULL keys and values, duplicate
+//! timestamps, negative times), random windows, batch sizes and parallelism.
+
+use std::sync::Arc;
+
+use arrow::array::{Float64Array, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use proptest::prelude::*;
+
+use super::harness::{rows, run_batches, same_rows};
+use super::reference::{evaluate, Agg, Event};
+
+fn event_strategy() -> impl Strategy<Value = Vec<Event>> {
+    let step =
+        (0i64..4, 0i64..10, prop::option::weighted(0.9, 0i64..5), prop::option::weighted(0.85, -40i64..40), 0u8..20);
+    (-60i64..60, prop::collection::vec(step, 0..150)).prop_map(|(start, steps)| {
+        let mut base = start;
+        steps
+            .into_iter()
+            .map(|(advance, back, key, value, jump)| {
+                base += advance;
+                // Mostly a little behind the front; now and then far behind (a late event).
+                let behind = if jump == 0 { back * 4 } else { back % 4 };
+                Event { key, value: value.map(|v| v as f64 / 4.0), ts: base - behind }
+            })
+            .collect()
+    })
+}
+
+fn batches(events: &[Event], batch_size: usize) -> Vec<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("tag", DataType::Utf8, true),
+        Field::new("v", DataType::Float64, true),
+        Field::new("ts", DataType::Int64, false),
+    ]));
+    events
+        .chunks(batch_size.max(1))
+        .map(|chunk| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from_iter(chunk.iter().map(|e| e.key))),
+                    Arc::new(StringArray::from_iter(chunk.iter().map(|e| e.key.map(|k| format!("t{k}"))))),
+                    Arc::new(Float64Array::from_iter(chunk.iter().map(|e| e.value))),
+                    Arc::new(Int64Array::from_iter_values(chunk.iter().map(|e| e.ts))),
+                ],
+            )
+            .expect("batch")
+        })
+        .collect()
+}
+
+fn script(range: i64, slide: i64, delay: i64, two_keys: bool) -> String {
+    let window = if range == slide {
+        format!("TUMBLE(s, ts, INTERVAL '{range}' SECOND)")
+    } else {
+        format!("HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{range}' SECOND)")
+    };
+    let aggs: Vec<String> = Agg::ALL.iter().map(|a| a.sql("v")).collect();
+    let keys = if two_keys { "k, tag" } else { "k" };
+    format!(
+        "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '{delay}' SECOND)
+           WITH (path = 'unused.csv', time_unit = 's');
+         SELECT k, window_start, window_end, {} FROM {window} GROUP BY {keys}, window_start, window_end;",
+        aggs.join(", ")
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn engine_equals_reference(
+        events in event_strategy(),
+        slide in 1i64..8,
+        extra in 0i64..30,
+        delay in 0i64..6,
+        batch_size in 1usize..40,
+        parallelism in 1usize..4,
+        two_keys in any::<bool>(),
+    ) {
+        let range = slide + extra;
+        let outcome = run_batches(&script(range, slide, delay, two_keys), batches(&events, batch_size), parallelism)
+            .expect("engine run");
+        let (expected, expected_late) = evaluate(&events, range, slide, delay, &Agg::ALL);
+        let actual = rows(&outcome.rows[0]);
+        prop_assert!(same_rows(&actual, &expected), "range {range} slide {slide} delay {delay}\nengine:    {actual:?}\nreference: {expected:?}");
+        prop_assert_eq!(outcome.run.query_metrics[0].late_events, expected_late);
+        let late_rows: usize = outcome.late[0].iter().map(|b| b.num_rows()).sum();
+        prop_assert_eq!(late_rows as u64, expected_late);
+    }
+}
