@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit and integration tests (with the property,
-# sqllogictest and fuzz-smoke suites), and the DuckDB differential test.
+# The whole test suite: formatting, lints, unit and integration tests (property, sqllogictest,
+# CLI and fuzz-smoke suites), then the differential test against DuckDB (installed from PyPI
+# into .venv by scripts/python-env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tessera-target}"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+cargo build --quiet
+PY=$(scripts/python-env.sh | tail -1)
+"$PY" scripts/duckdb_diff.py --tessera "$CARGO_TARGET_DIR/debug/tessera"

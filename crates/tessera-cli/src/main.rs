@@ -1,5 +1,6 @@
 //! The `tessera` command line: run a script, explain its plan, generate example data.
 
+mod bench;
 mod generate;
 
 use std::io::IsTerminal;
@@ -75,6 +76,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "text")]
         format: ExplainFormat,
     },
+    /// Time the queries of a script on input preloaded into memory (compute only).
+    Bench(bench::BenchArgs),
     /// Write a synthetic IoT stream (device_id, temperature, ts in seconds) as CSV or Parquet.
     Generate(generate::GenerateArgs),
 }
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         }
         Command::Explain { script, format } => explain(&script, format),
         Command::Generate(args) => generate::generate(&args),
+        Command::Bench(args) => bench::bench(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, SourceDef};
 use crate::connectors::sink::ResultSink;
-use crate::connectors::{open_source, ReadOptions};
+use crate::connectors::{open_source, BatchReader, ReadOptions};
 use crate::error::{Result, TesseraError};
 use crate::exec::pipeline::{run_source, ProgressFn};
 use crate::plan::{BranchPlan, QueryPlan};
@@ -149,6 +149,19 @@ pub fn query_windows(query: &QueryPlan) -> Vec<WindowSpec> {
 
 /// Runs every query of `script`, source by source, writing results to `sink`.
 pub fn run_script(script: &Script, options: &RunOptions, sink: &mut dyn ResultSink) -> Result<RunStats> {
+    let mut read = options.read.clone();
+    read.batch_size = script.settings.batch_size;
+    run_script_with_readers(script, options, sink, &mut |source| open_source(source, &read))
+}
+
+/// Like [`run_script`], with the readers of the sources supplied by `open` (for example
+/// batches preloaded in memory).
+pub fn run_script_with_readers(
+    script: &Script,
+    options: &RunOptions,
+    sink: &mut dyn ResultSink,
+    open: &mut dyn FnMut(&SourceDef) -> Result<Box<dyn BatchReader>>,
+) -> Result<RunStats> {
     let started = Instant::now();
     let parallelism = script.settings.parallelism.unwrap_or(options.parallelism).max(1);
     let mut stats = RunStats {
@@ -170,8 +183,6 @@ pub fn run_script(script: &Script, options: &RunOptions, sink: &mut dyn ResultSi
             .collect(),
         ..Default::default()
     };
-    let mut read = options.read.clone();
-    read.batch_size = script.settings.batch_size;
     let mut sources: Vec<&str> = script.queries.iter().map(|q| q.source.as_str()).collect();
     sources.dedup();
     let mut seen = Vec::new();
@@ -184,7 +195,7 @@ pub fn run_script(script: &Script, options: &RunOptions, sink: &mut dyn ResultSi
             script.catalog.source(name).ok_or_else(|| TesseraError::Internal(format!("source {name} vanished")))?;
         let queries: Vec<(usize, &QueryPlan)> =
             script.queries.iter().enumerate().filter(|(_, q)| q.source == name).collect();
-        let mut reader = open_source(source, &read)?;
+        let mut reader = open(source)?;
         let run = run_source(source, reader.as_mut(), &queries, parallelism, sink, options.progress)?;
         stats.events_in += run.events_in;
         stats.bad_rows += run.bad_rows;

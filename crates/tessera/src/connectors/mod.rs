@@ -2,6 +2,7 @@
 //! lines out. Readers hand out Arrow batches in the source's declared schema; malformed rows
 //! stop the run with `file:line` and the reason, or are skipped into a dead-letter file.
 
+pub mod memory;
 mod parquet_reader;
 pub mod sink;
 mod text_reader;
@@ -81,7 +82,18 @@ pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn 
             ("<stdin>".to_string(), Box::new(std::io::stdin()), None)
         }
     };
-    Ok(Box::new(text_reader::TextReader::new(source, name, input, total, options)?))
+    read_text(source, name, input, total, options)
+}
+
+/// Reads a CSV or JSON-lines source from any byte stream; `name` is used in error messages.
+pub fn read_text(
+    source: &SourceDef,
+    name: String,
+    input: Box<dyn std::io::Read + Send>,
+    total_bytes: Option<u64>,
+    options: &ReadOptions,
+) -> Result<Box<dyn BatchReader>> {
+    Ok(Box::new(text_reader::TextReader::new(source, name, input, total_bytes, options)?))
 }
 
 /// Rows that failed to parse, kept for the user to inspect.

@@ -186,8 +186,10 @@ impl ResultSink for FileSink {
     }
 
     fn finish(&mut self) -> Result<()> {
-        for (_, encoder) in &mut self.streams {
-            if let Some(encoder) = encoder.take() {
+        for (schema, encoder) in &mut self.streams {
+            if let Some(mut encoder) = encoder.take() {
+                // A query without rows still gets its CSV header.
+                encoder.write(&RecordBatch::new_empty(schema.clone()))?;
                 encoder.finish()?;
             }
         }

@@ -87,7 +87,7 @@ impl Worker {
 
     fn handle(
         &mut self,
-        parts: Vec<(usize, EventBatch)>,
+        parts: Vec<(usize, Arc<EventBatch>)>,
         watermark: i64,
         emit: &mut dyn FnMut(Emitted) -> Result<()>,
     ) -> Result<()> {
@@ -139,19 +139,19 @@ impl Partitioner {
     fn split(
         &mut self,
         branch: &BranchPlan,
-        input: &EventBatch,
+        input: &Arc<EventBatch>,
         cache: &mut Vec<(String, Vec<Vec<u32>>)>,
-    ) -> Result<Vec<Option<EventBatch>>> {
+    ) -> Result<Vec<Option<Arc<EventBatch>>>> {
         let n = self.workers;
         let plan = match branch {
             BranchPlan::Stateless(_) => {
                 let target = self.batches_seen % n;
-                return Ok((0..n).map(|w| (w == target).then(|| input.clone())).collect());
+                return Ok((0..n).map(|w| (w == target).then(|| Arc::clone(input))).collect());
             }
             BranchPlan::WindowAggregate(plan) => plan,
         };
         if plan.keys.is_empty() {
-            return Ok((0..n).map(|w| (w == 0).then(|| input.clone())).collect());
+            return Ok((0..n).map(|w| (w == 0).then(|| Arc::clone(input))).collect());
         }
         let signature = format!("{:?}", plan.keys);
         let indices = match cache.iter().find(|(s, _)| *s == signature) {
@@ -173,7 +173,10 @@ impl Partitioner {
                 indices
             }
         };
-        indices.iter().map(|rows| if rows.is_empty() { Ok(None) } else { input.take(rows).map(Some) }).collect()
+        indices
+            .iter()
+            .map(|rows| if rows.is_empty() { Ok(None) } else { input.take(rows).map(|part| Some(Arc::new(part))) })
+            .collect()
     }
 }
 
@@ -216,10 +219,10 @@ pub fn run_source(
     if workers == 1 {
         let mut worker = Worker::new(&specs, &event_time_type)?;
         while let Some(batch) = reader.next_batch()? {
-            let input = stamp.stamp(batch, source)?;
+            let input = Arc::new(stamp.stamp(batch, source)?);
             run.events_in += input.len() as u64;
             let watermark = stamp.watermark();
-            let parts = (0..specs.len()).map(|op| (op, input.clone())).collect();
+            let parts = (0..specs.len()).map(|op| (op, Arc::clone(&input))).collect();
             worker.handle(parts, watermark, &mut |e| write(&mut run, e, sink))?;
             run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
             report(progress, reader, run.events_in);
@@ -238,7 +241,7 @@ pub fn run_source(
         pool.push(Worker::new(&specs, &event_time_type)?);
     }
     let state_gauges: Vec<Arc<AtomicU64>> = pool.iter().map(|w| Arc::clone(&w.state_bytes)).collect();
-    type WorkerMessage = Option<(Vec<(usize, EventBatch)>, i64)>;
+    type WorkerMessage = Option<(Vec<(usize, Arc<EventBatch>)>, i64)>;
     let (sink_tx, sink_rx) = sync_channel::<std::result::Result<Emitted, TesseraError>>(64);
     std::thread::scope(|scope| -> Result<SourceRun> {
         let mut senders: Vec<SyncSender<WorkerMessage>> = Vec::new();
@@ -294,10 +297,10 @@ pub fn run_source(
             Partitioner { workers, random_state: RandomState::with_seed(0), hashes: Vec::new(), batches_seen: 0 };
         let dispatch = (|| -> Result<()> {
             while let Some(batch) = reader.next_batch()? {
-                let input = stamp.stamp(batch, source)?;
+                let input = Arc::new(stamp.stamp(batch, source)?);
                 run.events_in += input.len() as u64;
                 let watermark = stamp.watermark();
-                let mut per_worker: Vec<Vec<(usize, EventBatch)>> = vec![Vec::new(); workers];
+                let mut per_worker: Vec<Vec<(usize, Arc<EventBatch>)>> = vec![Vec::new(); workers];
                 let mut cache = Vec::new();
                 for (op, spec) in specs.iter().enumerate() {
                     for (w, part) in partitioner.split(spec.branch, &input, &mut cache)?.into_iter().enumerate() {

@@ -161,21 +161,21 @@ impl WindowAggregateExec {
         late_rows: &mut Vec<u32>,
     ) -> Result<()> {
         let window = self.plan.window;
-        // Bucket the rows by slice; consecutive rows usually share one.
+        // Bucket the rows by slice. Consecutive rows usually share one, and every time in a
+        // slice belongs to the same windows, so the divisions are done once per slice change.
         let mut buckets: Vec<(i64, Vec<u32>)> = Vec::new();
-        let mut last = usize::MAX;
+        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+        let (mut late, mut dropped, mut bucket) = (false, false, 0);
         for row in rows {
             let t = input.event_times[row];
-            let (first, last_window) = window.windows_containing(t);
-            if first < self.next_window {
-                late_rows.push(row as u32);
-                if last_window < self.next_window {
-                    continue;
-                }
-            }
-            let slice = floor_div(t, self.slice_len);
-            if last == usize::MAX || buckets[last].0 != slice {
-                last = match buckets.iter().position(|(s, _)| *s == slice) {
+            if !(lo <= t && t < hi) {
+                let slice = floor_div(t, self.slice_len);
+                lo = slice.saturating_mul(self.slice_len);
+                hi = lo.saturating_add(self.slice_len);
+                let (first, last) = window.windows_containing(lo);
+                late = first < self.next_window;
+                dropped = last < self.next_window;
+                bucket = match buckets.iter().position(|(s, _)| *s == slice) {
                     Some(p) => p,
                     None => {
                         buckets.push((slice, Vec::new()));
@@ -183,7 +183,12 @@ impl WindowAggregateExec {
                     }
                 };
             }
-            buckets[last].1.push(row as u32);
+            if late {
+                late_rows.push(row as u32);
+            }
+            if !dropped {
+                buckets[bucket].1.push(row as u32);
+            }
         }
         for (slice, bucket_rows) in buckets {
             let plan = &self.plan;

@@ -5,35 +5,10 @@ use std::path::Path;
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Float64Type, Int64Type};
 use arrow::record_batch::RecordBatch;
+use tessera::connectors::memory::MemoryReader;
 use tessera::connectors::sink::MemorySink;
-use tessera::connectors::BatchReader;
 use tessera::engine::Script;
 use tessera::exec::pipeline::{run_source, SourceRun};
-
-/// Hands out prepared batches.
-pub struct MemoryReader {
-    batches: std::vec::IntoIter<RecordBatch>,
-}
-
-impl MemoryReader {
-    pub fn new(batches: Vec<RecordBatch>) -> Self {
-        MemoryReader { batches: batches.into_iter() }
-    }
-}
-
-impl BatchReader for MemoryReader {
-    fn next_batch(&mut self) -> tessera::Result<Option<RecordBatch>> {
-        Ok(self.batches.next())
-    }
-
-    fn progress(&self) -> (u64, Option<u64>) {
-        (0, None)
-    }
-
-    fn bad_rows(&self) -> u64 {
-        0
-    }
-}
 
 /// The results of one run: rows per query, late rows per query, and the run's counters.
 pub struct Outcome {

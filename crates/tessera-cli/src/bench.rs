@@ -1,0 +1,83 @@
+//! `tessera bench`: compute-only timing of a script. Sources are decoded into memory first
+//! (that time is reported apart), then the queries run several times over the in-memory
+//! batches; the median run is reported.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use tessera::connectors::memory::{read_all, MemoryReader};
+use tessera::connectors::sink::MemorySink;
+use tessera::connectors::{open_source, BatchReader, ReadOptions};
+use tessera::engine::{run_script_with_readers, RunOptions, Script};
+use tessera::TesseraError;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    script: PathBuf,
+    /// Timed runs (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+    /// Worker threads (default: the number of cores).
+    #[arg(long)]
+    parallelism: Option<usize>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
+    let script = Script::from_file(&args.script)?;
+    let parallelism = args
+        .parallelism
+        .or(script.settings.parallelism)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let read = ReadOptions { batch_size: script.settings.batch_size, ..ReadOptions::default() };
+    let load_started = Instant::now();
+    let mut loaded = Vec::new();
+    for source in script.queries.iter().map(|q| q.source.clone()) {
+        if loaded.iter().any(|(name, _)| *name == source) {
+            continue;
+        }
+        let def = script.catalog.source(&source).expect("bound source");
+        let mut reader = open_source(def, &read)?;
+        loaded.push((source, read_all(reader.as_mut())?));
+    }
+    let load_seconds = load_started.elapsed().as_secs_f64();
+    let events: usize = loaded.iter().flat_map(|(_, batches)| batches.iter().map(|b| b.num_rows())).sum();
+    let options = RunOptions { parallelism, ..RunOptions::default() };
+    let mut times = Vec::new();
+    let mut rows_out = 0;
+    for _ in 0..args.repeat.max(1) {
+        let mut sink = MemorySink::default();
+        let started = Instant::now();
+        let stats = run_script_with_readers(&script, &options, &mut sink, &mut |def| {
+            let (_, batches) = loaded.iter().find(|(name, _)| name.eq_ignore_ascii_case(&def.name)).expect("loaded");
+            Ok(Box::new(MemoryReader::new(batches.clone())) as Box<dyn BatchReader>)
+        })?;
+        times.push(started.elapsed().as_secs_f64());
+        rows_out = stats.rows_out;
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    if args.json {
+        let report = serde_json::json!({
+            "script": args.script.display().to_string(),
+            "events": events,
+            "rows_out": rows_out,
+            "parallelism": parallelism,
+            "decode_seconds": load_seconds,
+            "compute_seconds_median": median,
+            "compute_seconds": times,
+            "events_per_second": events as f64 / median,
+        });
+        println!("{report}");
+    } else {
+        println!(
+            "{}: {events} events, decode {load_seconds:.3} s; compute median {median:.3} s over {} runs = {:.2}M events/s (parallelism {parallelism}, {rows_out} rows out)",
+            args.script.display(),
+            times.len(),
+            events as f64 / median / 1e6,
+        );
+    }
+    Ok(())
+}

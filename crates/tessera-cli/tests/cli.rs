@@ -1,0 +1,204 @@
+//! The `tessera` command as a user runs it: exit statuses, messages, files written.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn tessera(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).current_dir(dir).output().expect("tessera runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+const SOURCE: &str = "CREATE SOURCE readings (device_id BIGINT, temperature DOUBLE, ts BIGINT,
+    WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) WITH (path = 'readings.csv', time_unit = 's');
+";
+const QUERY: &str = "SELECT device_id, window_start, window_end, MIN(temperature) AS lo, COUNT(*) AS n
+FROM TUMBLE(readings, ts, INTERVAL '10' SECOND) GROUP BY device_id, window_start, window_end;
+";
+
+fn workspace(data: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("q.sql"), format!("{SOURCE}{QUERY}")).expect("script");
+    std::fs::write(dir.path().join("readings.csv"), data).expect("data");
+    dir
+}
+
+const GOOD: &str = "device_id,temperature,ts\n1,20.5,1\n2,18.0,3\n1,19.0,12\n";
+const ONE_BAD: &str = "device_id,temperature,ts\n1,20.5,1\n2,18.0,3\n1,warm,5\n1,19.0,12\n";
+
+#[test]
+fn a_malformed_row_stops_the_run_with_its_location() {
+    let dir = workspace(ONE_BAD);
+    let out = tessera(&["run", "q.sql"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("readings.csv:4:"), "{stderr}");
+    assert!(stderr.contains("warm"), "{stderr}");
+}
+
+#[test]
+fn skipped_rows_go_to_the_dead_letter_file_and_are_counted() {
+    let dir = workspace(ONE_BAD);
+    let out = tessera(
+        &[
+            "run",
+            "q.sql",
+            "--on-error",
+            "skip",
+            "--dead-letter",
+            "bad.jsonl",
+            "--stats-json",
+            "stats.json",
+            "-o",
+            "out.csv",
+        ],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dead = std::fs::read_to_string(dir.path().join("bad.jsonl")).expect("dead letter");
+    assert_eq!(dead.lines().count(), 1);
+    let entry: serde_json::Value = serde_json::from_str(dead.lines().next().unwrap()).expect("json line");
+    assert_eq!(entry["line"], 4);
+    assert_eq!(entry["record"], "1,warm,5");
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap()).unwrap();
+    assert_eq!(stats["bad_rows"], 1);
+    assert_eq!(stats["events_in"], 3, "the skipped row is not an event");
+    assert!(text(&out.stderr).contains("1 bad rows"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn sql_errors_exit_1_with_a_caret() {
+    let dir = workspace(GOOD);
+    std::fs::write(
+        dir.path().join("q.sql"),
+        format!("{SOURCE}SELECT MIN(temp) FROM TUMBLE(readings, ts, INTERVAL '10' SECOND) GROUP BY window_start;"),
+    )
+    .unwrap();
+    let out = tessera(&["run", "q.sql"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("unknown column `temp`"), "{stderr}");
+    assert!(stderr.contains("line 3, column 12"), "{stderr}");
+    assert!(stderr.contains("^"), "{stderr}");
+}
+
+#[test]
+fn results_stats_and_late_events() {
+    // The event at 2 arrives when the watermark is 13: its window [0, 10) is closed.
+    let dir = workspace("device_id,temperature,ts\n1,20.5,1\n2,18.0,3\n1,19.0,15\n2,30.0,2\n");
+    let out = tessera(&["run", "q.sql", "--stats-json", "stats.json", "--late-output", "late.csv"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    assert_eq!(lines.remove(0), "device_id,window_start,window_end,lo,n");
+    lines.sort();
+    assert_eq!(lines, vec!["1,0,10,20.5,1", "1,10,20,19.0,1", "2,0,10,18.0,1"]);
+    let late = std::fs::read_to_string(dir.path().join("late.csv")).unwrap();
+    assert_eq!(late.lines().collect::<Vec<_>>(), vec!["device_id,temperature,ts", "2,30.0,2"]);
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap()).unwrap();
+    for key in [
+        "events_in",
+        "rows_out",
+        "late_events",
+        "bad_rows",
+        "elapsed_ms",
+        "state_bytes_peak",
+        "store_reads",
+        "store_writes",
+    ] {
+        assert!(stats.get(key).is_some(), "missing {key} in {stats}");
+    }
+    assert_eq!(stats["late_events"], 1);
+    assert_eq!(stats["rows_out"], 3);
+    assert_eq!(stats["queries"][0]["chosen_strategy"], "baseline");
+    assert!(stats["queries"][0]["sql"].as_str().unwrap().contains("TUMBLE"));
+}
+
+#[test]
+fn csv_parquet_jsonl_and_stdin_inputs_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_generate = |file: &str| {
+        let out = tessera(
+            &[
+                "generate",
+                "-o",
+                file,
+                "--events",
+                "5000",
+                "--devices",
+                "7",
+                "--disorder",
+                "2",
+                "--null-fraction",
+                "0.1",
+            ],
+            dir.path(),
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    run_generate("r.csv");
+    run_generate("r.parquet");
+    let csv = std::fs::read_to_string(dir.path().join("r.csv")).unwrap();
+    let mut jsonl = String::new();
+    for line in csv.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let t = if f[1].is_empty() { "null" } else { f[1] };
+        jsonl.push_str(&format!("{{\"device_id\": {}, \"temperature\": {t}, \"ts\": {}}}\n", f[0], f[2]));
+    }
+    std::fs::write(dir.path().join("r.jsonl"), jsonl).unwrap();
+    let query =
+        "SELECT device_id, window_start, window_end, MIN(temperature) AS lo, AVG(temperature) AS mean, COUNT(*) AS n
+        FROM HOP(r, ts, INTERVAL '1' MINUTE, INTERVAL '3' MINUTE) GROUP BY device_id, window_start, window_end;";
+    let mut results = Vec::new();
+    for (name, with) in [
+        ("csv", "path = 'r.csv'"),
+        ("parquet", "path = 'r.parquet'"),
+        ("jsonl", "path = 'r.jsonl'"),
+        ("stdin", "connector = 'stdin', format = 'csv'"),
+    ] {
+        let script = format!(
+            "CREATE SOURCE r (device_id BIGINT, temperature DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '3' SECOND) WITH ({with}, time_unit = 's');\n{query}"
+        );
+        std::fs::write(dir.path().join(format!("{name}.sql")), script).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["run", &format!("{name}.sql"), "--format", "jsonl", "-q"])
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        if name == "stdin" {
+            stdin.write_all(csv.as_bytes()).unwrap();
+        }
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+        lines.sort();
+        assert!(lines.len() > 100, "{name}: {} rows", lines.len());
+        assert!(lines[0].starts_with("{\"device_id\":"), "{}", lines[0]);
+        results.push((name, lines));
+    }
+    for (name, lines) in &results[1..] {
+        assert_eq!(lines, &results[0].1, "{name} differs from csv");
+    }
+}
+
+#[test]
+fn explain_shows_windows_and_costs() {
+    let dir = workspace(GOOD);
+    let out = tessera(&["explain", "q.sql", "--format", "json"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let query = &plan["queries"][0];
+    assert_eq!(query["windows"][0]["range"], 10);
+    assert_eq!(query["windows"][0]["unit"], "s");
+    assert_eq!(query["costs"]["baseline"], 10.0);
+    assert_eq!(query["aggregates"], serde_json::json!(["min", "count"]));
+}

@@ -1,0 +1,149 @@
+//! Fuzzing the user-facing entry points: no SQL text and no input bytes may cause a panic.
+//! Every target runs `TESSERA_FUZZ_CASES` cases (a quick smoke run by default; the recorded
+//! long runs use 100000).
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use tessera::connectors::{read_text, OnError, ReadOptions};
+use tessera::engine::Script;
+use tessera::sql::{parse_script, Statement};
+
+fn cases() -> u32 {
+    std::env::var("TESSERA_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3000)
+}
+
+const SEED_SCRIPT: &str = "CREATE SOURCE s (k BIGINT, name VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) WITH (path = 'e.csv', time_unit = 's');
+SET batch_size = 10;
+SELECT k, window_start, window_end, MIN(v) AS lo, COUNT(*) n, AVG(v + 1) FROM HOP(s, ts, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE) WHERE v > 0 AND name <> 'x' GROUP BY k, window_start, window_end HAVING COUNT(*) > 1
+UNION ALL SELECT k, window_start, window_end, MAX(v), COUNT(v), MEDIAN(v) FROM TUMBLE(s, ts, INTERVAL '10' SECOND) GROUP BY k, window_start, window_end;";
+
+/// SQL made of tokens the grammar knows, in random order: reaches deeper than random bytes.
+fn sql_tokens() -> impl Strategy<Value = String> {
+    let token = prop::sample::select(vec![
+        "SELECT",
+        "FROM",
+        "WHERE",
+        "GROUP",
+        "BY",
+        "HAVING",
+        "UNION",
+        "ALL",
+        "TUMBLE",
+        "HOP",
+        "(",
+        ")",
+        ",",
+        ";",
+        "s",
+        "ts",
+        "k",
+        "v",
+        "window_start",
+        "window_end",
+        "MIN(v)",
+        "COUNT(*)",
+        "INTERVAL",
+        "'5'",
+        "'1 minute'",
+        "SECOND",
+        "MINUTE",
+        "CREATE",
+        "SOURCE",
+        "WATERMARK",
+        "FOR",
+        "AS",
+        "-",
+        "+",
+        "*",
+        "/",
+        "1",
+        "0",
+        "-1",
+        "NULL",
+        "'x'",
+        "=",
+        ">",
+        "WITH",
+        "path",
+        "time_unit",
+        "'s'",
+        "BIGINT",
+        "DOUBLE",
+        "VARCHAR",
+        "TIMESTAMP",
+        "SET",
+        "parallelism",
+        "AND",
+        "OR",
+        "NOT",
+        "CAST",
+        "ORDER",
+        "LIMIT",
+        "DISTINCT",
+        "JOIN",
+        "ON",
+        "SUM(v)",
+        "MEDIAN(k)",
+        "APPROX_COUNT_DISTINCT(k)",
+        "e.csv",
+    ]);
+    prop::collection::vec(token, 0..40).prop_map(|t| t.join(" "))
+}
+
+/// The seed script with a random byte range replaced by random text.
+fn mutated_script() -> impl Strategy<Value = String> {
+    (0..SEED_SCRIPT.len(), 0usize..20, "\\PC{0,12}").prop_map(|(at, len, insert)| {
+        let mut s = SEED_SCRIPT.to_string();
+        let at = (0..=at).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
+        let end = (at + len).min(s.len());
+        let end = (end..=s.len()).find(|i| s.is_char_boundary(*i)).unwrap_or(s.len());
+        s.replace_range(at..end, &insert);
+        s
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn sql_never_panics(text in prop_oneof![any::<String>(), sql_tokens(), mutated_script()]) {
+        let _ = Script::compile(&text, Path::new("."));
+    }
+
+    #[test]
+    fn csv_reader_never_panics(bytes in prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..300),
+        "k,name,v,ts\n([-0-9a-z.,\"\n ]{0,12}\n){0,8}".prop_map(String::into_bytes),
+    ]) {
+        read_all("csv", bytes);
+    }
+
+    #[test]
+    fn json_reader_never_panics(bytes in prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..300),
+        "(\\{(\"(k|v|ts|name)\": ?(-?[0-9.e]{0,6}|\"[a-z]{0,3}\"|null|\\[\\]|\\{\\}),? ?){0,4}\\}\n){0,6}".prop_map(String::into_bytes),
+    ]) {
+        read_all("jsonl", bytes);
+    }
+}
+
+/// Reads everything, skipping malformed rows: any outcome but a panic is fine, and every
+/// well-formed batch must have the declared columns.
+fn read_all(format: &str, bytes: Vec<u8>) {
+    let script = SEED_SCRIPT.replace("path = 'e.csv'", &format!("path = 'e.{format}'"));
+    let statements = parse_script(&script, Path::new(".")).expect("seed script parses");
+    let Statement::CreateSource(source) = &statements[0] else { panic!("first statement declares the source") };
+    let dead_letter = tempfile::NamedTempFile::new().expect("temp file");
+    for on_error in [OnError::Fail, OnError::Skip] {
+        let options = ReadOptions { batch_size: 3, on_error, dead_letter_path: dead_letter.path().to_path_buf() };
+        let Ok(mut reader) =
+            read_text(source, "fuzz".into(), Box::new(std::io::Cursor::new(bytes.clone())), None, &options)
+        else {
+            continue;
+        };
+        while let Ok(Some(batch)) = reader.next_batch() {
+            assert_eq!(batch.num_columns(), 4);
+        }
+    }
+}
