@@ -184,10 +184,11 @@ impl GroupStates {
         }
     }
 
-    /// Adds `values[rows[i]]` to slot `slots[i]` for every `i`. `values` is the argument cast to
-    /// the state's domain, `None` for `COUNT(*)`. Slots must exist (see `resize`).
-    pub fn update(&mut self, values: Option<&ArrayRef>, rows: &[u32], slots: &[u32]) {
-        debug_assert_eq!(rows.len(), slots.len());
+    /// Adds `values[offset + i]` to slot `slots[i]` for every `i`: a run of consecutive rows.
+    /// `values` is the argument cast to the state's domain, `None` for `COUNT(*)`. Slots must
+    /// exist (see `resize`).
+    pub fn update(&mut self, values: Option<&ArrayRef>, offset: usize, slots: &[u32]) {
+        let rows = offset as u32..(offset + slots.len()) as u32;
         let Some(values) = values else {
             if let GroupStates::Count { counts } = self {
                 slots.iter().for_each(|&s| counts[s as usize] += 1);
@@ -199,7 +200,7 @@ impl GroupStates {
         match self {
             GroupStates::MinMaxInt { max, values: state, seen } => {
                 let input = values.as_primitive::<Int64Type>().values();
-                for (&r, &s) in rows.iter().zip(slots) {
+                for (r, &s) in rows.clone().zip(slots) {
                     if has_nulls && !valid(r) {
                         continue;
                     }
@@ -213,7 +214,7 @@ impl GroupStates {
             GroupStates::MinMaxFloat { max, values: state, seen } => {
                 let input = values.as_primitive::<Float64Type>().values();
                 let max = *max;
-                for (&r, &s) in rows.iter().zip(slots) {
+                for (r, &s) in rows.clone().zip(slots) {
                     if has_nulls && !valid(r) {
                         continue;
                     }
@@ -226,7 +227,7 @@ impl GroupStates {
             }
             GroupStates::MinMaxUtf8 { max, values: state } => {
                 let input = values.as_string::<i32>();
-                for (&r, &s) in rows.iter().zip(slots) {
+                for (r, &s) in rows.clone().zip(slots) {
                     if !input.is_valid(r as usize) {
                         continue;
                     }
@@ -243,7 +244,7 @@ impl GroupStates {
             }
             GroupStates::SumInt { sums, counts, .. } => {
                 let input = values.as_primitive::<Int64Type>().values();
-                for (&r, &s) in rows.iter().zip(slots) {
+                for (r, &s) in rows.clone().zip(slots) {
                     if has_nulls && !valid(r) {
                         continue;
                     }
@@ -253,7 +254,7 @@ impl GroupStates {
             }
             GroupStates::SumFloat { sums, counts, .. } => {
                 let input = values.as_primitive::<Float64Type>().values();
-                for (&r, &s) in rows.iter().zip(slots) {
+                for (r, &s) in rows.clone().zip(slots) {
                     if has_nulls && !valid(r) {
                         continue;
                     }
@@ -262,13 +263,13 @@ impl GroupStates {
                 }
             }
             GroupStates::Count { counts } => {
-                for (&r, &s) in rows.iter().zip(slots) {
+                for (r, &s) in rows.clone().zip(slots) {
                     counts[s as usize] += i64::from(!has_nulls || valid(r));
                 }
             }
             GroupStates::Moments { counts, means, m2s, .. } => {
                 let input = values.as_primitive::<Float64Type>().values();
-                for (&r, &s) in rows.iter().zip(slots) {
+                for (r, &s) in rows.clone().zip(slots) {
                     if has_nulls && !valid(r) {
                         continue;
                     }
@@ -282,7 +283,7 @@ impl GroupStates {
             }
             GroupStates::Median { values: state } => {
                 let input = values.as_primitive::<Float64Type>().values();
-                for (&r, &s) in rows.iter().zip(slots) {
+                for (r, &s) in rows.clone().zip(slots) {
                     if has_nulls && !valid(r) {
                         continue;
                     }
@@ -297,7 +298,7 @@ impl GroupStates {
                     &datafusion_common::hash_utils::RandomState::with_seed(0x7e55e7a),
                     &mut hashes,
                 );
-                for (&r, &s) in rows.iter().zip(slots) {
+                for (r, &s) in rows.clone().zip(slots) {
                     if has_nulls && !valid(r) {
                         continue;
                     }
@@ -501,8 +502,7 @@ mod tests {
     fn run(function: AggregateFunction, kind: ValueKind, values: Option<ArrayRef>, slots: &[u32]) -> ArrayRef {
         let mut s = GroupStates::new(function, kind);
         s.resize(slots.iter().max().map_or(0, |m| *m as usize + 1));
-        let rows: Vec<u32> = (0..slots.len() as u32).collect();
-        s.update(values.as_ref(), &rows, slots);
+        s.update(values.as_ref(), 0, slots);
         s.finalize().unwrap()
     }
 
@@ -527,9 +527,8 @@ mod tests {
         let mut b = a.clone();
         a.resize(1);
         b.resize(1);
-        let rows: Vec<u32> = (0..50).collect();
-        a.update(Some(&floats(&data[..20])), &rows[..20], &[0; 20]);
-        b.update(Some(&floats(&data[20..])), &rows[..30], &[0; 30]);
+        a.update(Some(&floats(&data[..20])), 0, &[0; 20]);
+        b.update(Some(&floats(&data[20..])), 0, &[0; 30]);
         a.merge(&b, &[0]).unwrap();
         let merged = a.finalize().unwrap();
         let (d, m) = (direct.as_primitive::<Float64Type>().value(0), merged.as_primitive::<Float64Type>().value(0));
@@ -548,7 +547,7 @@ mod tests {
         let v = ints(&[Some(i64::MAX), Some(1)]);
         let mut s = GroupStates::new(AggregateFunction::Sum, ValueKind::Int);
         s.resize(1);
-        s.update(Some(&v), &[0, 1], &[0, 0]);
+        s.update(Some(&v), 0, &[0, 0]);
         assert!(s.finalize().is_err());
     }
 

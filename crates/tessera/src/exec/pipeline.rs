@@ -180,7 +180,13 @@ impl Partitioner {
     }
 }
 
+/// A stamped batch from the reader thread, with the watermark after it and the reader's
+/// progress.
+type Stamped = (Arc<EventBatch>, i64, (u64, Option<u64>));
+
 /// Runs `queries` (index in the script, plan) over `source` until its input ends.
+///
+/// Decoding runs on its own thread ahead of the operators, so reading and computing overlap.
 pub fn run_source(
     source: &SourceDef,
     reader: &mut dyn BatchReader,
@@ -203,47 +209,91 @@ pub fn run_source(
         ..Default::default()
     };
     let workers = workers.max(1);
-    let event_time_type = source.event_time.data_type.clone();
-    let mut stamp = Stamper { max_event_time: i64::MIN, delay: source.event_time.watermark_delay };
-
-    let write = |run: &mut SourceRun, emitted: Emitted, sink: &mut dyn ResultSink| -> Result<()> {
-        match emitted {
-            Emitted::Rows(q, batch) => {
-                run.query_rows_out[q] += batch.num_rows() as u64;
-                sink.write_rows(q, &batch)
+    std::thread::scope(|scope| -> Result<SourceRun> {
+        let (batch_tx, batch_rx) = sync_channel::<Stamped>(4);
+        let reading = scope.spawn(move || -> Result<u64> {
+            let mut stamp = Stamper { max_event_time: i64::MIN, delay: source.event_time.watermark_delay };
+            while let Some(batch) = reader.next_batch()? {
+                let input = Arc::new(stamp.stamp(batch, source)?);
+                if batch_tx.send((input, stamp.watermark(), reader.progress())).is_err() {
+                    break; // the operators stopped; their error ends the run
+                }
             }
-            Emitted::Late(q, batch) => sink.write_late(q, &batch),
-        }
-    };
+            Ok(reader.bad_rows())
+        });
+        let computed = if workers == 1 {
+            compute_inline(&specs, source, batch_rx, sink, progress, &mut run)
+        } else {
+            compute_parallel(&specs, source, workers, batch_rx, sink, progress, &mut run)
+        };
+        let read = reading.join().map_err(|_| TesseraError::Internal("the reader thread panicked".into()))?;
+        // A read error explains a failure downstream better than the failure itself.
+        run.bad_rows = read?;
+        computed?;
+        Ok(run)
+    })
+}
 
-    if workers == 1 {
-        let mut worker = Worker::new(&specs, &event_time_type)?;
-        while let Some(batch) = reader.next_batch()? {
-            let input = Arc::new(stamp.stamp(batch, source)?);
-            run.events_in += input.len() as u64;
-            let watermark = stamp.watermark();
-            let parts = (0..specs.len()).map(|op| (op, Arc::clone(&input))).collect();
-            worker.handle(parts, watermark, &mut |e| write(&mut run, e, sink))?;
-            run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
-            report(progress, reader, run.events_in);
+fn write(run: &mut SourceRun, emitted: Emitted, sink: &mut dyn ResultSink) -> Result<()> {
+    match emitted {
+        Emitted::Rows(q, batch) => {
+            run.query_rows_out[q] += batch.num_rows() as u64;
+            sink.write_rows(q, &batch)
         }
-        let metrics = worker.finish(&mut |e| write(&mut run, e, sink))?;
-        for ((query, _), m) in worker.operators.iter().zip(metrics) {
-            run.query_metrics[*query].add(&m);
-        }
-        run.bad_rows = reader.bad_rows();
-        return Ok(run);
+        Emitted::Late(q, batch) => sink.write_late(q, &batch),
     }
+}
 
-    // Parallel: workers on their own threads, the sink on this one's helper thread.
+fn report(progress: Option<&ProgressFn<'_>>, (done, total): (u64, Option<u64>), events: u64) {
+    if let Some(progress) = progress {
+        progress(Progress { done, total, events });
+    }
+}
+
+/// One worker on the calling thread.
+fn compute_inline(
+    specs: &[OperatorSpec],
+    source: &SourceDef,
+    batches: Receiver<Stamped>,
+    sink: &mut dyn ResultSink,
+    progress: Option<&ProgressFn<'_>>,
+    run: &mut SourceRun,
+) -> Result<()> {
+    let mut worker = Worker::new(specs, &source.event_time.data_type)?;
+    for (input, watermark, read) in batches {
+        run.events_in += input.len() as u64;
+        let parts = (0..specs.len()).map(|op| (op, Arc::clone(&input))).collect();
+        worker.handle(parts, watermark, &mut |e| write(run, e, sink))?;
+        run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
+        report(progress, read, run.events_in);
+    }
+    let metrics = worker.finish(&mut |e| write(run, e, sink))?;
+    for ((query, _), m) in worker.operators.iter().zip(metrics) {
+        run.query_metrics[*query].add(&m);
+    }
+    Ok(())
+}
+
+/// Workers on their own threads, fed by key-hash partitions; results go to the sink from a
+/// helper thread.
+fn compute_parallel(
+    specs: &[OperatorSpec],
+    source: &SourceDef,
+    workers: usize,
+    batches: Receiver<Stamped>,
+    sink: &mut dyn ResultSink,
+    progress: Option<&ProgressFn<'_>>,
+    run: &mut SourceRun,
+) -> Result<()> {
+    let query_count = run.query_rows_out.len();
     let mut pool = Vec::new();
     for _ in 0..workers {
-        pool.push(Worker::new(&specs, &event_time_type)?);
+        pool.push(Worker::new(specs, &source.event_time.data_type)?);
     }
     let state_gauges: Vec<Arc<AtomicU64>> = pool.iter().map(|w| Arc::clone(&w.state_bytes)).collect();
     type WorkerMessage = Option<(Vec<(usize, Arc<EventBatch>)>, i64)>;
     let (sink_tx, sink_rx) = sync_channel::<std::result::Result<Emitted, TesseraError>>(64);
-    std::thread::scope(|scope| -> Result<SourceRun> {
+    std::thread::scope(|scope| -> Result<()> {
         let mut senders: Vec<SyncSender<WorkerMessage>> = Vec::new();
         let mut handles = Vec::new();
         for mut worker in pool {
@@ -267,39 +317,31 @@ pub fn run_source(
             }));
         }
         drop(sink_tx);
-        let sink_thread = scope.spawn(move || -> Result<(Vec<u64>, &mut dyn ResultSink)> {
+        let sink_thread = scope.spawn(move || -> Result<Vec<u64>> {
             let mut rows_out = vec![0u64; query_count];
             let mut failure = None;
             for message in sink_rx {
-                match message {
-                    Ok(Emitted::Rows(q, batch)) if failure.is_none() => {
-                        rows_out[q] += batch.num_rows() as u64;
-                        if let Err(e) = sink.write_rows(q, &batch) {
-                            failure = Some(e);
-                        }
-                    }
-                    Ok(Emitted::Late(q, batch)) if failure.is_none() => {
-                        if let Err(e) = sink.write_late(q, &batch) {
-                            failure = Some(e);
-                        }
-                    }
-                    Err(e) if failure.is_none() => failure = Some(e),
-                    _ => {}
+                if failure.is_some() {
+                    continue;
                 }
+                let written = match message {
+                    Ok(Emitted::Rows(q, batch)) => {
+                        rows_out[q] += batch.num_rows() as u64;
+                        sink.write_rows(q, &batch)
+                    }
+                    Ok(Emitted::Late(q, batch)) => sink.write_late(q, &batch),
+                    Err(e) => Err(e),
+                };
+                failure = written.err();
             }
-            match failure {
-                Some(e) => Err(e),
-                None => Ok((rows_out, sink)),
-            }
+            failure.map_or(Ok(rows_out), Err)
         });
 
         let mut partitioner =
             Partitioner { workers, random_state: RandomState::with_seed(0), hashes: Vec::new(), batches_seen: 0 };
         let dispatch = (|| -> Result<()> {
-            while let Some(batch) = reader.next_batch()? {
-                let input = Arc::new(stamp.stamp(batch, source)?);
+            for (input, watermark, read) in batches {
                 run.events_in += input.len() as u64;
-                let watermark = stamp.watermark();
                 let mut per_worker: Vec<Vec<(usize, Arc<EventBatch>)>> = vec![Vec::new(); workers];
                 let mut cache = Vec::new();
                 for (op, spec) in specs.iter().enumerate() {
@@ -317,7 +359,7 @@ pub fn run_source(
                 }
                 let state: u64 = state_gauges.iter().map(|g| g.load(Ordering::Relaxed)).sum();
                 run.state_bytes_peak = run.state_bytes_peak.max(state);
-                report(progress, reader, run.events_in);
+                report(progress, read, run.events_in);
             }
             Ok(())
         })();
@@ -331,23 +373,14 @@ pub fn run_source(
         }
         let sink_result = sink_thread.join().map_err(|_| TesseraError::Internal("the sink thread panicked".into()))?;
         dispatch?;
-        let (rows_out, _) = sink_result?;
+        run.query_rows_out = sink_result?;
         for result in worker_results {
             for (query, metrics) in result? {
                 run.query_metrics[query].add(&metrics);
             }
         }
-        run.query_rows_out = rows_out;
-        run.bad_rows = reader.bad_rows();
-        Ok(run)
+        Ok(())
     })
-}
-
-fn report(progress: Option<&ProgressFn<'_>>, reader: &dyn BatchReader, events: u64) {
-    if let Some(progress) = progress {
-        let (done, total) = reader.progress();
-        progress(Progress { done, total, events });
-    }
 }
 
 /// Stamps rows with event times and watermarks: the watermark a row meets is the largest

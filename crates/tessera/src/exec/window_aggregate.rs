@@ -152,6 +152,9 @@ impl WindowAggregateExec {
         Ok(())
     }
 
+    /// Adds rows `rows` to their slices, run by run: consecutive rows in one slice share the
+    /// slice lookup and the lateness decision (every time in a slice belongs to the same
+    /// windows), and update the states as one contiguous range.
     fn update_slices(
         &mut self,
         input: &EventBatch,
@@ -161,44 +164,29 @@ impl WindowAggregateExec {
         late_rows: &mut Vec<u32>,
     ) -> Result<()> {
         let window = self.plan.window;
-        // Bucket the rows by slice. Consecutive rows usually share one, and every time in a
-        // slice belongs to the same windows, so the divisions are done once per slice change.
-        let mut buckets: Vec<(i64, Vec<u32>)> = Vec::new();
-        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
-        let (mut late, mut dropped, mut bucket) = (false, false, 0);
-        for row in rows {
-            let t = input.event_times[row];
-            if !(lo <= t && t < hi) {
-                let slice = floor_div(t, self.slice_len);
-                lo = slice.saturating_mul(self.slice_len);
-                hi = lo.saturating_add(self.slice_len);
-                let (first, last) = window.windows_containing(lo);
-                late = first < self.next_window;
-                dropped = last < self.next_window;
-                bucket = match buckets.iter().position(|(s, _)| *s == slice) {
-                    Some(p) => p,
-                    None => {
-                        buckets.push((slice, Vec::new()));
-                        buckets.len() - 1
-                    }
-                };
+        let times = &input.event_times;
+        let mut row = rows.start;
+        while row < rows.end {
+            let slice = floor_div(times[row], self.slice_len);
+            let lo = slice.saturating_mul(self.slice_len);
+            let hi = lo.saturating_add(self.slice_len);
+            let run_end =
+                times[row + 1..rows.end].iter().position(|&t| !(lo <= t && t < hi)).map_or(rows.end, |p| row + 1 + p);
+            let (first, last) = window.windows_containing(lo);
+            if first < self.next_window {
+                late_rows.extend(row as u32..run_end as u32);
             }
-            if late {
-                late_rows.push(row as u32);
+            if last >= self.next_window {
+                let plan = &self.plan;
+                let table = self.slices.entry(slice).or_insert_with(|| GroupTable::new(plan));
+                table.slots_for(key_ids[row..run_end].iter().copied(), &mut self.scratch);
+                for (state, value) in table.states.iter_mut().zip(values) {
+                    state.update(value.as_ref(), row, &self.scratch);
+                }
+                self.metrics.store_reads += (run_end - row) as u64;
+                self.metrics.store_writes += (run_end - row) as u64;
             }
-            if !dropped {
-                buckets[bucket].1.push(row as u32);
-            }
-        }
-        for (slice, bucket_rows) in buckets {
-            let plan = &self.plan;
-            let table = self.slices.entry(slice).or_insert_with(|| GroupTable::new(plan));
-            table.slots_for(bucket_rows.iter().map(|&r| key_ids[r as usize]), &mut self.scratch);
-            for (state, value) in table.states.iter_mut().zip(values) {
-                state.update(value.as_ref(), &bucket_rows, &self.scratch);
-            }
-            self.metrics.store_reads += bucket_rows.len() as u64;
-            self.metrics.store_writes += bucket_rows.len() as u64;
+            row = run_end;
         }
         Ok(())
     }
