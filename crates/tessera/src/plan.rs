@@ -59,6 +59,18 @@ pub struct WindowAggregatePlan {
     pub output_schema: SchemaRef,
 }
 
+impl WindowAggregatePlan {
+    /// The types of the group keys (other than the window), in order.
+    pub fn key_types(&self) -> Vec<arrow::datatypes::DataType> {
+        self.aggregate_columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| matches!(c, AggregateColumn::Key(_)))
+            .map(|(i, _)| self.aggregate_schema.field(i).data_type().clone())
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggregateColumn {
     Key(usize),

@@ -1,6 +1,8 @@
 //! `FilterProjectExec`: a stateless query (WHERE and SELECT list per row), and the
 //! filter-then-project step that window aggregates apply to their results (HAVING, SELECT).
 
+use std::sync::Arc;
+
 use arrow::array::AsArray;
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
@@ -51,7 +53,7 @@ impl StreamOperator for FilterProjectExec {
         "FilterProjectExec"
     }
 
-    fn process(&mut self, input: &EventBatch, out: &mut Output) -> Result<()> {
+    fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()> {
         self.metrics.rows_in += input.len() as u64;
         let plan = &self.plan;
         let batch = filter_and_project(&input.rows, plan.filter.as_ref(), &plan.projection, &plan.output_schema)?;

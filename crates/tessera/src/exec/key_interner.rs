@@ -139,6 +139,71 @@ impl KeyInterner {
     }
 }
 
+/// Identifies a list of key expressions: operators with the same signature group by the same
+/// keys and can share one interner (and one partitioning).
+pub fn key_signature(keys: &[crate::plan::ExprRef]) -> String {
+    format!("{keys:?}")
+}
+
+/// A key interner shared by the operators of one worker that group by the same expressions:
+/// each batch's keys are evaluated and interned once, not once per query.
+pub struct SharedKeys {
+    inner: std::sync::Mutex<SharedKeysInner>,
+}
+
+struct SharedKeysInner {
+    interner: KeyInterner,
+    /// The batch the cached ids belong to (a weak handle keeps its address from being reused).
+    batch: std::sync::Weak<super::EventBatch>,
+    ids: Arc<Vec<u32>>,
+}
+
+impl SharedKeys {
+    pub fn new(types: Vec<DataType>) -> Result<Self> {
+        Ok(SharedKeys {
+            inner: std::sync::Mutex::new(SharedKeysInner {
+                interner: KeyInterner::new(types)?,
+                batch: std::sync::Weak::new(),
+                ids: Arc::new(Vec::new()),
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SharedKeysInner> {
+        // A panic elsewhere cannot leave the interner half-updated in a way that matters here.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The key ids of every row of `batch`, computed once per batch.
+    pub fn ids_for(&self, batch: &Arc<super::EventBatch>, keys: &[crate::plan::ExprRef]) -> Result<Arc<Vec<u32>>> {
+        let mut inner = self.lock();
+        if std::sync::Weak::ptr_eq(&inner.batch, &Arc::downgrade(batch)) {
+            return Ok(Arc::clone(&inner.ids));
+        }
+        let n = batch.len();
+        let columns = keys.iter().map(|k| Ok(k.evaluate(&batch.rows)?.into_array(n)?)).collect::<Result<Vec<_>>>()?;
+        let ids = Arc::new(inner.interner.intern(&columns, n)?);
+        inner.batch = Arc::downgrade(batch);
+        inner.ids = Arc::clone(&ids);
+        Ok(ids)
+    }
+
+    /// Key ids of rows that only one operator sees (after its own filter).
+    pub fn intern(&self, batch: &arrow::record_batch::RecordBatch, keys: &[crate::plan::ExprRef]) -> Result<Vec<u32>> {
+        let n = batch.num_rows();
+        let columns = keys.iter().map(|k| Ok(k.evaluate(batch)?.into_array(n)?)).collect::<Result<Vec<_>>>()?;
+        self.lock().interner.intern(&columns, n)
+    }
+
+    pub fn columns(&self, ids: &[u32]) -> Result<Vec<ArrayRef>> {
+        self.lock().interner.columns(ids)
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.lock().interner.bytes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

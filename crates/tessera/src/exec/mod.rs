@@ -15,6 +15,8 @@ pub mod key_interner;
 pub mod pipeline;
 mod window_aggregate;
 
+use std::sync::Arc;
+
 use arrow::array::{Array, BooleanArray};
 use arrow::compute::filter_record_batch;
 use arrow::record_batch::RecordBatch;
@@ -22,6 +24,7 @@ use arrow::record_batch::RecordBatch;
 use crate::error::Result;
 use crate::plan::BranchPlan;
 pub use filter_project::{filter_and_project, FilterProjectExec};
+use key_interner::{key_signature, SharedKeys};
 pub use window_aggregate::WindowAggregateExec;
 
 /// Source rows with their event times and the watermark each row meets.
@@ -100,22 +103,54 @@ impl OperatorMetrics {
 /// A streaming operator: consumes event batches, reacts to watermarks, flushes at the end.
 pub trait StreamOperator: Send {
     fn name(&self) -> &'static str;
-    /// Consumes source rows. Rows late for every window they belong to go to `out.late`.
-    fn process(&mut self, input: &EventBatch, out: &mut Output) -> Result<()>;
+    /// Consumes source rows. Rows late for a window they belong to go to `out.late`. The
+    /// batch is shared: operators grouping by the same keys intern them once per batch.
+    fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()>;
     /// Emits everything that the watermark closes.
     fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()>;
     /// End of input: emits everything still open.
     fn finish(&mut self, out: &mut Output) -> Result<()>;
+    /// Counters; `state_bytes` excludes interned keys, which [`KeySpaces`] reports.
     fn metrics(&self) -> OperatorMetrics;
+}
+
+/// The key interners of one worker, one per distinct list of group-key expressions.
+#[derive(Default)]
+pub struct KeySpaces {
+    spaces: Vec<(String, Arc<SharedKeys>)>,
+}
+
+impl KeySpaces {
+    fn get(
+        &mut self,
+        keys: &[crate::plan::ExprRef],
+        types: Vec<arrow::datatypes::DataType>,
+    ) -> Result<Arc<SharedKeys>> {
+        let signature = key_signature(keys);
+        if let Some((_, shared)) = self.spaces.iter().find(|(s, _)| *s == signature) {
+            return Ok(Arc::clone(shared));
+        }
+        let shared = Arc::new(SharedKeys::new(types)?);
+        self.spaces.push((signature, Arc::clone(&shared)));
+        Ok(shared)
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.spaces.iter().map(|(_, s)| s.bytes()).sum()
+    }
 }
 
 /// The operator that runs one branch of a query.
 pub fn create_operator(
     branch: &BranchPlan,
     event_time_type: &arrow::datatypes::DataType,
+    key_spaces: &mut KeySpaces,
 ) -> Result<Box<dyn StreamOperator>> {
     Ok(match branch {
         BranchPlan::Stateless(plan) => Box::new(FilterProjectExec::new(plan.clone())),
-        BranchPlan::WindowAggregate(plan) => Box::new(WindowAggregateExec::new(plan.clone(), event_time_type.clone())?),
+        BranchPlan::WindowAggregate(plan) => {
+            let keys = key_spaces.get(&plan.keys, plan.key_types())?;
+            Box::new(WindowAggregateExec::new(plan.clone(), event_time_type.clone(), keys)?)
+        }
     })
 }

@@ -20,7 +20,8 @@ use arrow::datatypes::{DataType, Int64Type};
 use arrow::record_batch::RecordBatch;
 use datafusion_common::hash_utils::{create_hashes, RandomState};
 
-use super::{create_operator, EventBatch, OperatorMetrics, Output, StreamOperator};
+use super::key_interner::key_signature;
+use super::{create_operator, EventBatch, KeySpaces, OperatorMetrics, Output, StreamOperator};
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
 use crate::connectors::BatchReader;
@@ -57,6 +58,7 @@ struct OperatorSpec<'a> {
 /// The operators one worker runs (one per query branch), each with its query index.
 struct Worker {
     operators: Vec<(usize, Box<dyn StreamOperator>)>,
+    key_spaces: KeySpaces,
     state_bytes: Arc<AtomicU64>,
 }
 
@@ -68,11 +70,12 @@ enum Emitted {
 
 impl Worker {
     fn new(specs: &[OperatorSpec], event_time_type: &DataType) -> Result<Self> {
+        let mut key_spaces = KeySpaces::default();
         let operators = specs
             .iter()
-            .map(|s| Ok((s.query, create_operator(s.branch, event_time_type)?)))
+            .map(|s| Ok((s.query, create_operator(s.branch, event_time_type, &mut key_spaces)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Worker { operators, state_bytes: Arc::new(AtomicU64::new(0)) })
+        Ok(Worker { operators, key_spaces, state_bytes: Arc::new(AtomicU64::new(0)) })
     }
 
     fn flush(query: usize, out: Output, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<()> {
@@ -97,7 +100,7 @@ impl Worker {
             operator.process(&input, &mut out)?;
             Self::flush(*query, out, emit)?;
         }
-        let mut state = 0;
+        let mut state = self.key_spaces.bytes() as u64;
         for (query, operator) in &mut self.operators {
             let mut out = Output::default();
             operator.advance_watermark(watermark, &mut out)?;
@@ -140,7 +143,7 @@ impl Partitioner {
         &mut self,
         branch: &BranchPlan,
         input: &Arc<EventBatch>,
-        cache: &mut Vec<(String, Vec<Vec<u32>>)>,
+        cache: &mut Vec<(String, Vec<Option<Arc<EventBatch>>>)>,
     ) -> Result<Vec<Option<Arc<EventBatch>>>> {
         let n = self.workers;
         let plan = match branch {
@@ -153,30 +156,29 @@ impl Partitioner {
         if plan.keys.is_empty() {
             return Ok((0..n).map(|w| (w == 0).then(|| Arc::clone(input))).collect());
         }
-        let signature = format!("{:?}", plan.keys);
-        let indices = match cache.iter().find(|(s, _)| *s == signature) {
-            Some((_, indices)) => indices.clone(),
-            None => {
-                let keys = plan
-                    .keys
-                    .iter()
-                    .map(|k| Ok(k.evaluate(&input.rows)?.into_array(input.len())?))
-                    .collect::<Result<Vec<_>>>()?;
-                self.hashes.clear();
-                self.hashes.resize(input.len(), 0);
-                create_hashes(&keys, &self.random_state, &mut self.hashes)?;
-                let mut indices = vec![Vec::with_capacity(input.len() / n + 1); n];
-                for (row, hash) in self.hashes.iter().enumerate() {
-                    indices[(*hash % n as u64) as usize].push(row as u32);
-                }
-                cache.push((signature, indices.clone()));
-                indices
-            }
-        };
-        indices
+        // Operators grouping by the same keys get the same parts, so they share key interning.
+        let signature = key_signature(&plan.keys);
+        if let Some((_, parts)) = cache.iter().find(|(s, _)| *s == signature) {
+            return Ok(parts.clone());
+        }
+        let keys = plan
+            .keys
+            .iter()
+            .map(|k| Ok(k.evaluate(&input.rows)?.into_array(input.len())?))
+            .collect::<Result<Vec<_>>>()?;
+        self.hashes.clear();
+        self.hashes.resize(input.len(), 0);
+        create_hashes(&keys, &self.random_state, &mut self.hashes)?;
+        let mut indices = vec![Vec::with_capacity(input.len() / n + 1); n];
+        for (row, hash) in self.hashes.iter().enumerate() {
+            indices[(*hash % n as u64) as usize].push(row as u32);
+        }
+        let parts = indices
             .iter()
             .map(|rows| if rows.is_empty() { Ok(None) } else { input.take(rows).map(|part| Some(Arc::new(part))) })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        cache.push((signature, parts.clone()));
+        Ok(parts)
     }
 }
 
@@ -274,8 +276,8 @@ fn compute_inline(
     Ok(())
 }
 
-/// Workers on their own threads, fed by key-hash partitions; results go to the sink from a
-/// helper thread.
+/// Workers on their own threads, fed whole operators or key-hash partitions; results go to
+/// the sink from a helper thread.
 fn compute_parallel(
     specs: &[OperatorSpec],
     source: &SourceDef,
@@ -339,12 +341,19 @@ fn compute_parallel(
 
         let mut partitioner =
             Partitioner { workers, random_state: RandomState::with_seed(0), hashes: Vec::new(), batches_seen: 0 };
+        // With at least as many operators as workers, each worker runs whole operators on
+        // shared batches: no hashing or copying of rows. Otherwise rows are split by key hash.
+        let whole_operators = specs.len() >= workers;
         let dispatch = (|| -> Result<()> {
             for (input, watermark, read) in batches {
                 run.events_in += input.len() as u64;
                 let mut per_worker: Vec<Vec<(usize, Arc<EventBatch>)>> = vec![Vec::new(); workers];
                 let mut cache = Vec::new();
                 for (op, spec) in specs.iter().enumerate() {
+                    if whole_operators {
+                        per_worker[op % workers].push((op, Arc::clone(&input)));
+                        continue;
+                    }
                     for (w, part) in partitioner.split(spec.branch, &input, &mut cache)?.into_iter().enumerate() {
                         if let Some(part) = part {
                             per_worker[w].push((op, part));

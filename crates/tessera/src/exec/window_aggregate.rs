@@ -14,7 +14,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use super::key_interner::KeyInterner;
+use super::key_interner::SharedKeys;
 use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::aggregate::GroupStates;
 use crate::error::{Result, TesseraError};
@@ -84,7 +84,8 @@ impl GroupTable {
 pub struct WindowAggregateExec {
     plan: Arc<WindowAggregatePlan>,
     event_time_type: DataType,
-    keys: KeyInterner,
+    /// Interned group keys, shared with other operators that group by the same keys.
+    keys: Arc<SharedKeys>,
     slice_len: i64,
     /// Open slices by index (slice `k` covers `[k * slice_len, (k + 1) * slice_len)`).
     slices: BTreeMap<i64, GroupTable>,
@@ -97,17 +98,10 @@ pub struct WindowAggregateExec {
 }
 
 impl WindowAggregateExec {
-    pub fn new(plan: Arc<WindowAggregatePlan>, event_time_type: DataType) -> Result<Self> {
-        let key_types = plan
-            .aggregate_columns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| matches!(c, AggregateColumn::Key(_)))
-            .map(|(i, _)| plan.aggregate_schema.field(i).data_type().clone())
-            .collect();
+    pub fn new(plan: Arc<WindowAggregatePlan>, event_time_type: DataType, keys: Arc<SharedKeys>) -> Result<Self> {
         let slice_len = plan.window.slice_len();
         Ok(WindowAggregateExec {
-            keys: KeyInterner::new(key_types)?,
+            keys,
             slice_len,
             slices: BTreeMap::new(),
             next_window: plan.window.first_window_ending_after(i64::MIN),
@@ -125,11 +119,9 @@ impl WindowAggregateExec {
         self.plan.window.end(self.next_window)
     }
 
-    fn process_filtered(&mut self, input: &EventBatch, out: &mut Output) -> Result<()> {
+    /// Aggregates rows that passed the WHERE clause; `key_ids` are their interned keys.
+    fn process_filtered(&mut self, input: &EventBatch, key_ids: &[u32], out: &mut Output) -> Result<()> {
         let n = input.len();
-        let key_columns =
-            self.plan.keys.iter().map(|k| Ok(k.evaluate(&input.rows)?.into_array(n)?)).collect::<Result<Vec<_>>>()?;
-        let key_ids = self.keys.intern(&key_columns, n)?;
         let values = self.plan.aggregates.iter().map(|a| a.evaluate_arg(&input.rows)).collect::<Result<Vec<_>>>()?;
         let mut late_rows: Vec<u32> = Vec::new();
         let mut start = 0;
@@ -142,7 +134,7 @@ impl WindowAggregateExec {
                 self.close_windows(input.watermarks[start], out)?;
                 continue;
             }
-            self.update_slices(input, start..end, &key_ids, &values, &mut late_rows)?;
+            self.update_slices(input, start..end, key_ids, &values, &mut late_rows)?;
             start = end;
         }
         if !late_rows.is_empty() {
@@ -283,17 +275,21 @@ impl StreamOperator for WindowAggregateExec {
         "WindowAggregateExec"
     }
 
-    fn process(&mut self, input: &EventBatch, out: &mut Output) -> Result<()> {
+    fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()> {
         self.metrics.rows_in += input.len() as u64;
         match &self.plan.filter {
-            None => self.process_filtered(input, out),
+            None => {
+                let key_ids = self.keys.ids_for(input, &self.plan.keys)?;
+                self.process_filtered(input, &key_ids, out)
+            }
             Some(predicate) => {
                 let mask = predicate.evaluate(&input.rows)?.into_array(input.len())?;
                 let mask = arrow::array::AsArray::as_boolean_opt(&mask)
                     .ok_or_else(|| TesseraError::Plan(format!("WHERE `{predicate}` is not a boolean expression")))?
                     .clone();
                 let filtered = input.filter(&mask)?;
-                self.process_filtered(&filtered, out)
+                let key_ids = self.keys.intern(&filtered.rows, &self.plan.keys)?;
+                self.process_filtered(&filtered, &key_ids, out)
             }
         }
     }
@@ -311,6 +307,6 @@ impl StreamOperator for WindowAggregateExec {
 
     fn metrics(&self) -> OperatorMetrics {
         let state: usize = self.slices.values().map(GroupTable::bytes).sum();
-        OperatorMetrics { state_bytes: (state + self.keys.bytes()) as u64, ..self.metrics }
+        OperatorMetrics { state_bytes: state as u64, ..self.metrics }
     }
 }
