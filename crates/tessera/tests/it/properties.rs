@@ -93,3 +93,37 @@ proptest! {
         prop_assert_eq!(late_rows as u64, expected_late);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
+
+    /// Several queries in one script: workers run whole operators (or key partitions when
+    /// there are more workers than operators); each query must still equal the reference.
+    #[test]
+    fn every_query_of_a_script_equals_reference(
+        events in event_strategy(),
+        sizes in prop::collection::vec((1i64..6, 0i64..12), 1..4),
+        delay in 0i64..5,
+        batch_size in 1usize..30,
+        parallelism in 1usize..4,
+    ) {
+        let mut text = format!(
+            "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '{delay}' SECOND)
+               WITH (path = 'unused.csv', time_unit = 's');\n"
+        );
+        let aggs = [Agg::Min, Agg::Sum, Agg::CountRows];
+        for (slide, extra) in &sizes {
+            text.push_str(&format!(
+                "SELECT k, window_start, window_end, MIN(v), SUM(v), COUNT(*) FROM HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{}' SECOND) GROUP BY k, window_start, window_end;\n",
+                slide + extra
+            ));
+        }
+        let outcome = run_batches(&text, batches(&events, batch_size), parallelism).expect("engine run");
+        for (q, (slide, extra)) in sizes.iter().enumerate() {
+            let (expected, late) = evaluate(&events, slide + extra, *slide, delay, &aggs);
+            let actual = rows(&outcome.rows[q]);
+            prop_assert!(same_rows(&actual, &expected), "query {q}\nengine:    {actual:?}\nreference: {expected:?}");
+            prop_assert_eq!(outcome.run.query_metrics[q].late_events, late);
+        }
+    }
+}
