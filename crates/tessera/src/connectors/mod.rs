@@ -126,6 +126,51 @@ impl DeadLetter {
     }
 }
 
+/// The shape rows are read in: every declared column nullable (so a decoder never fails on a
+/// missing value), and the columns a row must nevertheless have (the event-time column and
+/// NOT NULL columns).
+pub(crate) struct RowShape {
+    pub(crate) schema: arrow::datatypes::SchemaRef,
+    required: Vec<usize>,
+}
+
+impl RowShape {
+    pub(crate) fn of(source: &SourceDef) -> Self {
+        let fields = source.schema.fields();
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(
+            fields.iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+        ));
+        let mut required: Vec<usize> = (0..fields.len()).filter(|&i| !fields[i].is_nullable()).collect();
+        if !required.contains(&source.event_time.index) {
+            required.push(source.event_time.index);
+        }
+        RowShape { schema, required }
+    }
+
+    /// Drops the rows missing a required value, reporting each by its index in the batch.
+    pub(crate) fn drop_incomplete(
+        &self,
+        batch: RecordBatch,
+        mut bad_row: impl FnMut(usize, &str) -> Result<()>,
+    ) -> Result<RecordBatch> {
+        use arrow::array::Array;
+        if self.required.iter().all(|&c| batch.column(c).null_count() == 0) {
+            return Ok(batch);
+        }
+        let mut keep = vec![true; batch.num_rows()];
+        for &c in &self.required {
+            let column = batch.column(c);
+            for (row, keep_row) in keep.iter_mut().enumerate() {
+                if *keep_row && column.is_null(row) {
+                    *keep_row = false;
+                    bad_row(row, &format!("column `{}` is NULL or missing", self.schema.field(c).name()))?;
+                }
+            }
+        }
+        Ok(arrow::compute::filter_record_batch(&batch, &arrow::array::BooleanArray::from(keep))?)
+    }
+}
+
 /// A malformed row: either the error that stops the run, or a dead-letter entry.
 pub(crate) struct BadRowPolicy {
     on_error: OnError,

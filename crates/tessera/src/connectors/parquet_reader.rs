@@ -3,25 +3,24 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray};
-use arrow::compute::{cast, filter_record_batch};
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::array::{Array, ArrayRef};
+use arrow::compute::cast;
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 use parquet::file::reader::ChunkReader;
 
-use super::{BadRowPolicy, BatchReader, ReadOptions};
+use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape};
 use crate::catalog::SourceDef;
 use crate::error::{Result, TesseraError};
 
 pub struct ParquetReader {
     name: String,
     reader: ParquetRecordBatchReader,
-    declared: SchemaRef,
+    /// The declared columns as read, and which of them a row must have.
+    shape: RowShape,
     /// Position of each declared column in the projected batches.
     columns: Vec<usize>,
-    required: Vec<usize>,
     rows_read: u64,
     total_rows: u64,
     policy: BadRowPolicy,
@@ -65,20 +64,11 @@ impl ParquetReader {
         let mask = ProjectionMask::roots(builder.parquet_schema(), sorted.iter().copied());
         let reader =
             builder.with_projection(mask).with_batch_size(options.batch_size.max(1)).build().map_err(invalid)?;
-        let declared: SchemaRef = Arc::new(Schema::new(
-            source.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
-        ));
-        let mut required: Vec<usize> =
-            source.schema.fields().iter().enumerate().filter(|(_, f)| !f.is_nullable()).map(|(i, _)| i).collect();
-        if !required.contains(&source.event_time.index) {
-            required.push(source.event_time.index);
-        }
         Ok(ParquetReader {
             name,
             reader,
-            declared,
+            shape: RowShape::of(source),
             columns,
-            required,
             rows_read: 0,
             total_rows,
             policy: BadRowPolicy::new(options),
@@ -103,7 +93,7 @@ impl BatchReader for ParquetReader {
             let columns = self
                 .columns
                 .iter()
-                .zip(self.declared.fields())
+                .zip(self.shape.schema.fields())
                 .map(|(&i, field)| {
                     let column = batch.column(i);
                     if column.data_type() == field.data_type() {
@@ -122,26 +112,11 @@ impl BatchReader for ParquetReader {
                     }
                 })
                 .collect::<Result<Vec<ArrayRef>>>()?;
-            let batch = RecordBatch::try_new(Arc::clone(&self.declared), columns)?;
-            let mut keep: Option<Vec<bool>> = None;
-            for &c in &self.required {
-                let column = batch.column(c);
-                if column.null_count() == 0 {
-                    continue;
-                }
-                let keep = keep.get_or_insert_with(|| vec![true; batch.num_rows()]);
-                for (row, keep_row) in keep.iter_mut().enumerate() {
-                    if *keep_row && column.is_null(row) {
-                        *keep_row = false;
-                        let reason = format!("column `{}` is NULL", self.declared.field(c).name());
-                        self.policy.bad_row(&self.name, first_row + row as u64, &reason, "")?;
-                    }
-                }
-            }
-            let batch = match keep {
-                Some(keep) => filter_record_batch(&batch, &BooleanArray::from(keep))?,
-                None => batch,
-            };
+            let batch = RecordBatch::try_new(Arc::clone(&self.shape.schema), columns)?;
+            let (name, policy) = (&self.name, &mut self.policy);
+            let batch = self
+                .shape
+                .drop_incomplete(batch, |row, reason| policy.bad_row(name, first_row + row as u64, reason, ""))?;
             if batch.num_rows() > 0 {
                 return Ok(Some(batch));
             }

@@ -6,12 +6,11 @@ use std::io::{BufRead, BufReader, Read};
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray};
-use arrow::compute::filter_record_batch;
+use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use super::{BadRowPolicy, BatchReader, ReadOptions};
+use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape};
 use crate::catalog::{Format, SourceDef};
 use crate::error::{Result, TesseraError};
 
@@ -26,10 +25,8 @@ pub struct TextReader {
     input: BufReader<CountingReader>,
     total_bytes: Option<u64>,
     format: TextFormat,
-    /// The declared schema, every column nullable (NOT NULL is checked per row).
-    declared: SchemaRef,
-    /// Which declared columns may not be NULL (the event-time column and NOT NULL columns).
-    required: Vec<usize>,
+    /// The declared columns as read, and which of them a row must have.
+    shape: RowShape,
     /// CSV: the schema of the file's columns in file order, and where each declared column is.
     decode_schema: SchemaRef,
     projection: Vec<usize>,
@@ -80,23 +77,15 @@ impl TextReader {
             Format::JsonLines => TextFormat::JsonLines,
             Format::Parquet => return Err(TesseraError::Internal("TextReader used for Parquet".into())),
         };
-        let declared: SchemaRef = Arc::new(Schema::new(
-            source.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
-        ));
-        let mut required: Vec<usize> =
-            source.schema.fields().iter().enumerate().filter(|(_, f)| !f.is_nullable()).map(|(i, _)| i).collect();
-        if !required.contains(&source.event_time.index) {
-            required.push(source.event_time.index);
-        }
+        let shape = RowShape::of(source);
         let mut reader = TextReader {
             name,
             input: BufReader::with_capacity(1 << 20, CountingReader { inner: input, count: 0 }),
             total_bytes,
             format,
-            decode_schema: Arc::clone(&declared),
-            projection: (0..declared.fields().len()).collect(),
-            declared,
-            required,
+            decode_schema: Arc::clone(&shape.schema),
+            projection: (0..shape.schema.fields().len()).collect(),
+            shape,
             batch_size: options.batch_size.max(1),
             line: 0,
             policy: BadRowPolicy::new(options),
@@ -121,13 +110,13 @@ impl TextReader {
         let text = String::from_utf8_lossy(&chunk.bytes[range]).into_owned();
         let names = split_csv_fields(text.trim_end_matches(['\n', '\r']), delimiter);
         let mut fields = Vec::new();
-        let mut projection = vec![usize::MAX; self.declared.fields().len()];
+        let mut projection = vec![usize::MAX; self.shape.schema.fields().len()];
         for (i, name) in names.iter().enumerate() {
             let name = name.trim();
-            match self.declared.fields().iter().position(|f| f.name().eq_ignore_ascii_case(name)) {
+            match self.shape.schema.fields().iter().position(|f| f.name().eq_ignore_ascii_case(name)) {
                 Some(d) if projection[d] == usize::MAX => {
                     projection[d] = i;
-                    fields.push(self.declared.field(d).clone());
+                    fields.push(self.shape.schema.field(d).clone());
                 }
                 _ => fields.push(Field::new(format!("__extra_{i}"), DataType::Utf8, true)),
             }
@@ -138,7 +127,7 @@ impl TextReader {
                 line,
                 reason: format!(
                     "header has no column `{}` (header: {})",
-                    self.declared.field(missing).name(),
+                    self.shape.schema.field(missing).name(),
                     names.join(", ")
                 ),
             });
@@ -195,28 +184,14 @@ impl TextReader {
                     .with_delimiter(delimiter)
                     .with_batch_size(self.batch_size.max(1))
                     .build_decoder();
-                let mut offset = 0;
-                while offset < bytes.len() {
-                    let used = decoder.decode(&bytes[offset..])?;
-                    if used == 0 {
-                        break;
-                    }
-                    offset += used;
-                }
+                feed(bytes, |b| decoder.decode(b))?;
                 decoder.flush()
             }
             TextFormat::JsonLines => {
                 let mut decoder = arrow::json::ReaderBuilder::new(Arc::clone(&self.decode_schema))
                     .with_batch_size(self.batch_size.max(1))
                     .build_decoder()?;
-                let mut offset = 0;
-                while offset < bytes.len() {
-                    let used = decoder.decode(&bytes[offset..])?;
-                    if used == 0 {
-                        break;
-                    }
-                    offset += used;
-                }
+                feed(bytes, |b| decoder.decode(b))?;
                 decoder.flush()
             }
         }
@@ -261,6 +236,22 @@ impl TextReader {
         };
         Ok((batch, good_lines))
     }
+}
+
+/// Hands `bytes` to a push decoder until it has taken them all (or takes no more).
+fn feed(
+    bytes: &[u8],
+    mut decode: impl FnMut(&[u8]) -> std::result::Result<usize, arrow::error::ArrowError>,
+) -> std::result::Result<(), arrow::error::ArrowError> {
+    let mut offset = 0;
+    while offset < bytes.len() {
+        let used = decode(&bytes[offset..])?;
+        if used == 0 {
+            break;
+        }
+        offset += used;
+    }
+    Ok(())
 }
 
 /// Arrow's parse errors carry a line number relative to the batch; drop it (the reader knows
@@ -325,8 +316,13 @@ impl BatchReader for TextReader {
             }
             let (decoded, lines) = self.decode_chunk(&chunk)?;
             let columns: Vec<ArrayRef> = self.projection.iter().map(|&i| Arc::clone(decoded.column(i))).collect();
-            let batch = RecordBatch::try_new(Arc::clone(&self.declared), columns)?;
-            let batch = self.drop_rows_missing_required(batch, &lines, &chunk)?;
+            let batch = RecordBatch::try_new(Arc::clone(&self.shape.schema), columns)?;
+            let (name, policy) = (&self.name, &mut self.policy);
+            let batch = self.shape.drop_incomplete(batch, |row, reason| {
+                let text =
+                    chunk.records.iter().find(|(l, _)| *l == lines[row]).map(|(_, r)| Self::record_text(&chunk, r));
+                policy.bad_row(name, lines[row], reason, &text.unwrap_or_default())
+            })?;
             if batch.num_rows() > 0 {
                 return Ok(Some(batch));
             }
@@ -341,34 +337,6 @@ impl BatchReader for TextReader {
 
     fn bad_rows(&self) -> u64 {
         self.policy.count()
-    }
-}
-
-impl TextReader {
-    /// Rows with NULL in the event-time column or a NOT NULL column are malformed.
-    fn drop_rows_missing_required(&mut self, batch: RecordBatch, lines: &[u64], chunk: &Chunk) -> Result<RecordBatch> {
-        if self.required.iter().all(|&c| batch.column(c).null_count() == 0) {
-            return Ok(batch);
-        }
-        let mut keep = vec![true; batch.num_rows()];
-        for &c in &self.required {
-            let column = batch.column(c);
-            for (row, keep_row) in keep.iter_mut().enumerate() {
-                if *keep_row && column.is_null(row) {
-                    *keep_row = false;
-                    let line = lines[row];
-                    let text = chunk
-                        .records
-                        .iter()
-                        .find(|(l, _)| *l == line)
-                        .map(|(_, r)| Self::record_text(chunk, r))
-                        .unwrap_or_default();
-                    let reason = format!("column `{}` is NULL or missing", self.declared.field(c).name());
-                    self.policy.bad_row(&self.name, line, &reason, &text)?;
-                }
-            }
-        }
-        Ok(filter_record_batch(&batch, &BooleanArray::from(keep))?)
     }
 }
 

@@ -67,7 +67,7 @@ fn value(column: &ArrayRef, row: usize) -> Value {
     match column.data_type() {
         DataType::Float64 => Value::Float(column.as_primitive::<Float64Type>().value(row)),
         DataType::Utf8 => Value::Text(column.as_string::<i32>().value(row).to_string()),
-        t if t.is_integer() || matches!(t, DataType::Timestamp(..)) => {
+        t if t.is_integer() => {
             let c = arrow::compute::cast(column, &DataType::Int64).expect("integer cast");
             Value::Int(c.as_primitive::<Int64Type>().value(row))
         }

@@ -124,7 +124,7 @@ impl StreamDb {
 }
 
 fn column_type(t: &arrow::datatypes::DataType) -> DefaultColumnType {
-    if t.is_integer() || matches!(t, arrow::datatypes::DataType::Timestamp(..)) {
+    if t.is_integer() {
         DefaultColumnType::Integer
     } else if t.is_floating() {
         DefaultColumnType::FloatingPoint
