@@ -202,3 +202,19 @@ fn explain_shows_windows_and_costs() {
     assert_eq!(query["costs"]["baseline"], 10.0);
     assert_eq!(query["aggregates"], serde_json::json!(["min", "count"]));
 }
+
+#[test]
+fn queries_with_different_columns_get_their_own_files() {
+    let dir = workspace(GOOD);
+    let second = "SELECT window_start, COUNT(*) AS events FROM TUMBLE(readings, ts, INTERVAL '20' SECOND) GROUP BY window_start;";
+    std::fs::write(dir.path().join("q.sql"), format!("{SOURCE}{QUERY}{second}")).unwrap();
+    let out = tessera(&["run", "q.sql"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "stdout cannot hold two CSV tables");
+    assert!(text(&out.stderr).contains("--output"), "{}", text(&out.stderr));
+    let out = tessera(&["run", "q.sql", "-o", "out.csv", "-q"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let first = std::fs::read_to_string(dir.path().join("out.csv")).unwrap();
+    let second = std::fs::read_to_string(dir.path().join("out-q2.csv")).unwrap();
+    assert!(first.starts_with("device_id,window_start,window_end,lo,n\n"), "{first}");
+    assert_eq!(second, "window_start,events\n0,3\n");
+}
