@@ -212,8 +212,8 @@ fn explain(path: &std::path::Path, format: ExplainFormat) -> Result<(), TesseraE
         .iter()
         .map(|q| {
             let windows = query_windows(q);
-            let cost = tessera::window::baseline_cost(&windows, eta);
-            let period = windows.iter().fold(1, |acc, w| tessera::window::lcm(acc, w.range));
+            let model = tessera::window::cost::CostModel::new(&windows, eta);
+            let (cost, period) = (model.baseline(&windows), model.period);
             let unit = script.catalog.source(&q.source).map(|s| s.event_time.unit.suffix()).unwrap_or("");
             serde_json::json!({
                 "sql": q.sql,

@@ -12,6 +12,7 @@ use crate::error::{Result, TesseraError};
 use crate::exec::pipeline::{run_source, ProgressFn};
 use crate::plan::{BranchPlan, QueryPlan};
 use crate::sql::{binder::bind_query, parse_script, ScriptText, Statement};
+use crate::window::cost::CostModel;
 use crate::window::WindowSpec;
 
 /// Session options set with `SET name = value` in a script.
@@ -173,7 +174,7 @@ pub fn run_script_with_readers(
                 let windows = query_windows(q);
                 QueryStats {
                     sql: q.sql.clone(),
-                    plan_cost: crate::window::baseline_cost(&windows, script.settings.eta),
+                    plan_cost: CostModel::new(&windows, script.settings.eta).baseline(&windows),
                     chosen_strategy: if windows.is_empty() { "stateless" } else { "baseline" }.to_string(),
                     windows,
                     rows_out: 0,
@@ -183,14 +184,14 @@ pub fn run_script_with_readers(
             .collect(),
         ..Default::default()
     };
-    let mut sources: Vec<&str> = script.queries.iter().map(|q| q.source.as_str()).collect();
-    sources.dedup();
-    let mut seen = Vec::new();
-    for name in sources {
-        if seen.contains(&name) {
-            continue;
+    // Each source is read once, for all the queries that read it, in the order they appear.
+    let mut sources: Vec<&str> = Vec::new();
+    for query in &script.queries {
+        if !sources.contains(&query.source.as_str()) {
+            sources.push(&query.source);
         }
-        seen.push(name);
+    }
+    for name in sources {
         let source =
             script.catalog.source(name).ok_or_else(|| TesseraError::Internal(format!("source {name} vanished")))?;
         let queries: Vec<(usize, &QueryPlan)> =

@@ -1,8 +1,27 @@
 //! Window algebra: a window `W<range, slide>` has the intervals `[m*slide, m*slide + range)`
 //! for every integer `m`. Windows are evaluated on slices of length `gcd(range, slide)`, so every
 //! event updates exactly one slice and each window is the union of consecutive slices.
+//!
+//! Between windows (Wu et al., "Cost-based query rewriting techniques for optimizing aggregates
+//! over correlated windows"): `W1` is *covered by* `W2` when every interval of `W1` is the union
+//! of consecutive intervals of `W2` (Theorem 1), *partitioned by* `W2` when those intervals are
+//! also disjoint (Theorem 4); the *covering multiplier* counts them (Theorem 3). The cost model
+//! built on these lives in [`cost`].
+
+pub mod cost;
 
 use serde::Serialize;
+
+/// Which relation lets one window be computed from another's partial aggregates: MIN and MAX
+/// may combine overlapping parts, SUM, COUNT, AVG and the moments need disjoint parts, holistic
+/// aggregates cannot be combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sharing {
+    CoveredBy,
+    PartitionedBy,
+    None,
+}
 
 /// A tumbling (`range == slide`) or hopping window, in event-time units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -50,6 +69,32 @@ impl WindowSpec {
         floor_div(t, self.slide)
     }
 
+    /// Theorem 1: every interval of `self` is the union of consecutive intervals of `other`
+    /// starting at its start and ending at its end.
+    pub fn is_covered_by(&self, other: &WindowSpec) -> bool {
+        self.range >= other.range && self.slide % other.slide == 0 && (self.range - other.range) % other.slide == 0
+    }
+
+    /// Theorem 4: covered by `other`, with disjoint covering intervals (`other` tumbling).
+    pub fn is_partitioned_by(&self, other: &WindowSpec) -> bool {
+        other.is_tumbling() && self.slide % other.slide == 0 && self.range % other.slide == 0
+    }
+
+    /// Whether `self` can be computed from `other`'s partial aggregates under `sharing`.
+    pub fn can_be_computed_from(&self, other: &WindowSpec, sharing: Sharing) -> bool {
+        match sharing {
+            Sharing::CoveredBy => self.is_covered_by(other),
+            Sharing::PartitionedBy => self.is_partitioned_by(other),
+            Sharing::None => false,
+        }
+    }
+
+    /// Theorem 3: how many intervals of `other` make up one interval of `self` (which must be
+    /// covered by `other`).
+    pub fn covering_multiplier(&self, other: &WindowSpec) -> i64 {
+        1 + (self.range - other.range) / other.slide
+    }
+
     /// The windows containing time `t`, as an inclusive range of indices.
     pub fn windows_containing(&self, t: i64) -> (i64, i64) {
         (self.first_window_ending_after(t), self.last_window_starting_at_or_before(t))
@@ -75,6 +120,14 @@ pub fn floor_div(a: i64, b: i64) -> i64 {
     }
 }
 
+/// Least common multiple (saturating).
+pub fn lcm(a: i64, b: i64) -> i64 {
+    if a == 0 || b == 0 {
+        return 0;
+    }
+    (a / gcd(a, b)).saturating_mul(b).abs()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +146,62 @@ mod tests {
         }
     }
 
+    /// Coverage by its definition: every interval of `a` (within a few periods) is exactly the
+    /// union of the consecutive intervals of `b` that start at its start and end at its end.
+    fn covered_by_definition(a: &WindowSpec, b: &WindowSpec) -> bool {
+        (0..6).all(|m| {
+            let (start, end) = (a.start(m), a.end(m));
+            let Some(first) = (-20..200).find(|&j| b.start(j) == start) else { return false };
+            let mut reach = b.end(first);
+            let mut j = first;
+            while reach < end {
+                j += 1;
+                if b.start(j) > reach {
+                    return false;
+                }
+                reach = reach.max(b.end(j));
+            }
+            reach == end
+        })
+    }
+
+    #[test]
+    fn coverage_theorems_match_the_definition() {
+        let spans: Vec<WindowSpec> =
+            (1..=6).flat_map(|s| (s..=12).map(move |r| WindowSpec { range: r, slide: s })).collect();
+        for a in &spans {
+            for b in &spans {
+                assert_eq!(a.is_covered_by(b), covered_by_definition(a, b), "{a:?} <= {b:?}");
+                if a.is_covered_by(b) {
+                    // The multiplier counts the covering intervals.
+                    let count = (0..100).filter(|&j| b.start(j) >= a.start(1) && b.end(j) <= a.end(1)).count() as i64;
+                    assert_eq!(a.covering_multiplier(b), count, "{a:?} by {b:?}");
+                }
+                let disjoint = a.is_covered_by(b) && b.is_tumbling();
+                assert_eq!(a.is_partitioned_by(b), disjoint, "{a:?} partitioned by {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn coverage_is_a_partial_order() {
+        let spans: Vec<WindowSpec> =
+            (1..=5).flat_map(|s| (s..=10).map(move |r| WindowSpec { range: r, slide: s })).collect();
+        for a in &spans {
+            assert!(a.is_covered_by(a));
+            for b in &spans {
+                if a.is_covered_by(b) && b.is_covered_by(a) {
+                    assert_eq!(a, b);
+                }
+                for c in &spans {
+                    if a.is_covered_by(b) && b.is_covered_by(c) {
+                        assert!(a.is_covered_by(c), "{a:?} {b:?} {c:?}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn slices_divide_every_boundary() {
         let w = WindowSpec::hopping(60, 1800);
@@ -102,41 +211,5 @@ mod tests {
         assert_eq!(floor_div(-1, 10), -1);
         assert_eq!(floor_div(-10, 10), -1);
         assert_eq!(floor_div(9, 10), 0);
-    }
-}
-
-/// Least common multiple (saturating).
-pub fn lcm(a: i64, b: i64) -> i64 {
-    if a == 0 || b == 0 {
-        return 0;
-    }
-    (a / gcd(a, b)).saturating_mul(b).abs()
-}
-
-/// The cost model of the multi-window paper for computing every window from the raw stream:
-/// over the period `R = lcm(ranges)`, window `i` recurs `n_i = 1 + (R/r_i - 1) * r_i/s_i` times
-/// and each instance touches `eta * r_i` events.
-pub fn baseline_cost(windows: &[WindowSpec], eta: f64) -> f64 {
-    let period = windows.iter().fold(1, |acc, w| lcm(acc, w.range));
-    windows
-        .iter()
-        .map(|w| {
-            let multiplicity = (period / w.range) as f64;
-            let recurrences = 1.0 + (multiplicity - 1.0) * w.range as f64 / w.slide as f64;
-            recurrences * eta * w.range as f64
-        })
-        .sum()
-}
-
-#[cfg(test)]
-mod cost_tests {
-    use super::*;
-
-    #[test]
-    fn baseline_matches_example_6() {
-        let windows: Vec<WindowSpec> = [10, 20, 30, 40].map(WindowSpec::tumbling).to_vec();
-        assert_eq!(baseline_cost(&windows, 1.0), 480.0);
-        let windows: Vec<WindowSpec> = [20, 30, 40].map(WindowSpec::tumbling).to_vec();
-        assert_eq!(baseline_cost(&windows, 1.0), 360.0);
     }
 }
