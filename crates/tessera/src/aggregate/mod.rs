@@ -22,6 +22,7 @@ use arrow::datatypes::DataType;
 use datafusion_physical_expr::PhysicalExpr;
 
 use crate::error::{Result, TesseraError};
+use crate::window::Sharing;
 pub use states::GroupStates;
 
 /// The aggregate functions tessera evaluates on streams.
@@ -87,6 +88,17 @@ impl AggregateFunction {
         }
     }
 
+    /// How windows may share this aggregate's partial states: MIN and MAX combine overlapping
+    /// parts (covered by), the other distributive and algebraic functions need disjoint parts
+    /// (partitioned by), holistic ones do not share.
+    pub fn sharing(self) -> Sharing {
+        match self {
+            AggregateFunction::Min | AggregateFunction::Max => Sharing::CoveredBy,
+            f if f.class() == AggregateClass::Holistic => Sharing::None,
+            _ => Sharing::PartitionedBy,
+        }
+    }
+
     pub fn class(self) -> AggregateClass {
         match self {
             AggregateFunction::Min
@@ -100,6 +112,15 @@ impl AggregateFunction {
             AggregateFunction::Median | AggregateFunction::ApproxCountDistinct => AggregateClass::Holistic,
         }
     }
+}
+
+/// The sharing all of `functions` allow: the most restrictive of theirs.
+pub fn common_sharing(functions: impl IntoIterator<Item = AggregateFunction>) -> Sharing {
+    functions.into_iter().map(AggregateFunction::sharing).fold(Sharing::CoveredBy, |acc, s| match (acc, s) {
+        (Sharing::None, _) | (_, Sharing::None) => Sharing::None,
+        (Sharing::PartitionedBy, _) | (_, Sharing::PartitionedBy) => Sharing::PartitionedBy,
+        _ => Sharing::CoveredBy,
+    })
 }
 
 /// The value domain a state works in; inputs are cast to it before updates and results are
@@ -170,5 +191,20 @@ impl AggregateSpec {
         } else {
             Ok(cast(&values, &self.output_type)?)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sharing_follows_the_most_restrictive_aggregate() {
+        use AggregateFunction::*;
+        assert_eq!(common_sharing([Min, Max]), Sharing::CoveredBy);
+        assert_eq!(common_sharing([Min, Sum]), Sharing::PartitionedBy);
+        assert_eq!(common_sharing([Avg, StddevSamp, CountRows]), Sharing::PartitionedBy);
+        assert_eq!(common_sharing([Min, Median]), Sharing::None);
+        assert_eq!(common_sharing([ApproxCountDistinct]), Sharing::None);
     }
 }

@@ -1,0 +1,292 @@
+//! ShareWindows: compute larger windows from the partial aggregates of smaller ones.
+//!
+//! The window coverage graph (WCG) has an edge `W' -> W` when `W` can be computed from `W'`
+//! (covered by it for MIN/MAX, partitioned by it for SUM/COUNT/AVG/moments). Algorithm 1 of
+//! the multi-window paper gives every window its cheapest input, the stream or a window that
+//! covers it: optimal without auxiliary windows, and the result is a forest. Algorithm 2 adds,
+//! for the stream and for every window, the best *factor window* (an auxiliary window between a
+//! window and its downstream windows, computed but not output), chosen by the exact change in
+//! cost, reruns Algorithm 1 and keeps the cheaper of the two plans.
+
+use crate::window::cost::{CostModel, Input};
+use crate::window::{gcd, Sharing, WindowSpec};
+
+/// A window of a shared plan and where its input comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedWindow {
+    pub spec: WindowSpec,
+    /// False for factor windows: computed for others, not emitted.
+    pub output: bool,
+    pub input: Input,
+    /// Its cost per period in the model.
+    pub cost: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedPlan {
+    pub windows: Vec<PlannedWindow>,
+    pub total_cost: f64,
+}
+
+impl SharedPlan {
+    pub fn factor_windows(&self) -> impl Iterator<Item = &PlannedWindow> {
+        self.windows.iter().filter(|w| !w.output)
+    }
+}
+
+/// Algorithm 1 over `windows` (spec, output); factor windows that end up feeding nothing are
+/// dropped.
+pub fn min_cost_forest(windows: &[(WindowSpec, bool)], sharing: Sharing, model: &CostModel) -> SharedPlan {
+    let mut candidates: Vec<(WindowSpec, bool)> = Vec::new();
+    for &(spec, output) in windows {
+        match candidates.iter_mut().find(|(s, _)| *s == spec) {
+            Some(existing) => existing.1 |= output,
+            None => candidates.push((spec, output)),
+        }
+    }
+    loop {
+        let planned: Vec<PlannedWindow> = candidates
+            .iter()
+            .map(|&(spec, output)| {
+                let mut best = (Input::Stream, model.cost(&spec, Input::Stream));
+                for &(parent, _) in &candidates {
+                    if parent != spec && spec.can_be_computed_from(&parent, sharing) {
+                        let cost = model.cost(&spec, Input::Window(parent));
+                        if cost < best.1 {
+                            best = (Input::Window(parent), cost);
+                        }
+                    }
+                }
+                PlannedWindow { spec, output, input: best.0, cost: best.1 }
+            })
+            .collect();
+        let unused = |w: &PlannedWindow| !w.output && !planned.iter().any(|p| p.input == Input::Window(w.spec));
+        if !planned.iter().any(unused) {
+            let total_cost = planned.iter().map(|w| w.cost).sum();
+            return SharedPlan { windows: planned, total_cost };
+        }
+        // Dropping a factor window nobody reads changes no other window's best input.
+        candidates.retain(|&(spec, output)| output || planned.iter().any(|p| p.input == Input::Window(spec)));
+    }
+}
+
+/// The windows directly below `target` in the WCG: for the stream, the windows nothing else in
+/// the set can compute; for a window, every window it can compute.
+fn downstream(target: Input, windows: &[WindowSpec], sharing: Sharing) -> Vec<WindowSpec> {
+    windows
+        .iter()
+        .copied()
+        .filter(|w| match target {
+            Input::Stream => !windows.iter().any(|o| o != w && w.can_be_computed_from(o, sharing)),
+            Input::Window(t) => *w != t && w.can_be_computed_from(&t, sharing),
+        })
+        .collect()
+}
+
+/// Every window that could sit between `target` and all of `below` (general candidate
+/// generation: slides dividing the gcd of their slides, ranges up to the smallest range).
+pub fn factor_candidates(target: Input, below: &[WindowSpec], sharing: Sharing) -> Vec<WindowSpec> {
+    if below.is_empty() || sharing == Sharing::None {
+        return vec![];
+    }
+    let target_slide = match target {
+        Input::Stream => 1,
+        Input::Window(t) => t.slide,
+    };
+    let common_slide = below.iter().fold(0, |acc, w| gcd(acc, w.slide));
+    let min_range = below.iter().map(|w| w.range).min().unwrap_or(0);
+    let mut out = Vec::new();
+    for slide in (1..=common_slide).filter(|s| common_slide % s == 0 && s % target_slide == 0) {
+        for range in (slide..=min_range).step_by(slide as usize) {
+            let candidate = WindowSpec { range, slide };
+            let fits_target = match target {
+                Input::Stream => true,
+                Input::Window(t) => candidate != t && candidate.can_be_computed_from(&t, sharing),
+            };
+            if fits_target
+                && !below.contains(&candidate)
+                && below.iter().all(|w| w.can_be_computed_from(&candidate, sharing))
+            {
+                out.push(candidate);
+            }
+        }
+    }
+    out
+}
+
+/// Equation 2, generalised to any event rate: the change in cost when `factor` is inserted
+/// between `target` and `below` (negative: the factor window helps).
+pub fn factor_benefit(target: Input, factor: &WindowSpec, below: &[WindowSpec], model: &CostModel) -> f64 {
+    let through_factor: f64 = below
+        .iter()
+        .map(|w| {
+            model.recurrences(w) * (model.instance_cost(w, Input::Window(*factor)) - model.instance_cost(w, target))
+        })
+        .sum();
+    through_factor + model.cost(factor, target)
+}
+
+/// FindBestFactorWindow: the candidate with the largest cost reduction, if any reduces cost.
+pub fn best_factor_window(
+    target: Input,
+    windows: &[WindowSpec],
+    sharing: Sharing,
+    model: &CostModel,
+) -> Option<WindowSpec> {
+    let below = downstream(target, windows, sharing);
+    factor_candidates(target, &below, sharing)
+        .into_iter()
+        .map(|f| (factor_benefit(target, &f, &below, model), f))
+        .filter(|(benefit, _)| *benefit < 0.0)
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(b.1.range.cmp(&a.1.range)))
+        .map(|(_, f)| f)
+}
+
+/// Algorithm 2: Algorithm 1 over the windows plus the best factor window for the stream and for
+/// each window; the cheaper of that and plain Algorithm 1.
+pub fn min_cost_with_factor_windows(windows: &[WindowSpec], sharing: Sharing, model: &CostModel) -> SharedPlan {
+    let outputs: Vec<(WindowSpec, bool)> = windows.iter().map(|w| (*w, true)).collect();
+    let plain = min_cost_forest(&outputs, sharing, model);
+    let mut expanded = outputs.clone();
+    let targets = std::iter::once(Input::Stream).chain(windows.iter().map(|w| Input::Window(*w)));
+    for target in targets {
+        if let Some(factor) = best_factor_window(target, windows, sharing, model) {
+            expanded.push((factor, false));
+        }
+    }
+    let with_factors = min_cost_forest(&expanded, sharing, model);
+    if with_factors.total_cost < plain.total_cost {
+        with_factors
+    } else {
+        plain
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tumbling(ranges: &[i64]) -> Vec<WindowSpec> {
+        ranges.iter().map(|&r| WindowSpec::tumbling(r)).collect()
+    }
+
+    fn outputs(windows: &[WindowSpec]) -> Vec<(WindowSpec, bool)> {
+        windows.iter().map(|w| (*w, true)).collect()
+    }
+
+    #[test]
+    fn example_6_min_cost_wcg() {
+        let windows = tumbling(&[10, 20, 30, 40]);
+        let model = CostModel::new(&windows, 1.0);
+        for sharing in [Sharing::CoveredBy, Sharing::PartitionedBy] {
+            let plan = min_cost_forest(&outputs(&windows), sharing, &model);
+            assert_eq!(plan.total_cost, 150.0);
+            let input_of = |r: i64| plan.windows.iter().find(|w| w.spec.range == r).unwrap().input;
+            assert_eq!(input_of(10), Input::Stream);
+            assert_eq!(input_of(20), Input::Window(WindowSpec::tumbling(10)));
+            assert_eq!(input_of(30), Input::Window(WindowSpec::tumbling(10)));
+            assert_eq!(input_of(40), Input::Window(WindowSpec::tumbling(20)));
+        }
+    }
+
+    #[test]
+    fn example_7_factor_window_10() {
+        let windows = tumbling(&[20, 30, 40]);
+        let model = CostModel::new(&windows, 1.0);
+        assert_eq!(model.baseline(&windows), 360.0);
+        let plain = min_cost_forest(&outputs(&windows), Sharing::PartitionedBy, &model);
+        assert_eq!(plain.total_cost, 246.0);
+        let plan = min_cost_with_factor_windows(&windows, Sharing::PartitionedBy, &model);
+        assert_eq!(plan.total_cost, 150.0);
+        let factors: Vec<_> = plan.factor_windows().map(|w| w.spec).collect();
+        assert_eq!(factors, vec![WindowSpec::tumbling(10)]);
+    }
+
+    #[test]
+    fn example_8_candidates_and_choice() {
+        let windows = tumbling(&[20, 30, 40]);
+        let model = CostModel::new(&windows, 1.0);
+        let below = downstream(Input::Stream, &windows, Sharing::PartitionedBy);
+        assert_eq!(below, tumbling(&[20, 30]));
+        // The paper's candidates are 2, 5 and 10; W<1,1> is its virtual root. Here the stream is
+        // the root and W<1,1> a real window, which pre-aggregates per time unit: it only helps
+        // when more than one event arrives per unit.
+        let candidates = factor_candidates(Input::Stream, &below, Sharing::PartitionedBy);
+        assert_eq!(candidates, tumbling(&[1, 2, 5, 10]));
+        assert!(factor_benefit(Input::Stream, &candidates[0], &below, &model) > 0.0);
+        // Equation 3 counts a candidate as helping when the cost does not grow: 2 breaks even
+        // (-120 + 120), 5 saves 72 and 10 saves 96.
+        let benefits: Vec<f64> =
+            candidates[1..].iter().map(|c| factor_benefit(Input::Stream, c, &below, &model)).collect();
+        assert_eq!(benefits, vec![0.0, -72.0, -96.0]);
+        let busy = CostModel { eta: 100.0, ..model };
+        assert!(factor_benefit(Input::Stream, &candidates[0], &below, &busy) < 0.0);
+        assert_eq!(
+            best_factor_window(Input::Stream, &windows, Sharing::PartitionedBy, &model),
+            Some(WindowSpec::tumbling(10))
+        );
+    }
+
+    #[test]
+    fn holistic_aggregates_share_nothing() {
+        let windows = tumbling(&[10, 20]);
+        let model = CostModel::new(&windows, 1.0);
+        let plan = min_cost_with_factor_windows(&windows, Sharing::None, &model);
+        assert_eq!(plan.total_cost, model.baseline(&windows));
+    }
+
+    /// Every assignment of inputs (stream or a covering window) to every window, by brute force.
+    fn optimum_without_factors(windows: &[WindowSpec], sharing: Sharing, model: &CostModel) -> f64 {
+        windows
+            .iter()
+            .map(|w| {
+                let from_windows = windows
+                    .iter()
+                    .filter(|p| *p != w && w.can_be_computed_from(p, sharing))
+                    .map(|p| model.cost(w, Input::Window(*p)));
+                from_windows.fold(model.cost(w, Input::Stream), f64::min)
+            })
+            .sum()
+    }
+
+    #[test]
+    fn algorithm_1_is_optimal_and_algorithm_2_never_worse() {
+        let mut seed = 17u64;
+        let mut next = |n: i64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((seed >> 33) % n as u64) as i64
+        };
+        for _ in 0..300 {
+            let count = 2 + next(4) as usize;
+            let windows: Vec<WindowSpec> = (0..count)
+                .map(|_| {
+                    let slide = 1 + next(6);
+                    WindowSpec { range: slide * (1 + next(5)), slide }
+                })
+                .collect();
+            for sharing in [Sharing::CoveredBy, Sharing::PartitionedBy] {
+                for eta in [1.0, 10.0] {
+                    let model = CostModel::new(&windows, eta);
+                    let mut distinct: Vec<WindowSpec> = Vec::new();
+                    for w in &windows {
+                        if !distinct.contains(w) {
+                            distinct.push(*w);
+                        }
+                    }
+                    let plan = min_cost_forest(&outputs(&windows), sharing, &model);
+                    let optimum = optimum_without_factors(&distinct, sharing, &model);
+                    assert!((plan.total_cost - optimum).abs() < 1e-9, "{windows:?}");
+                    let with_factors = min_cost_with_factor_windows(&windows, sharing, &model);
+                    assert!(with_factors.total_cost <= plan.total_cost + 1e-9);
+                    assert!(with_factors.total_cost <= model.baseline(&distinct) + 1e-9);
+                    // Inputs are always legal.
+                    for w in &with_factors.windows {
+                        if let Input::Window(parent) = w.input {
+                            assert!(w.spec.can_be_computed_from(&parent, sharing));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
