@@ -1,5 +1,6 @@
--- MIN(temperature) per device over 10, 20, 30 and 40 minute tumbling windows, and a
--- 30-minute window sliding every minute, over the bundled sensor readings.
+-- MIN(temperature) per device over 10, 20, 30 and 40 minute tumbling windows and a 30-minute
+-- window sliding every minute, over the bundled sensor readings (20 devices, about 17 minutes,
+-- up to 3 seconds out of order).
 CREATE SOURCE readings (
     device_id BIGINT,
     temperature DOUBLE,
@@ -21,4 +22,8 @@ GROUP BY device_id, window_start, window_end
 UNION ALL
 SELECT device_id, window_start, window_end, MIN(temperature) AS min_temp
 FROM TUMBLE(readings, ts, INTERVAL '40' MINUTE)
+GROUP BY device_id, window_start, window_end
+UNION ALL
+SELECT device_id, window_start, window_end, MIN(temperature) AS min_temp
+FROM HOP(readings, ts, INTERVAL '1' MINUTE, INTERVAL '30' MINUTE)
 GROUP BY device_id, window_start, window_end;
