@@ -27,10 +27,7 @@ pub struct BenchArgs {
 
 pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
     let script = Script::from_file(&args.script)?;
-    let parallelism = args
-        .parallelism
-        .or(script.settings.parallelism)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let parallelism = crate::parallelism(args.parallelism)?;
     let read = ReadOptions { batch_size: script.settings.batch_size, ..ReadOptions::default() };
     let load_started = Instant::now();
     let mut loaded = Vec::new();
@@ -46,7 +43,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
     let events: usize = loaded.iter().flat_map(|(_, batches)| batches.iter().map(|b| b.num_rows())).sum();
     let options = RunOptions { parallelism, ..RunOptions::default() };
     let mut times = Vec::new();
-    let mut rows_out = 0;
+    let (mut rows_out, mut workers) = (0, 0);
     for _ in 0..args.repeat.max(1) {
         let mut sink = MemorySink::default();
         let started = Instant::now();
@@ -55,7 +52,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
             Ok(Box::new(MemoryReader::new(batches.clone())) as Box<dyn BatchReader>)
         })?;
         times.push(started.elapsed().as_secs_f64());
-        rows_out = stats.rows_out;
+        (rows_out, workers) = (stats.rows_out, stats.parallelism);
     }
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
@@ -64,7 +61,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
             "script": args.script.display().to_string(),
             "events": events,
             "rows_out": rows_out,
-            "parallelism": parallelism,
+            "workers": workers,
             "decode_seconds": load_seconds,
             "compute_seconds_median": median,
             "compute_seconds": times,
@@ -73,7 +70,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
         println!("{report}");
     } else {
         println!(
-            "{}: {events} events, decode {load_seconds:.3} s; compute median {median:.3} s over {} runs = {:.2}M events/s (parallelism {parallelism}, {rows_out} rows out)",
+            "{}: {events} events, decode {load_seconds:.3} s; compute median {median:.3} s over {} runs = {:.2}M events/s ({workers} workers, {rows_out} rows out)",
             args.script.display(),
             times.len(),
             events as f64 / median / 1e6,

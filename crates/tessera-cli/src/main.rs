@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tessera::connectors::sink::{FileSink, OutputFormat};
 use tessera::connectors::{OnError, ReadOptions};
 use tessera::engine::{query_windows, run_script, RunOptions, RunStats, Script};
-use tessera::exec::pipeline::Progress;
+use tessera::exec::pipeline::{Parallelism, Progress};
 use tessera::TesseraError;
 
 #[derive(Parser)]
@@ -63,7 +63,8 @@ enum Command {
         /// Where `--on-error skip` puts malformed rows (JSON lines).
         #[arg(long, default_value = "tessera-dead-letter.jsonl")]
         dead_letter: PathBuf,
-        /// Worker threads (default: the number of cores).
+        /// Worker threads; rows are split by key hash when there are fewer operators than
+        /// workers (default: chosen per script, up to the number of cores).
         #[arg(long)]
         parallelism: Option<usize>,
         /// No progress bar and no summary.
@@ -124,13 +125,7 @@ struct RunArgs {
 
 fn run(args: RunArgs) -> Result<(), TesseraError> {
     let script = Script::from_file(&args.script)?;
-    let parallelism = args
-        .parallelism
-        .or(script.settings.parallelism)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if parallelism == 0 {
-        return Err(TesseraError::Option("--parallelism must be at least 1".into()));
-    }
+    let parallelism = parallelism(args.parallelism)?;
     let format = match args.format {
         Format::Csv => OutputFormat::Csv,
         Format::Jsonl => OutputFormat::JsonLines,
@@ -165,9 +160,6 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
         },
         progress: Some(&progress),
     };
-    let mut settings = script.settings.clone();
-    settings.parallelism = Some(parallelism);
-    let script = Script { settings, ..script };
     let result = run_script(&script, &options, &mut sink);
     if let Some(bar) = &bar {
         bar.finish_and_clear();
@@ -184,9 +176,19 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
     Ok(())
 }
 
+/// `--parallelism N` fixes the number of workers (over the script's `SET parallelism`); by
+/// default the engine chooses per script, up to the number of cores.
+pub fn parallelism(flag: Option<usize>) -> Result<Parallelism, TesseraError> {
+    match flag {
+        Some(0) => Err(TesseraError::Option("--parallelism must be at least 1".into())),
+        Some(n) => Ok(Parallelism::Fixed(n)),
+        None => Ok(Parallelism::Auto(std::thread::available_parallelism().map_or(1, |n| n.get()))),
+    }
+}
+
 fn summary(stats: &RunStats, args: &RunArgs) -> String {
     let mut text = format!(
-        "tessera: {} events in {:.2} s ({:.2}M events/s), {} rows out, {} late, {} bad rows, parallelism {}",
+        "tessera: {} events in {:.2} s ({:.2}M events/s), {} rows out, {} late, {} bad rows, {} workers",
         stats.events_in,
         stats.elapsed_ms as f64 / 1000.0,
         stats.events_per_second / 1e6,

@@ -9,7 +9,7 @@ use crate::catalog::{Catalog, SourceDef};
 use crate::connectors::sink::ResultSink;
 use crate::connectors::{open_source, BatchReader, ReadOptions};
 use crate::error::{Result, TesseraError};
-use crate::exec::pipeline::{run_source, ProgressFn};
+use crate::exec::pipeline::{run_source, Parallelism, ProgressFn};
 use crate::plan::{BranchPlan, QueryPlan};
 use crate::sql::{binder::bind_query, parse_script, ScriptText, Statement};
 use crate::window::cost::CostModel;
@@ -98,14 +98,15 @@ impl Script {
 
 /// How a run reads its input and how many workers it uses.
 pub struct RunOptions<'a> {
-    pub parallelism: usize,
+    /// `Fixed` wins over the script's `SET parallelism`, which wins over `Auto`.
+    pub parallelism: Parallelism,
     pub read: ReadOptions,
     pub progress: Option<&'a ProgressFn<'a>>,
 }
 
 impl Default for RunOptions<'_> {
     fn default() -> Self {
-        RunOptions { parallelism: 1, read: ReadOptions::default(), progress: None }
+        RunOptions { parallelism: Parallelism::Auto(1), read: ReadOptions::default(), progress: None }
     }
 }
 
@@ -132,6 +133,7 @@ pub struct RunStats {
     pub state_bytes_peak: u64,
     pub store_reads: u64,
     pub store_writes: u64,
+    /// Workers that computed (the most any source used).
     pub parallelism: usize,
     pub queries: Vec<QueryStats>,
 }
@@ -164,9 +166,12 @@ pub fn run_script_with_readers(
     open: &mut dyn FnMut(&SourceDef) -> Result<Box<dyn BatchReader>>,
 ) -> Result<RunStats> {
     let started = Instant::now();
-    let parallelism = script.settings.parallelism.unwrap_or(options.parallelism).max(1);
+    // An explicit worker count from the caller wins over `SET parallelism`, which wins over auto.
+    let parallelism = match (options.parallelism, script.settings.parallelism) {
+        (Parallelism::Fixed(n), _) | (Parallelism::Auto(_), Some(n)) => Parallelism::Fixed(n),
+        (auto, None) => auto,
+    };
     let mut stats = RunStats {
-        parallelism,
         queries: script
             .queries
             .iter()
@@ -199,6 +204,7 @@ pub fn run_script_with_readers(
         let mut reader = open(source)?;
         let run = run_source(source, reader.as_mut(), &queries, parallelism, sink, options.progress)?;
         stats.events_in += run.events_in;
+        stats.parallelism = stats.parallelism.max(run.workers);
         stats.bad_rows += run.bad_rows;
         stats.state_bytes_peak = stats.state_bytes_peak.max(run.state_bytes_peak);
         for (q, _) in &queries {

@@ -60,6 +60,14 @@ pub struct WindowAggregatePlan {
 }
 
 impl WindowAggregatePlan {
+    /// Identifies what the plan computes per row before windowing: WHERE, group keys and the
+    /// aggregates (function, argument, domain). Plans with the same signature can share slices.
+    pub fn input_signature(&self) -> String {
+        let aggregates: Vec<String> =
+            self.aggregates.iter().map(|a| format!("{:?}({:?}) as {:?}", a.function, a.arg, a.kind)).collect();
+        format!("{:?}|{:?}|{aggregates:?}", self.filter, self.keys)
+    }
+
     /// The types of the group keys (other than the window), in order.
     pub fn key_types(&self) -> Vec<arrow::datatypes::DataType> {
         self.aggregate_columns

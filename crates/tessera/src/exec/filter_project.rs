@@ -59,7 +59,7 @@ impl StreamOperator for FilterProjectExec {
         let batch = filter_and_project(&input.rows, plan.filter.as_ref(), &plan.projection, &plan.output_schema)?;
         self.metrics.rows_out += batch.num_rows() as u64;
         if batch.num_rows() > 0 {
-            out.rows.push(batch);
+            out.rows.push((0, batch));
         }
         Ok(())
     }
@@ -72,7 +72,7 @@ impl StreamOperator for FilterProjectExec {
         Ok(())
     }
 
-    fn metrics(&self) -> OperatorMetrics {
-        self.metrics
+    fn metrics(&self) -> Vec<OperatorMetrics> {
+        vec![self.metrics]
     }
 }

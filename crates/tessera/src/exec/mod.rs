@@ -71,11 +71,12 @@ impl EventBatch {
     }
 }
 
-/// What operators produce: result rows, and source rows that arrived too late.
+/// What operators produce, by output slot (the query branch they belong to): result rows, and
+/// source rows that arrived too late for a window of that branch.
 #[derive(Debug, Default)]
 pub struct Output {
-    pub rows: Vec<RecordBatch>,
-    pub late: Vec<RecordBatch>,
+    pub rows: Vec<(usize, RecordBatch)>,
+    pub late: Vec<(usize, RecordBatch)>,
 }
 
 /// Counters every operator keeps; the runtime sums them into the run's statistics.
@@ -110,8 +111,9 @@ pub trait StreamOperator: Send {
     fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()>;
     /// End of input: emits everything still open.
     fn finish(&mut self, out: &mut Output) -> Result<()>;
-    /// Counters; `state_bytes` excludes interned keys, which [`KeySpaces`] reports.
-    fn metrics(&self) -> OperatorMetrics;
+    /// Counters per output slot; `state_bytes` (reported on slot 0) excludes interned keys,
+    /// which [`KeySpaces`] reports.
+    fn metrics(&self) -> Vec<OperatorMetrics>;
 }
 
 /// The key interners of one worker, one per distinct list of group-key expressions.
@@ -140,17 +142,28 @@ impl KeySpaces {
     }
 }
 
-/// The operator that runs one branch of a query.
+/// The operator that runs `branches` together, one output slot each: a stateless branch
+/// alone, or window aggregates that share WHERE, keys and aggregates (see
+/// [`WindowAggregatePlan::input_signature`](crate::plan::WindowAggregatePlan::input_signature)).
 pub fn create_operator(
-    branch: &BranchPlan,
+    branches: &[&BranchPlan],
     event_time_type: &arrow::datatypes::DataType,
     key_spaces: &mut KeySpaces,
 ) -> Result<Box<dyn StreamOperator>> {
-    Ok(match branch {
-        BranchPlan::Stateless(plan) => Box::new(FilterProjectExec::new(plan.clone())),
-        BranchPlan::WindowAggregate(plan) => {
-            let keys = key_spaces.get(&plan.keys, plan.key_types())?;
-            Box::new(WindowAggregateExec::new(plan.clone(), event_time_type.clone(), keys)?)
+    match branches {
+        [BranchPlan::Stateless(plan)] => Ok(Box::new(FilterProjectExec::new(plan.clone()))),
+        _ => {
+            let plans = branches
+                .iter()
+                .map(|b| match b {
+                    BranchPlan::WindowAggregate(plan) => Ok(Arc::clone(plan)),
+                    BranchPlan::Stateless(_) => {
+                        Err(crate::TesseraError::Internal("stateless branch in a window group".into()))
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let keys = key_spaces.get(&plans[0].keys, plans[0].key_types())?;
+            Ok(Box::new(WindowAggregateExec::new(plans, event_time_type.clone(), keys)?))
         }
-    })
+    }
 }

@@ -28,6 +28,27 @@ use crate::connectors::BatchReader;
 use crate::error::{Result, TesseraError};
 use crate::plan::{BranchPlan, QueryPlan};
 
+/// How many workers compute, and how rows reach them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parallelism {
+    /// Up to this many workers, each running whole operators on shared batches; a script with
+    /// one operator runs it on one worker, beside the reader thread. Splitting rows by key
+    /// costs the dispatching thread about as much as a second worker saves on shared slices.
+    Auto(usize),
+    /// Exactly this many workers; with fewer operators than workers, rows are split by the
+    /// hash of their group key.
+    Fixed(usize),
+}
+
+impl Parallelism {
+    pub fn workers(self, operators: usize) -> usize {
+        match self {
+            Parallelism::Auto(n) => n.min(operators).max(1),
+            Parallelism::Fixed(n) => n.max(1),
+        }
+    }
+}
+
 /// Progress of a run, reported after every batch.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
@@ -41,6 +62,8 @@ pub type ProgressFn<'a> = dyn Fn(Progress) + Send + Sync + 'a;
 /// What running one source's queries produced.
 #[derive(Debug, Default, Clone)]
 pub struct SourceRun {
+    /// Workers used.
+    pub workers: usize,
     pub events_in: u64,
     pub bad_rows: u64,
     pub state_bytes_peak: u64,
@@ -49,15 +72,39 @@ pub struct SourceRun {
     pub query_metrics: Vec<OperatorMetrics>,
 }
 
-/// One operator of a query, as planned.
+/// One operator, as planned: the query branches it evaluates, one output slot each, and the
+/// query each slot belongs to.
 struct OperatorSpec<'a> {
-    query: usize,
-    branch: &'a BranchPlan,
+    queries: Vec<usize>,
+    branches: Vec<&'a BranchPlan>,
 }
 
-/// The operators one worker runs (one per query branch), each with its query index.
+/// Groups the branches of `queries` into operators: window aggregates that read rows the same
+/// way (same WHERE, keys and aggregates) share one operator and its slices; every other branch
+/// gets its own.
+fn plan_operators<'a>(queries: &[(usize, &'a QueryPlan)]) -> Vec<OperatorSpec<'a>> {
+    let mut specs: Vec<(Option<String>, OperatorSpec<'a>)> = Vec::new();
+    for (query, plan) in queries {
+        for branch in &plan.branches {
+            let signature = match branch {
+                BranchPlan::WindowAggregate(w) => Some(w.input_signature()),
+                BranchPlan::Stateless(_) => None,
+            };
+            match specs.iter_mut().find(|(s, _)| signature.is_some() && *s == signature) {
+                Some((_, spec)) => {
+                    spec.queries.push(*query);
+                    spec.branches.push(branch);
+                }
+                None => specs.push((signature, OperatorSpec { queries: vec![*query], branches: vec![branch] })),
+            }
+        }
+    }
+    specs.into_iter().map(|(_, spec)| spec).collect()
+}
+
+/// The operators one worker runs, each with the query of each of its output slots.
 struct Worker {
-    operators: Vec<(usize, Box<dyn StreamOperator>)>,
+    operators: Vec<(Vec<usize>, Box<dyn StreamOperator>)>,
     key_spaces: KeySpaces,
     state_bytes: Arc<AtomicU64>,
 }
@@ -73,17 +120,17 @@ impl Worker {
         let mut key_spaces = KeySpaces::default();
         let operators = specs
             .iter()
-            .map(|s| Ok((s.query, create_operator(s.branch, event_time_type, &mut key_spaces)?)))
+            .map(|s| Ok((s.queries.clone(), create_operator(&s.branches, event_time_type, &mut key_spaces)?)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Worker { operators, key_spaces, state_bytes: Arc::new(AtomicU64::new(0)) })
     }
 
-    fn flush(query: usize, out: Output, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<()> {
-        for batch in out.rows {
-            emit(Emitted::Rows(query, batch))?;
+    fn flush(queries: &[usize], out: Output, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<()> {
+        for (slot, batch) in out.rows {
+            emit(Emitted::Rows(queries[slot], batch))?;
         }
-        for batch in out.late {
-            emit(Emitted::Late(query, batch))?;
+        for (slot, batch) in out.late {
+            emit(Emitted::Late(queries[slot], batch))?;
         }
         Ok(())
     }
@@ -96,28 +143,33 @@ impl Worker {
     ) -> Result<()> {
         for (op, input) in parts {
             let mut out = Output::default();
-            let (query, operator) = &mut self.operators[op];
+            let (queries, operator) = &mut self.operators[op];
             operator.process(&input, &mut out)?;
-            Self::flush(*query, out, emit)?;
+            Self::flush(queries, out, emit)?;
         }
         let mut state = self.key_spaces.bytes() as u64;
-        for (query, operator) in &mut self.operators {
+        for (queries, operator) in &mut self.operators {
             let mut out = Output::default();
             operator.advance_watermark(watermark, &mut out)?;
-            Self::flush(*query, out, emit)?;
-            state += operator.metrics().state_bytes;
+            Self::flush(queries, out, emit)?;
+            state += operator.metrics().iter().map(|m| m.state_bytes).sum::<u64>();
         }
         self.state_bytes.store(state, Ordering::Relaxed);
         Ok(())
     }
 
-    fn finish(&mut self, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<Vec<OperatorMetrics>> {
-        for (query, operator) in &mut self.operators {
+    /// Flushes every operator; the metrics of every output slot, by query.
+    fn finish(&mut self, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<Vec<(usize, OperatorMetrics)>> {
+        for (queries, operator) in &mut self.operators {
             let mut out = Output::default();
             operator.finish(&mut out)?;
-            Self::flush(*query, out, emit)?;
+            Self::flush(queries, out, emit)?;
         }
-        Ok(self.operators.iter().map(|(_, o)| o.metrics()).collect())
+        Ok(self
+            .operators
+            .iter()
+            .flat_map(|(queries, operator)| queries.iter().copied().zip(operator.metrics()).collect::<Vec<_>>())
+            .collect())
     }
 }
 
@@ -193,14 +245,11 @@ pub fn run_source(
     source: &SourceDef,
     reader: &mut dyn BatchReader,
     queries: &[(usize, &QueryPlan)],
-    workers: usize,
+    parallelism: Parallelism,
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SourceRun> {
-    let specs: Vec<OperatorSpec> = queries
-        .iter()
-        .flat_map(|(query, plan)| plan.branches.iter().map(move |branch| OperatorSpec { query: *query, branch }))
-        .collect();
+    let specs = plan_operators(queries);
     let query_count = queries.iter().map(|(q, _)| q + 1).max().unwrap_or(0);
     for (query, plan) in queries {
         sink.open_query(*query, &plan.output_schema)?;
@@ -210,7 +259,8 @@ pub fn run_source(
         query_metrics: vec![OperatorMetrics::default(); query_count],
         ..Default::default()
     };
-    let workers = workers.max(1);
+    let workers = parallelism.workers(specs.len());
+    run.workers = workers;
     std::thread::scope(|scope| -> Result<SourceRun> {
         let (batch_tx, batch_rx) = sync_channel::<Stamped>(4);
         let reading = scope.spawn(move || -> Result<u64> {
@@ -269,9 +319,8 @@ fn compute_inline(
         run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
         report(progress, read, run.events_in);
     }
-    let metrics = worker.finish(&mut |e| write(run, e, sink))?;
-    for ((query, _), m) in worker.operators.iter().zip(metrics) {
-        run.query_metrics[*query].add(&m);
+    for (query, metrics) in worker.finish(&mut |e| write(run, e, sink))? {
+        run.query_metrics[query].add(&metrics);
     }
     Ok(())
 }
@@ -309,8 +358,7 @@ fn compute_parallel(
                     while let Ok(Some((parts, watermark))) = rx.recv() {
                         worker.handle(parts, watermark, &mut emit)?;
                     }
-                    let metrics = worker.finish(&mut emit)?;
-                    Ok(worker.operators.iter().map(|(q, _)| *q).zip(metrics).collect())
+                    worker.finish(&mut emit)
                 })();
                 // The error travels to the sink thread, which ends the run with it.
                 result.or_else(|e| {
@@ -354,7 +402,7 @@ fn compute_parallel(
                         per_worker[op % workers].push((op, Arc::clone(&input)));
                         continue;
                     }
-                    for (w, part) in partitioner.split(spec.branch, &input, &mut cache)?.into_iter().enumerate() {
+                    for (w, part) in partitioner.split(spec.branches[0], &input, &mut cache)?.into_iter().enumerate() {
                         if let Some(part) = part {
                             per_worker[w].push((op, part));
                         }

@@ -1,10 +1,12 @@
-//! `WindowAggregateExec`: GROUP BY keys and a tumbling or hopping window, on slices.
+//! `WindowAggregateExec`: GROUP BY keys and tumbling or hopping windows, on shared slices.
 //!
-//! Every row updates the partial states of exactly one slice (length `gcd(range, slide)`);
-//! a window is emitted once, when the watermark passes its end, by merging the states of its
-//! slices (a tumbling window is a single slice and is finalized directly). Slices no open
-//! window needs are dropped. A row is late when some window it belongs to was already closed:
-//! it still counts for the windows that are open, and goes to the late output.
+//! One operator evaluates every window of the query branches that read the same rows the same
+//! way (same WHERE, keys and aggregates; each branch is an output *slot*). Every row updates
+//! the partial states of exactly one slice, of length the gcd of all the windows' ranges and
+//! slides; a window instance is emitted once, when the watermark passes its end, by merging
+//! the states of its slices. Slices no open window needs are dropped. A row is late for a
+//! window that was already closed when it arrived: it still counts for the windows that are
+//! open (their slices are still there), and goes to the late output of each slot it missed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOpera
 use crate::aggregate::GroupStates;
 use crate::error::{Result, TesseraError};
 use crate::plan::{AggregateColumn, WindowAggregatePlan};
-use crate::window::floor_div;
+use crate::window::{floor_div, gcd, WindowSpec};
 
 const NO_SLOT: u32 = u32::MAX;
 
@@ -81,49 +83,81 @@ impl GroupTable {
     }
 }
 
-pub struct WindowAggregateExec {
+/// One window of the operator and where its emission stands.
+struct WindowOutput {
     plan: Arc<WindowAggregatePlan>,
+    /// The first window not yet closed: windows before it are emitted or were empty.
+    next_window: i64,
+    /// The watermark up to which windows are closed.
+    closed_through: i64,
+    metrics: OperatorMetrics,
+}
+
+impl WindowOutput {
+    fn spec(&self) -> WindowSpec {
+        self.plan.window
+    }
+
+    /// The end of the first window not closed yet.
+    fn next_close(&self) -> i64 {
+        self.spec().end(self.next_window)
+    }
+}
+
+pub struct WindowAggregateExec {
+    /// The branches, one per output slot; they share WHERE, keys and aggregates.
+    outputs: Vec<WindowOutput>,
     event_time_type: DataType,
     /// Interned group keys, shared with other operators that group by the same keys.
     keys: Arc<SharedKeys>,
     slice_len: i64,
     /// Open slices by index (slice `k` covers `[k * slice_len, (k + 1) * slice_len)`).
     slices: BTreeMap<i64, GroupTable>,
-    /// The first window not yet closed: windows before it are emitted or were empty.
-    next_window: i64,
-    /// The watermark up to which windows are closed.
-    closed_through: i64,
-    metrics: OperatorMetrics,
     scratch: Vec<u32>,
 }
 
 impl WindowAggregateExec {
-    pub fn new(plan: Arc<WindowAggregatePlan>, event_time_type: DataType, keys: Arc<SharedKeys>) -> Result<Self> {
-        let slice_len = plan.window.slice_len();
+    /// An operator for `plans`, which must agree on WHERE, keys and aggregates.
+    pub fn new(plans: Vec<Arc<WindowAggregatePlan>>, event_time_type: DataType, keys: Arc<SharedKeys>) -> Result<Self> {
+        if plans.is_empty() {
+            return Err(TesseraError::Internal("a window aggregate without windows".into()));
+        }
+        let slice_len = plans.iter().fold(0, |acc, p| gcd(acc, p.window.slice_len()));
+        let outputs = plans
+            .into_iter()
+            .map(|plan| WindowOutput {
+                next_window: plan.window.first_window_ending_after(i64::MIN),
+                closed_through: i64::MIN,
+                metrics: OperatorMetrics::default(),
+                plan,
+            })
+            .collect();
         Ok(WindowAggregateExec {
+            outputs,
+            event_time_type,
             keys,
             slice_len,
             slices: BTreeMap::new(),
-            next_window: plan.window.first_window_ending_after(i64::MIN),
-            closed_through: i64::MIN,
-            metrics: OperatorMetrics::default(),
             scratch: Vec::new(),
-            event_time_type,
-            plan,
         })
     }
 
-    /// The end of the first window that is not closed yet: a row whose watermark reaches it
-    /// closes windows.
+    /// The plan whose WHERE, keys and aggregates every slot shares.
+    fn shape(&self) -> &Arc<WindowAggregatePlan> {
+        &self.outputs[0].plan
+    }
+
+    /// The earliest end of a window not closed yet: a row whose watermark reaches it closes
+    /// windows.
     fn next_close(&self) -> i64 {
-        self.plan.window.end(self.next_window)
+        self.outputs.iter().map(WindowOutput::next_close).min().unwrap_or(i64::MAX)
     }
 
     /// Aggregates rows that passed the WHERE clause; `key_ids` are their interned keys.
     fn process_filtered(&mut self, input: &EventBatch, key_ids: &[u32], out: &mut Output) -> Result<()> {
         let n = input.len();
-        let values = self.plan.aggregates.iter().map(|a| a.evaluate_arg(&input.rows)).collect::<Result<Vec<_>>>()?;
-        let mut late_rows: Vec<u32> = Vec::new();
+        let values = self.shape().aggregates.iter().map(|a| a.evaluate_arg(&input.rows)).collect::<Result<Vec<_>>>()?;
+        let mut late_rows: Vec<Vec<u32>> = vec![Vec::new(); self.outputs.len()];
         let mut start = 0;
         while start < n {
             // Take rows up to the first one that meets a watermark closing a window; close
@@ -137,9 +171,11 @@ impl WindowAggregateExec {
             self.update_slices(input, start..end, key_ids, &values, &mut late_rows)?;
             start = end;
         }
-        if !late_rows.is_empty() {
-            self.metrics.late_events += late_rows.len() as u64;
-            out.late.push(input.take(&late_rows)?.rows);
+        for (slot, rows) in late_rows.into_iter().enumerate() {
+            if !rows.is_empty() {
+                self.outputs[slot].metrics.late_events += rows.len() as u64;
+                out.late.push((slot, input.take(&rows)?.rows));
+            }
         }
         Ok(())
     }
@@ -153,9 +189,8 @@ impl WindowAggregateExec {
         rows: std::ops::Range<usize>,
         key_ids: &[u32],
         values: &[Option<ArrayRef>],
-        late_rows: &mut Vec<u32>,
+        late_rows: &mut [Vec<u32>],
     ) -> Result<()> {
-        let window = self.plan.window;
         let times = &input.event_times;
         let mut row = rows.start;
         while row < rows.end {
@@ -164,81 +199,95 @@ impl WindowAggregateExec {
             let hi = lo.saturating_add(self.slice_len);
             let run_end =
                 times[row + 1..rows.end].iter().position(|&t| !(lo <= t && t < hi)).map_or(rows.end, |p| row + 1 + p);
-            let (first, last) = window.windows_containing(lo);
-            if first < self.next_window {
-                late_rows.extend(row as u32..run_end as u32);
+            let mut open = false;
+            for (output, late) in self.outputs.iter().zip(late_rows.iter_mut()) {
+                let (first, last) = output.spec().windows_containing(lo);
+                if first < output.next_window {
+                    late.extend(row as u32..run_end as u32);
+                }
+                open |= last >= output.next_window;
             }
-            if last >= self.next_window {
-                let plan = &self.plan;
+            if open {
+                let plan = &self.outputs[0].plan;
                 let table = self.slices.entry(slice).or_insert_with(|| GroupTable::new(plan));
                 table.slots_for(key_ids[row..run_end].iter().copied(), &mut self.scratch);
                 for (state, value) in table.states.iter_mut().zip(values) {
                     state.update(value.as_ref(), row, &self.scratch);
                 }
-                self.metrics.store_reads += (run_end - row) as u64;
-                self.metrics.store_writes += (run_end - row) as u64;
+                let metrics = &mut self.outputs[0].metrics;
+                metrics.store_reads += (run_end - row) as u64;
+                metrics.store_writes += (run_end - row) as u64;
             }
             row = run_end;
         }
         Ok(())
     }
 
-    /// Emits every window with data whose end is at or before `watermark`, then drops the
-    /// slices no open window needs.
+    /// Emits, for every slot, each window with data whose end is at or before `watermark`, then
+    /// drops the slices no open window needs.
     fn close_windows(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
-        if watermark <= self.closed_through {
-            return Ok(());
-        }
-        let window = self.plan.window;
         let g = self.slice_len;
-        let mut m = self.next_window;
-        // Visit the windows that have data: from the first slice at or after the start of m.
-        while let Some((&k, _)) = self.slices.range(floor_div(window.start(m), g)..).next() {
-            let slice_start = k.saturating_mul(g);
-            if slice_start >= window.end(m) {
-                m = m.max(window.first_window_ending_after(slice_start));
+        for slot in 0..self.outputs.len() {
+            if watermark <= self.outputs[slot].closed_through {
                 continue;
             }
-            if window.end(m) > watermark {
-                break;
+            let window = self.outputs[slot].spec();
+            let mut m = self.outputs[slot].next_window;
+            // Visit the windows that have data: from the first slice at or after the start of m.
+            while let Some((&k, _)) = self.slices.range(floor_div(window.start(m), g)..).next() {
+                let slice_start = k.saturating_mul(g);
+                if slice_start >= window.end(m) {
+                    m = m.max(window.first_window_ending_after(slice_start));
+                    continue;
+                }
+                if window.end(m) > watermark {
+                    break;
+                }
+                self.emit_window(slot, m, out)?;
+                m += 1;
             }
-            self.emit_window(m, out)?;
-            m += 1;
+            let output = &mut self.outputs[slot];
+            output.closed_through = watermark;
+            output.next_window = output.next_window.max(window.first_window_ending_after(watermark));
         }
-        self.closed_through = watermark;
-        self.next_window = self.next_window.max(window.first_window_ending_after(watermark));
-        let keep_from = floor_div(window.start(self.next_window), g);
-        self.slices = self.slices.split_off(&keep_from);
+        let keep_from =
+            self.outputs.iter().map(|o| floor_div(o.spec().start(o.next_window), g)).min().unwrap_or(i64::MAX);
+        if self.slices.first_key_value().is_some_and(|(&k, _)| k < keep_from) {
+            self.slices = self.slices.split_off(&keep_from);
+        }
         Ok(())
     }
 
-    fn emit_window(&mut self, m: i64, out: &mut Output) -> Result<()> {
-        let window = self.plan.window;
+    fn emit_window(&mut self, slot: usize, m: i64, out: &mut Output) -> Result<()> {
+        let window = self.outputs[slot].spec();
         let g = self.slice_len;
         let (first, last) = (floor_div(window.start(m), g), floor_div(window.end(m) - 1, g));
-        let batch = if window.is_tumbling() {
+        let batch = if first == last {
             match self.slices.get(&first) {
-                Some(table) => self.finalize(m, table)?,
+                Some(table) => self.finalize(slot, m, table)?,
                 None => return Ok(()),
             }
         } else {
-            let mut merged = GroupTable::new(&self.plan);
+            let mut merged = GroupTable::new(&self.outputs[slot].plan);
+            let mut reads = 0;
             for (_, table) in self.slices.range(first..=last) {
                 merged.merge_from(table, &mut self.scratch)?;
-                self.metrics.store_reads += table.keys.len() as u64;
+                reads += table.keys.len() as u64;
             }
-            self.finalize(m, &merged)?
+            self.outputs[slot].metrics.store_reads += reads;
+            self.finalize(slot, m, &merged)?
         };
-        self.metrics.rows_out += batch.num_rows() as u64;
+        self.outputs[slot].metrics.rows_out += batch.num_rows() as u64;
         if batch.num_rows() > 0 {
-            out.rows.push(batch);
+            out.rows.push((slot, batch));
         }
         Ok(())
     }
 
-    /// The result rows of window `m` from its merged states: aggregate, HAVING, SELECT list.
-    fn finalize(&self, m: i64, table: &GroupTable) -> Result<RecordBatch> {
-        let plan = &self.plan;
+    /// The result rows of window `m` of `slot` from its merged states: aggregate, HAVING,
+    /// SELECT list.
+    fn finalize(&self, slot: usize, m: i64, table: &GroupTable) -> Result<RecordBatch> {
+        let plan = &self.outputs[slot].plan;
         let n = table.keys.len();
         let key_columns = self.keys.columns(&table.keys)?;
         let bound = |value: i64| -> Result<ArrayRef> {
@@ -276,10 +325,13 @@ impl StreamOperator for WindowAggregateExec {
     }
 
     fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()> {
-        self.metrics.rows_in += input.len() as u64;
-        match &self.plan.filter {
+        for output in &mut self.outputs {
+            output.metrics.rows_in += input.len() as u64;
+        }
+        let shape = Arc::clone(self.shape());
+        match &shape.filter {
             None => {
-                let key_ids = self.keys.ids_for(input, &self.plan.keys)?;
+                let key_ids = self.keys.ids_for(input, &shape.keys)?;
                 self.process_filtered(input, &key_ids, out)
             }
             Some(predicate) => {
@@ -288,7 +340,7 @@ impl StreamOperator for WindowAggregateExec {
                     .ok_or_else(|| TesseraError::Plan(format!("WHERE `{predicate}` is not a boolean expression")))?
                     .clone();
                 let filtered = input.filter(&mask)?;
-                let key_ids = self.keys.intern(&filtered.rows, &self.plan.keys)?;
+                let key_ids = self.keys.intern(&filtered.rows, &shape.keys)?;
                 self.process_filtered(&filtered, &key_ids, out)
             }
         }
@@ -305,8 +357,10 @@ impl StreamOperator for WindowAggregateExec {
         self.close_windows(i64::MAX, out)
     }
 
-    fn metrics(&self) -> OperatorMetrics {
+    fn metrics(&self) -> Vec<OperatorMetrics> {
         let state: usize = self.slices.values().map(GroupTable::bytes).sum();
-        OperatorMetrics { state_bytes: state as u64, ..self.metrics }
+        let mut metrics: Vec<OperatorMetrics> = self.outputs.iter().map(|o| o.metrics).collect();
+        metrics[0].state_bytes = state as u64;
+        metrics
     }
 }

@@ -8,7 +8,7 @@ use arrow::record_batch::RecordBatch;
 use tessera::connectors::memory::MemoryReader;
 use tessera::connectors::sink::MemorySink;
 use tessera::engine::Script;
-use tessera::exec::pipeline::{run_source, SourceRun};
+use tessera::exec::pipeline::{run_source, Parallelism, SourceRun};
 
 /// The results of one run: rows per query, late rows per query, and the run's counters.
 pub struct Outcome {
@@ -25,7 +25,7 @@ pub fn run_batches(script: &str, batches: Vec<RecordBatch>, parallelism: usize) 
     let queries: Vec<_> = script.queries.iter().enumerate().collect();
     let mut sink = MemorySink::default();
     let mut reader = MemoryReader::new(batches);
-    let run = run_source(&source, &mut reader, &queries, parallelism, &mut sink, None)?;
+    let run = run_source(&source, &mut reader, &queries, Parallelism::Fixed(parallelism), &mut sink, None)?;
     Ok(Outcome { rows: sink.rows, late: sink.late, run })
 }
 
