@@ -13,6 +13,7 @@ use tessera::connectors::sink::{FileSink, OutputFormat};
 use tessera::connectors::{OnError, ReadOptions};
 use tessera::engine::{query_windows, run_script, RunOptions, RunStats, Script};
 use tessera::exec::pipeline::{Parallelism, Progress};
+use tessera::window::cost::CostModel;
 use tessera::TesseraError;
 
 #[derive(Parser)]
@@ -214,8 +215,9 @@ fn explain(path: &std::path::Path, format: ExplainFormat) -> Result<(), TesseraE
         .iter()
         .map(|q| {
             let windows = query_windows(q);
-            let model = tessera::window::cost::CostModel::new(&windows, eta);
-            let (cost, period) = (model.baseline(&windows), model.period);
+            let model = CostModel::new(&windows, eta);
+            let (baseline, shared, period) = (model.baseline(&windows), model.shared_slices(&windows), model.period);
+            let slice = CostModel::slice_len(&windows).max(1);
             let unit = script.catalog.source(&q.source).map(|s| s.event_time.unit.suffix()).unwrap_or("");
             serde_json::json!({
                 "sql": q.sql,
@@ -225,11 +227,12 @@ fn explain(path: &std::path::Path, format: ExplainFormat) -> Result<(), TesseraE
                     "output": true, "factor": false,
                 })).collect::<Vec<_>>(),
                 "aggregates": aggregates_of(q),
-                "edges": windows.iter().enumerate().map(|(i, _)| serde_json::json!({
-                    "from": "stream", "to": format!("w{}", i + 1), "multiplier": 1,
+                "slice": slice,
+                "edges": windows.iter().enumerate().map(|(i, w)| serde_json::json!({
+                    "from": "stream", "to": format!("w{}", i + 1), "multiplier": w.range / slice,
                 })).collect::<Vec<_>>(),
-                "costs": { "baseline": cost, "chosen": cost },
-                "chosen_strategy": if windows.is_empty() { "stateless" } else { "baseline" },
+                "costs": { "baseline": baseline, "shared_slices": shared, "chosen": shared },
+                "chosen_strategy": if windows.is_empty() { "stateless" } else { "shared_slices" },
                 "eta": eta,
                 "period": period,
             })
@@ -245,17 +248,19 @@ fn explain(path: &std::path::Path, format: ExplainFormat) -> Result<(), TesseraE
                 println!("  source: {}", q["source"].as_str().unwrap_or(""));
                 for w in q["windows"].as_array().into_iter().flatten() {
                     println!(
-                        "  window {}: range {}{u}, slide {}{u}, from the stream",
+                        "  window {}: range {}{u}, slide {}{u}, merges {} slices of {}{u}",
                         w["name"],
                         w["range"],
                         w["slide"],
+                        w["range"].as_i64().unwrap_or(0) / q["slice"].as_i64().unwrap_or(1),
+                        q["slice"],
                         u = w["unit"].as_str().unwrap_or("")
                     );
                 }
                 println!("  aggregates: {}", q["aggregates"]);
                 println!(
-                    "  strategy: {} (modeled cost {} per period {}, eta {})",
-                    q["chosen_strategy"], q["costs"]["chosen"], q["period"], q["eta"]
+                    "  strategy: {} (modeled cost {} per period {}, eta {}; baseline {})",
+                    q["chosen_strategy"], q["costs"]["chosen"], q["period"], q["eta"], q["costs"]["baseline"]
                 );
             }
         }

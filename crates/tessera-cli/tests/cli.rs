@@ -114,7 +114,7 @@ fn results_stats_and_late_events() {
     }
     assert_eq!(stats["late_events"], 1);
     assert_eq!(stats["rows_out"], 3);
-    assert_eq!(stats["queries"][0]["chosen_strategy"], "baseline");
+    assert_eq!(stats["queries"][0]["chosen_strategy"], "shared_slices");
     assert!(stats["queries"][0]["sql"].as_str().unwrap().contains("TUMBLE"));
 }
 
@@ -200,6 +200,8 @@ fn explain_shows_windows_and_costs() {
     assert_eq!(query["windows"][0]["range"], 10);
     assert_eq!(query["windows"][0]["unit"], "s");
     assert_eq!(query["costs"]["baseline"], 10.0);
+    assert_eq!(query["costs"]["shared_slices"], 11.0, "10 events and one slice merged");
+    assert_eq!(query["chosen_strategy"], "shared_slices");
     assert_eq!(query["aggregates"], serde_json::json!(["min", "count"]));
 }
 

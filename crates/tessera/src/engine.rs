@@ -179,8 +179,8 @@ pub fn run_script_with_readers(
                 let windows = query_windows(q);
                 QueryStats {
                     sql: q.sql.clone(),
-                    plan_cost: CostModel::new(&windows, script.settings.eta).baseline(&windows),
-                    chosen_strategy: if windows.is_empty() { "stateless" } else { "baseline" }.to_string(),
+                    plan_cost: CostModel::new(&windows, script.settings.eta).shared_slices(&windows),
+                    chosen_strategy: if windows.is_empty() { "stateless" } else { "shared_slices" }.to_string(),
                     windows,
                     rows_out: 0,
                     late_events: 0,

@@ -50,6 +50,18 @@ impl CostModel {
     pub fn baseline(&self, windows: &[WindowSpec]) -> f64 {
         windows.iter().map(|w| self.cost(w, Input::Stream)).sum()
     }
+
+    /// The length of the slices the windows share: the gcd of all ranges and slides.
+    pub fn slice_len(windows: &[WindowSpec]) -> i64 {
+        windows.iter().fold(0, |acc, w| super::gcd(acc, w.slice_len()))
+    }
+
+    /// Shared slices (what the runtime executes today): every event updates one slice
+    /// (`eta * R` per period) and each window instance merges its `r / g` slices.
+    pub fn shared_slices(&self, windows: &[WindowSpec]) -> f64 {
+        let g = Self::slice_len(windows).max(1) as f64;
+        self.eta * self.period as f64 + windows.iter().map(|w| self.recurrences(w) * w.range as f64 / g).sum::<f64>()
+    }
 }
 
 #[cfg(test)]
@@ -72,6 +84,16 @@ mod tests {
             + model.cost(&w30, Input::Window(w10))
             + model.cost(&w40, Input::Window(w20));
         assert_eq!(shared, 150.0);
+    }
+
+    #[test]
+    fn shared_slices_touch_each_event_once() {
+        // W1: tumbling 10, 20, 30, 40 minutes in seconds; slices of 600 s.
+        let windows = tumbling(&[600, 1200, 1800, 2400]);
+        let model = CostModel::new(&windows, 1.0);
+        assert_eq!(model.period, 7200);
+        assert_eq!(model.baseline(&windows), 28800.0);
+        assert_eq!(model.shared_slices(&windows), 7200.0 + 12.0 + 6.0 * 2.0 + 4.0 * 3.0 + 3.0 * 4.0);
     }
 
     #[test]
