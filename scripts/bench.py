@@ -83,7 +83,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--workloads", default="w1,w2")
     parser.add_argument("--formats", default="parquet,csv")
-    parser.add_argument("--parallelism", type=int, default=os.cpu_count())
+    parser.add_argument("--parallelism", type=int, help="fixed worker count (default: tessera chooses)")
     args = parser.parse_args()
 
     import duckdb
@@ -96,7 +96,8 @@ def main():
                 cpu = line.split(":", 1)[1].strip()
                 break
     print(f"# {time.strftime('%Y-%m-%d')} · {cpu} · {os.cpu_count()} cores · {platform.system()} · duckdb {duckdb.__version__}")
-    print(f"# {args.events} events, {args.devices} devices, median of {args.repeat} runs, tessera parallelism {args.parallelism}")
+    workers = args.parallelism or "auto"
+    print(f"# {args.events} events, {args.devices} devices, median of {args.repeat} runs, tessera workers: {workers}")
     print("| workload | input | tessera end to end (s) | DuckDB (s) | ratio tessera/DuckDB | tessera compute only (s) | compute events/s | rows |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,10 +106,11 @@ def main():
         for workload in args.workloads.split(","):
             for fmt in args.formats.split(","):
                 script = os.path.join(ROOT, "benches", f"{workload}_{fmt}.sql")
-                cmd = [args.tessera, "run", script, "-o", out_t, "-q", "--parallelism", str(args.parallelism)]
+                fixed = ["--parallelism", str(args.parallelism)] if args.parallelism else []
+                cmd = [args.tessera, "run", script, "-o", out_t, "-q", *fixed]
                 t_med, t_all, _ = median_time(lambda: subprocess.run(cmd, check=True), args.repeat)
                 bench = subprocess.run(
-                    [args.tessera, "bench", script, "--repeat", str(args.repeat), "--json", "--parallelism", str(args.parallelism)],
+                    [args.tessera, "bench", script, "--repeat", str(args.repeat), "--json", *fixed],
                     check=True, capture_output=True, text=True,
                 )
                 compute = json.loads(bench.stdout)

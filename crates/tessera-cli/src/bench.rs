@@ -70,7 +70,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
         println!("{report}");
     } else {
         println!(
-            "{}: {events} events, decode {load_seconds:.3} s; compute median {median:.3} s over {} runs = {:.2}M events/s ({workers} workers, {rows_out} rows out)",
+            "{}: {events} events, decode {load_seconds:.3} s; compute median {median:.3} s over {} runs = {:.2}M events/s (workers: {workers}, {rows_out} rows out)",
             args.script.display(),
             times.len(),
             events as f64 / median / 1e6,

@@ -189,7 +189,7 @@ pub fn parallelism(flag: Option<usize>) -> Result<Parallelism, TesseraError> {
 
 fn summary(stats: &RunStats, args: &RunArgs) -> String {
     let mut text = format!(
-        "tessera: {} events in {:.2} s ({:.2}M events/s), {} rows out, {} late, {} bad rows, {} workers",
+        "tessera: {} events in {:.2} s ({:.2}M events/s), {} rows out, {} late, {} bad rows, workers: {}",
         stats.events_in,
         stats.elapsed_ms as f64 / 1000.0,
         stats.events_per_second / 1e6,
