@@ -3,6 +3,7 @@
 
 W1: MIN(temperature) per device over tumbling 10, 20, 30, 40 minutes (four window queries).
 W2: SUM and COUNT per device over HOP 1 minute / 30 minutes.
+w1_baseline: W1 with SET window_strategy = 'baseline' (every window on its own slices).
 
 For each workload and input format it reports the median wall time of `tessera run` (whole
 process, results written to a CSV file), tessera's compute-only time (`tessera bench`: input
@@ -31,7 +32,7 @@ DUCKDB_SOURCE = {
 
 
 def duckdb_sql(workload, source, out):
-    if workload == "w1":
+    if workload.startswith("w1"):
         parts = [
             f"SELECT device_id, ts - ts % {r} AS window_start, ts - ts % {r} + {r} AS window_end, "
             f"MIN(temperature) AS min_temp FROM {source} GROUP BY ALL"

@@ -24,11 +24,51 @@ pub struct Settings {
     pub batch_size: usize,
     /// Events per event-time unit assumed by the cost model.
     pub eta: f64,
+    /// How windows are evaluated (`SET window_strategy`).
+    pub window_strategy: WindowStrategy,
+}
+
+/// The window strategies a script can force. `Auto` picks the cheapest the runtime can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WindowStrategy {
+    #[default]
+    Auto,
+    /// Every window branch on its own slices, from the raw stream.
+    Baseline,
+    /// Window branches that read rows the same way share one set of slices.
+    SharedSlices,
+}
+
+impl WindowStrategy {
+    fn parse(value: &str) -> std::result::Result<Self, String> {
+        match value.to_ascii_lowercase().as_str() {
+            "auto" => Ok(WindowStrategy::Auto),
+            "baseline" => Ok(WindowStrategy::Baseline),
+            "shared_slices" => Ok(WindowStrategy::SharedSlices),
+            planned @ ("unshared_paired" | "shared_paired" | "wcg" | "wcg_factor") => Err(format!(
+                "window_strategy '{planned}' is modeled by the optimizer but cannot run yet (runnable: 'auto', 'baseline', 'shared_slices')"
+            )),
+            other => Err(format!("unknown window_strategy '{other}' (runnable: 'auto', 'baseline', 'shared_slices')")),
+        }
+    }
+
+    /// Whether window branches share slices.
+    pub fn shares_slices(self) -> bool {
+        self != WindowStrategy::Baseline
+    }
+
+    pub fn name(self) -> &'static str {
+        if self.shares_slices() {
+            "shared_slices"
+        } else {
+            "baseline"
+        }
+    }
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { parallelism: None, batch_size: 8192, eta: 1.0 }
+        Settings { parallelism: None, batch_size: 8192, eta: 1.0, window_strategy: WindowStrategy::Auto }
     }
 }
 
@@ -50,7 +90,10 @@ impl Settings {
                     .filter(|v| v.is_finite() && *v > 0.0)
                     .ok_or_else(|| format!("eta must be a positive number, got '{value}'"))?
             }
-            _ => return Err(format!("unknown setting `{name}` (known: parallelism, batch_size, eta)")),
+            "window_strategy" => self.window_strategy = WindowStrategy::parse(value)?,
+            _ => {
+                return Err(format!("unknown setting `{name}` (known: parallelism, batch_size, eta, window_strategy)"))
+            }
         }
         Ok(())
     }
@@ -177,10 +220,16 @@ pub fn run_script_with_readers(
             .iter()
             .map(|q| {
                 let windows = query_windows(q);
+                let model = CostModel::new(&windows, script.settings.eta);
+                let strategy = script.settings.window_strategy;
                 QueryStats {
                     sql: q.sql.clone(),
-                    plan_cost: CostModel::new(&windows, script.settings.eta).shared_slices(&windows),
-                    chosen_strategy: if windows.is_empty() { "stateless" } else { "shared_slices" }.to_string(),
+                    plan_cost: if strategy.shares_slices() {
+                        model.shared_slices(&windows)
+                    } else {
+                        model.baseline(&windows)
+                    },
+                    chosen_strategy: if windows.is_empty() { "stateless" } else { strategy.name() }.to_string(),
                     windows,
                     rows_out: 0,
                     late_events: 0,
@@ -202,7 +251,8 @@ pub fn run_script_with_readers(
         let queries: Vec<(usize, &QueryPlan)> =
             script.queries.iter().enumerate().filter(|(_, q)| q.source == name).collect();
         let mut reader = open(source)?;
-        let run = run_source(source, reader.as_mut(), &queries, parallelism, sink, options.progress)?;
+        let share = script.settings.window_strategy.shares_slices();
+        let run = run_source(source, reader.as_mut(), &queries, parallelism, share, sink, options.progress)?;
         stats.events_in += run.events_in;
         stats.parallelism = stats.parallelism.max(run.workers);
         stats.bad_rows += run.bad_rows;

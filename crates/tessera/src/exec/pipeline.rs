@@ -79,16 +79,16 @@ struct OperatorSpec<'a> {
     branches: Vec<&'a BranchPlan>,
 }
 
-/// Groups the branches of `queries` into operators: window aggregates that read rows the same
-/// way (same WHERE, keys and aggregates) share one operator and its slices; every other branch
-/// gets its own.
-fn plan_operators<'a>(queries: &[(usize, &'a QueryPlan)]) -> Vec<OperatorSpec<'a>> {
+/// Groups the branches of `queries` into operators: with `share_slices`, window aggregates that
+/// read rows the same way (same WHERE, keys and aggregates) share one operator and its slices;
+/// every other branch gets its own.
+fn plan_operators<'a>(queries: &[(usize, &'a QueryPlan)], share_slices: bool) -> Vec<OperatorSpec<'a>> {
     let mut specs: Vec<(Option<String>, OperatorSpec<'a>)> = Vec::new();
     for (query, plan) in queries {
         for branch in &plan.branches {
             let signature = match branch {
-                BranchPlan::WindowAggregate(w) => Some(w.input_signature()),
-                BranchPlan::Stateless(_) => None,
+                BranchPlan::WindowAggregate(w) if share_slices => Some(w.input_signature()),
+                _ => None,
             };
             match specs.iter_mut().find(|(s, _)| signature.is_some() && *s == signature) {
                 Some((_, spec)) => {
@@ -246,10 +246,11 @@ pub fn run_source(
     reader: &mut dyn BatchReader,
     queries: &[(usize, &QueryPlan)],
     parallelism: Parallelism,
+    share_slices: bool,
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SourceRun> {
-    let specs = plan_operators(queries);
+    let specs = plan_operators(queries, share_slices);
     let query_count = queries.iter().map(|(q, _)| q + 1).max().unwrap_or(0);
     for (query, plan) in queries {
         sink.open_query(*query, &plan.output_schema)?;

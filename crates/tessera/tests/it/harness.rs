@@ -17,15 +17,22 @@ pub struct Outcome {
     pub run: SourceRun,
 }
 
-/// Compiles `script` (one source) and runs all its queries over `batches`.
-pub fn run_batches(script: &str, batches: Vec<RecordBatch>, parallelism: usize) -> tessera::Result<Outcome> {
+/// Compiles `script` (one source) and runs all its queries over `batches`, window branches
+/// sharing slices or not.
+pub fn run_batches(
+    script: &str,
+    batches: Vec<RecordBatch>,
+    parallelism: usize,
+    share_slices: bool,
+) -> tessera::Result<Outcome> {
     let script = Script::compile(script, Path::new("."))?;
     let source_name = script.queries.first().map(|q| q.source.clone()).expect("a query");
     let source = script.catalog.source(&source_name).expect("declared source").clone();
     let queries: Vec<_> = script.queries.iter().enumerate().collect();
     let mut sink = MemorySink::default();
     let mut reader = MemoryReader::new(batches);
-    let run = run_source(&source, &mut reader, &queries, Parallelism::Fixed(parallelism), &mut sink, None)?;
+    let run =
+        run_source(&source, &mut reader, &queries, Parallelism::Fixed(parallelism), share_slices, &mut sink, None)?;
     Ok(Outcome { rows: sink.rows, late: sink.late, run })
 }
 

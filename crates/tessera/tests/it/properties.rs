@@ -83,7 +83,7 @@ proptest! {
         two_keys in any::<bool>(),
     ) {
         let range = slide + extra;
-        let outcome = run_batches(&script(range, slide, delay, two_keys), batches(&events, batch_size), parallelism)
+        let outcome = run_batches(&script(range, slide, delay, two_keys), batches(&events, batch_size), parallelism, true)
             .expect("engine run");
         let (expected, expected_late) = evaluate(&events, range, slide, delay, &Agg::ALL);
         let actual = rows(&outcome.rows[0]);
@@ -106,6 +106,7 @@ proptest! {
         delay in 0i64..5,
         batch_size in 1usize..30,
         parallelism in 1usize..4,
+        share_slices in any::<bool>(),
     ) {
         let mut text = format!(
             "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '{delay}' SECOND)
@@ -118,7 +119,7 @@ proptest! {
                 slide + extra
             ));
         }
-        let outcome = run_batches(&text, batches(&events, batch_size), parallelism).expect("engine run");
+        let outcome = run_batches(&text, batches(&events, batch_size), parallelism, share_slices).expect("engine run");
         for (q, (slide, extra)) in sizes.iter().enumerate() {
             let (expected, late) = evaluate(&events, slide + extra, *slide, delay, &aggs);
             let actual = rows(&outcome.rows[q]);
