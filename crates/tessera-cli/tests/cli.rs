@@ -202,6 +202,7 @@ fn explain_shows_windows_and_costs() {
     assert_eq!(query["costs"]["baseline"], 10.0);
     assert_eq!(query["costs"]["shared_slices"], 11.0, "10 events and one slice merged");
     assert_eq!(query["chosen_strategy"], "shared_slices");
+    assert_eq!(query["semantics"], "partitioned_by", "COUNT needs disjoint parts");
     assert_eq!(query["aggregates"], serde_json::json!(["min", "count"]));
 }
 
