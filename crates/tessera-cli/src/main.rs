@@ -41,6 +41,9 @@ enum ErrorPolicy {
 enum ExplainFormat {
     Text,
     Json,
+    /// Graphviz: one cluster per query, the stream and its windows, edges labelled with the
+    /// slices each window merges.
+    Dot,
 }
 
 #[derive(Subcommand)]
@@ -250,6 +253,7 @@ fn explain(path: &std::path::Path, format: ExplainFormat) -> Result<(), TesseraE
         ExplainFormat::Json => {
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "queries": queries })).expect("json"))
         }
+        ExplainFormat::Dot => print!("{}", explain_dot(&queries)),
         ExplainFormat::Text => {
             for (i, q) in queries.iter().enumerate() {
                 println!("query {}: {}", i + 1, q["sql"].as_str().unwrap_or(""));
@@ -278,6 +282,30 @@ fn explain(path: &std::path::Path, format: ExplainFormat) -> Result<(), TesseraE
         }
     }
     Ok(())
+}
+
+/// The EXPLAIN JSON of every query as one Graphviz digraph.
+fn explain_dot(queries: &[serde_json::Value]) -> String {
+    let mut dot = String::from("digraph tessera {\n  rankdir=LR;\n  node [shape=box];\n");
+    for (i, q) in queries.iter().enumerate() {
+        let label =
+            format!("query {}: {} ({})", i + 1, q["chosen_strategy"].as_str().unwrap_or(""), q["costs"]["chosen"]);
+        dot.push_str(&format!("  subgraph cluster_q{i} {{\n    label={label:?};\n"));
+        dot.push_str(&format!("    q{i}_stream [label=\"stream\", shape=ellipse];\n"));
+        for w in q["windows"].as_array().into_iter().flatten() {
+            let name = w["name"].as_str().unwrap_or("");
+            let unit = w["unit"].as_str().unwrap_or("");
+            let text = format!("{name}: range {}{unit}, slide {}{unit}", w["range"], w["slide"]);
+            dot.push_str(&format!("    q{i}_{name} [label={text:?}];\n"));
+        }
+        for e in q["edges"].as_array().into_iter().flatten() {
+            let (from, to) = (e["from"].as_str().unwrap_or(""), e["to"].as_str().unwrap_or(""));
+            dot.push_str(&format!("    q{i}_{from} -> q{i}_{to} [label=\"x{}\"];\n", e["multiplier"]));
+        }
+        dot.push_str("  }\n");
+    }
+    dot.push_str("}\n");
+    dot
 }
 
 fn functions_of(query: &tessera::plan::QueryPlan) -> Vec<tessera::aggregate::AggregateFunction> {

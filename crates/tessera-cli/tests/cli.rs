@@ -204,6 +204,13 @@ fn explain_shows_windows_and_costs() {
     assert_eq!(query["chosen_strategy"], "shared_slices");
     assert_eq!(query["semantics"], "partitioned_by", "COUNT needs disjoint parts");
     assert_eq!(query["aggregates"], serde_json::json!(["min", "count"]));
+
+    let out = tessera(&["explain", "q.sql", "--format", "dot"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dot = text(&out.stdout);
+    assert!(dot.starts_with("digraph tessera {"), "{dot}");
+    assert!(dot.contains("q0_stream -> q0_w1 [label=\"x1\"];"), "{dot}");
+    assert!(dot.contains("range 10s, slide 10s"), "{dot}");
 }
 
 #[test]
