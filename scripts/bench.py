@@ -3,7 +3,7 @@
 
 W1: MIN(temperature) per device over tumbling 10, 20, 30, 40 minutes (four window queries).
 W2: SUM and COUNT per device over HOP 1 minute / 30 minutes.
-w1_baseline: W1 with SET window_strategy = 'baseline' (every window on its own slices).
+w1_baseline: W1 run with --set window_strategy=baseline (every window on its own slices).
 
 For each workload and input format it reports the median wall time of `tessera run` (whole
 process, results written to a CSV file), tessera's compute-only time (`tessera bench`: input
@@ -106,8 +106,11 @@ def main():
         out_d = os.path.join(tmp, "duckdb.csv")
         for workload in args.workloads.split(","):
             for fmt in args.formats.split(","):
-                script = os.path.join(ROOT, "benches", f"{workload}_{fmt}.sql")
+                name, _, variant = workload.partition("_")
+                script = os.path.join(ROOT, "benches", f"{name}_{fmt}.sql")
                 fixed = ["--parallelism", str(args.parallelism)] if args.parallelism else []
+                if variant:
+                    fixed += ["--set", f"window_strategy={variant}"]
                 cmd = [args.tessera, "run", script, "-o", out_t, "-q", *fixed]
                 t_med, t_all, _ = median_time(lambda: subprocess.run(cmd, check=True), args.repeat)
                 bench = subprocess.run(

@@ -8,7 +8,7 @@ use std::time::Instant;
 use tessera::connectors::memory::{read_all, MemoryReader};
 use tessera::connectors::sink::MemorySink;
 use tessera::connectors::{open_source, BatchReader, ReadOptions};
-use tessera::engine::{run_script_with_readers, RunOptions, Script};
+use tessera::engine::{run_script_with_readers, RunOptions};
 use tessera::TesseraError;
 
 #[derive(clap::Args)]
@@ -23,10 +23,13 @@ pub struct BenchArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// A setting as with SET in the script (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    settings: Vec<String>,
 }
 
 pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
-    let script = Script::from_file(&args.script)?;
+    let script = crate::load_script(&args.script, &args.settings)?;
     let parallelism = crate::parallelism(args.parallelism)?;
     let read = ReadOptions { batch_size: script.settings.batch_size, ..ReadOptions::default() };
     let load_started = Instant::now();

@@ -76,12 +76,19 @@ enum Command {
         /// No progress bar and no summary.
         #[arg(long, short)]
         quiet: bool,
+        /// A setting as with SET in the script, e.g. `--set window_strategy=baseline`
+        /// (repeatable; wins over the script's SET).
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        settings: Vec<String>,
     },
     /// Show the plan of every query of a script.
     Explain {
         script: PathBuf,
         #[arg(long, value_enum, default_value = "text")]
         format: ExplainFormat,
+        /// A setting as with SET in the script (repeatable).
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        settings: Vec<String>,
     },
     /// Time the queries of a script on input preloaded into memory (compute only).
     Bench(bench::BenchArgs),
@@ -96,10 +103,30 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { script, output, format, stats_json, late_output, on_error, dead_letter, parallelism, quiet } => {
-            run(RunArgs { script, output, format, stats_json, late_output, on_error, dead_letter, parallelism, quiet })
-        }
-        Command::Explain { script, format } => explain(&script, format),
+        Command::Run {
+            script,
+            output,
+            format,
+            stats_json,
+            late_output,
+            on_error,
+            dead_letter,
+            parallelism,
+            quiet,
+            settings,
+        } => run(RunArgs {
+            script,
+            output,
+            format,
+            stats_json,
+            late_output,
+            on_error,
+            dead_letter,
+            parallelism,
+            quiet,
+            settings,
+        }),
+        Command::Explain { script, format, settings } => explain(&script, format, &settings),
         Command::Generate(args) => generate::generate(&args),
         Command::Bench(args) => bench::bench(&args),
     };
@@ -127,10 +154,18 @@ struct RunArgs {
     dead_letter: PathBuf,
     parallelism: Option<usize>,
     quiet: bool,
+    settings: Vec<String>,
+}
+
+/// Compiles a script and applies the settings given on the command line.
+pub fn load_script(path: &std::path::Path, settings: &[String]) -> Result<Script, TesseraError> {
+    let mut script = Script::from_file(path)?;
+    script.apply_settings(settings)?;
+    Ok(script)
 }
 
 fn run(args: RunArgs) -> Result<(), TesseraError> {
-    let script = Script::from_file(&args.script)?;
+    let script = load_script(&args.script, &args.settings)?;
     let parallelism = parallelism(args.parallelism)?;
     let format = match args.format {
         Format::Csv => OutputFormat::Csv,
@@ -212,8 +247,8 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
     text
 }
 
-fn explain(path: &std::path::Path, format: ExplainFormat) -> Result<(), TesseraError> {
-    let script = Script::from_file(path)?;
+fn explain(path: &std::path::Path, format: ExplainFormat, settings: &[String]) -> Result<(), TesseraError> {
+    let script = load_script(path, settings)?;
     let eta = script.settings.eta;
     let queries: Vec<serde_json::Value> = script
         .queries

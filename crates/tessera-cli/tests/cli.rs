@@ -191,6 +191,20 @@ fn csv_parquet_jsonl_and_stdin_inputs_agree() {
 }
 
 #[test]
+fn settings_on_the_command_line_win_over_the_script() {
+    let dir = workspace(GOOD);
+    let out =
+        tessera(&["run", "q.sql", "-q", "--set", "window_strategy=baseline", "--stats-json", "s.json"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    assert_eq!(stats["queries"][0]["chosen_strategy"], "baseline");
+    let out = tessera(&["run", "q.sql", "--set", "window_strategy"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("expected NAME=VALUE"), "{}", text(&out.stderr));
+}
+
+#[test]
 fn explain_shows_windows_and_costs() {
     let dir = workspace(GOOD);
     let out = tessera(&["explain", "q.sql", "--format", "json"], dir.path());

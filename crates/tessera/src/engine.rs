@@ -116,6 +116,18 @@ impl Script {
         Script::compile(&text, base)
     }
 
+    /// Applies `name=value` settings given outside the script (they win over its `SET`s).
+    pub fn apply_settings(&mut self, assignments: &[String]) -> Result<()> {
+        for assignment in assignments {
+            let (name, value) = assignment
+                .split_once('=')
+                .ok_or_else(|| TesseraError::Option(format!("expected NAME=VALUE, got '{assignment}'")))?;
+            let name = name.trim().to_ascii_lowercase();
+            self.settings.set(&name, value.trim().trim_matches('\'')).map_err(TesseraError::Option)?;
+        }
+        Ok(())
+    }
+
     pub fn compile(text: &str, base_dir: &Path) -> Result<Script> {
         let script_text = ScriptText::new(text);
         let mut catalog = Catalog::default();
