@@ -9,13 +9,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use tessera::aggregate::common_sharing;
 use tessera::connectors::sink::{FileSink, OutputFormat};
 use tessera::connectors::{OnError, ReadOptions};
-use tessera::engine::{query_windows, run_script, RunOptions, RunStats, Script};
+use tessera::engine::{run_script, RunOptions, RunStats, Script};
 use tessera::exec::pipeline::{Parallelism, Progress};
-use tessera::optimizer::share_windows::{min_cost_forest, min_cost_with_factor_windows};
-use tessera::window::cost::CostModel;
 use tessera::TesseraError;
 
 #[derive(Parser)]
@@ -249,116 +246,11 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
 
 fn explain(path: &std::path::Path, format: ExplainFormat, settings: &[String]) -> Result<(), TesseraError> {
     let script = load_script(path, settings)?;
-    let eta = script.settings.eta;
-    let queries: Vec<serde_json::Value> = script
-        .queries
-        .iter()
-        .map(|q| {
-            let windows = query_windows(q);
-            let model = CostModel::new(&windows, eta);
-            let (baseline, shared, period) = (model.baseline(&windows), model.shared_slices(&windows), model.period);
-            let slice = CostModel::slice_len(&windows).max(1);
-            let sharing = common_sharing(functions_of(q));
-            let distinct: Vec<(tessera::window::WindowSpec, bool)> = windows.iter().map(|w| (*w, true)).collect();
-            let wcg = min_cost_forest(&distinct, sharing, &model).total_cost;
-            let wcg_factor = min_cost_with_factor_windows(&windows, sharing, &model).total_cost;
-            let unit = script.catalog.source(&q.source).map(|s| s.event_time.unit.suffix()).unwrap_or("");
-            serde_json::json!({
-                "sql": q.sql,
-                "source": q.source,
-                "windows": windows.iter().enumerate().map(|(i, w)| serde_json::json!({
-                    "name": format!("w{}", i + 1), "range": w.range, "slide": w.slide, "unit": unit,
-                    "output": true, "factor": false,
-                })).collect::<Vec<_>>(),
-                "aggregates": aggregates_of(q),
-                "slice": slice,
-                "edges": windows.iter().enumerate().map(|(i, w)| serde_json::json!({
-                    "from": "stream", "to": format!("w{}", i + 1), "multiplier": w.range / slice,
-                })).collect::<Vec<_>>(),
-                "semantics": sharing,
-                // wcg and wcg_factor are the optimizer's modeled plans; the runtime cannot run them yet.
-                "costs": { "baseline": baseline, "shared_slices": shared, "wcg": wcg, "wcg_factor": wcg_factor, "chosen": shared },
-                "chosen_strategy": if windows.is_empty() { "stateless" } else { "shared_slices" },
-                "eta": eta,
-                "period": period,
-            })
-        })
-        .collect();
+    let explained = tessera::explain::explain_json(&script);
     match format {
-        ExplainFormat::Json => {
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "queries": queries })).expect("json"))
-        }
-        ExplainFormat::Dot => print!("{}", explain_dot(&queries)),
-        ExplainFormat::Text => {
-            for (i, q) in queries.iter().enumerate() {
-                println!("query {}: {}", i + 1, q["sql"].as_str().unwrap_or(""));
-                println!("  source: {}", q["source"].as_str().unwrap_or(""));
-                for w in q["windows"].as_array().into_iter().flatten() {
-                    println!(
-                        "  window {}: range {}{u}, slide {}{u}, merges {} slices of {}{u}",
-                        w["name"],
-                        w["range"],
-                        w["slide"],
-                        w["range"].as_i64().unwrap_or(0) / q["slice"].as_i64().unwrap_or(1),
-                        q["slice"],
-                        u = w["unit"].as_str().unwrap_or("")
-                    );
-                }
-                println!("  aggregates: {}", q["aggregates"]);
-                println!(
-                    "  strategy: {} (modeled cost {} per period {}, eta {}; baseline {})",
-                    q["chosen_strategy"], q["costs"]["chosen"], q["period"], q["eta"], q["costs"]["baseline"]
-                );
-                println!(
-                    "  coverage graph ({}, modeled, not runnable yet): wcg {}, wcg_factor {}",
-                    q["semantics"], q["costs"]["wcg"], q["costs"]["wcg_factor"]
-                );
-            }
-        }
+        ExplainFormat::Json => println!("{}", serde_json::to_string_pretty(&explained).expect("json")),
+        ExplainFormat::Dot => print!("{}", tessera::explain::explain_dot(&explained)),
+        ExplainFormat::Text => print!("{}", tessera::explain::explain_text(&explained)),
     }
     Ok(())
-}
-
-/// The EXPLAIN JSON of every query as one Graphviz digraph.
-fn explain_dot(queries: &[serde_json::Value]) -> String {
-    let mut dot = String::from("digraph tessera {\n  rankdir=LR;\n  node [shape=box];\n");
-    for (i, q) in queries.iter().enumerate() {
-        let label =
-            format!("query {}: {} ({})", i + 1, q["chosen_strategy"].as_str().unwrap_or(""), q["costs"]["chosen"]);
-        dot.push_str(&format!("  subgraph cluster_q{i} {{\n    label={label:?};\n"));
-        dot.push_str(&format!("    q{i}_stream [label=\"stream\", shape=ellipse];\n"));
-        for w in q["windows"].as_array().into_iter().flatten() {
-            let name = w["name"].as_str().unwrap_or("");
-            let unit = w["unit"].as_str().unwrap_or("");
-            let text = format!("{name}: range {}{unit}, slide {}{unit}", w["range"], w["slide"]);
-            dot.push_str(&format!("    q{i}_{name} [label={text:?}];\n"));
-        }
-        for e in q["edges"].as_array().into_iter().flatten() {
-            let (from, to) = (e["from"].as_str().unwrap_or(""), e["to"].as_str().unwrap_or(""));
-            dot.push_str(&format!("    q{i}_{from} -> q{i}_{to} [label=\"x{}\"];\n", e["multiplier"]));
-        }
-        dot.push_str("  }\n");
-    }
-    dot.push_str("}\n");
-    dot
-}
-
-fn functions_of(query: &tessera::plan::QueryPlan) -> Vec<tessera::aggregate::AggregateFunction> {
-    let mut functions = Vec::new();
-    for branch in &query.branches {
-        if let tessera::plan::BranchPlan::WindowAggregate(plan) = branch {
-            functions.extend(plan.aggregates.iter().map(|a| a.function));
-        }
-    }
-    functions
-}
-
-fn aggregates_of(query: &tessera::plan::QueryPlan) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for function in functions_of(query) {
-        if !names.iter().any(|n| n == function.name()) {
-            names.push(function.name().to_string());
-        }
-    }
-    names
 }

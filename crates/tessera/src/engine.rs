@@ -10,9 +10,10 @@ use crate::connectors::sink::ResultSink;
 use crate::connectors::{open_source, BatchReader, ReadOptions};
 use crate::error::{Result, TesseraError};
 use crate::exec::pipeline::{run_source, Parallelism, ProgressFn};
+use crate::optimizer::window_strategy::Strategy;
+use crate::optimizer::{window_groups, WindowGroup};
 use crate::plan::{BranchPlan, QueryPlan};
 use crate::sql::{binder::bind_query, parse_script, ScriptText, Statement};
-use crate::window::cost::CostModel;
 use crate::window::WindowSpec;
 
 /// Session options set with `SET name = value` in a script.
@@ -24,51 +25,25 @@ pub struct Settings {
     pub batch_size: usize,
     /// Events per event-time unit assumed by the cost model.
     pub eta: f64,
-    /// How windows are evaluated (`SET window_strategy`).
-    pub window_strategy: WindowStrategy,
+    /// How windows are evaluated (`SET window_strategy`): `None` lets the optimizer choose.
+    pub window_strategy: Option<Strategy>,
 }
 
-/// The window strategies a script can force. `Auto` picks the cheapest the runtime can run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WindowStrategy {
-    #[default]
-    Auto,
-    /// Every window branch on its own slices, from the raw stream.
-    Baseline,
-    /// Window branches that read rows the same way share one set of slices.
-    SharedSlices,
-}
-
-impl WindowStrategy {
-    fn parse(value: &str) -> std::result::Result<Self, String> {
-        match value.to_ascii_lowercase().as_str() {
-            "auto" => Ok(WindowStrategy::Auto),
-            "baseline" => Ok(WindowStrategy::Baseline),
-            "shared_slices" => Ok(WindowStrategy::SharedSlices),
-            planned @ ("unshared_paired" | "shared_paired" | "wcg" | "wcg_factor") => Err(format!(
-                "window_strategy '{planned}' is modeled by the optimizer but cannot run yet (runnable: 'auto', 'baseline', 'shared_slices')"
-            )),
-            other => Err(format!("unknown window_strategy '{other}' (runnable: 'auto', 'baseline', 'shared_slices')")),
-        }
+/// Parses `SET window_strategy`: `auto` (the cheapest, `None`) or a strategy to force.
+fn parse_window_strategy(value: &str) -> std::result::Result<Option<Strategy>, String> {
+    let value = value.to_ascii_lowercase();
+    if value == "auto" {
+        return Ok(None);
     }
-
-    /// Whether window branches share slices.
-    pub fn shares_slices(self) -> bool {
-        self != WindowStrategy::Baseline
-    }
-
-    pub fn name(self) -> &'static str {
-        if self.shares_slices() {
-            "shared_slices"
-        } else {
-            "baseline"
-        }
-    }
+    Strategy::parse(&value).map(Some).ok_or_else(|| {
+        let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+        format!("unknown window_strategy '{value}' (known: 'auto', '{}')", names.join("', '"))
+    })
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { parallelism: None, batch_size: 8192, eta: 1.0, window_strategy: WindowStrategy::Auto }
+        Settings { parallelism: None, batch_size: 8192, eta: 1.0, window_strategy: None }
     }
 }
 
@@ -90,7 +65,7 @@ impl Settings {
                     .filter(|v| v.is_finite() && *v > 0.0)
                     .ok_or_else(|| format!("eta must be a positive number, got '{value}'"))?
             }
-            "window_strategy" => self.window_strategy = WindowStrategy::parse(value)?,
+            "window_strategy" => self.window_strategy = parse_window_strategy(value)?,
             _ => {
                 return Err(format!("unknown setting `{name}` (known: parallelism, batch_size, eta, window_strategy)"))
             }
@@ -126,6 +101,11 @@ impl Script {
             self.settings.set(&name, value.trim().trim_matches('\'')).map_err(TesseraError::Option)?;
         }
         Ok(())
+    }
+
+    /// The script's window groups, planned with its settings.
+    pub fn window_groups(&self) -> Vec<WindowGroup> {
+        window_groups(&self.queries, self.settings.eta, self.settings.window_strategy)
     }
 
     pub fn compile(text: &str, base_dir: &Path) -> Result<Script> {
@@ -193,6 +173,18 @@ pub struct RunStats {
     pub queries: Vec<QueryStats>,
 }
 
+/// The strategies of the window groups `query` takes part in (one, unless its branches read
+/// rows differently).
+pub fn query_strategies(groups: &[WindowGroup], query: usize) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = Vec::new();
+    for group in groups.iter().filter(|g| g.members.iter().any(|m| m.query == query)) {
+        if !names.contains(&group.plan.strategy.name()) {
+            names.push(group.plan.strategy.name());
+        }
+    }
+    names
+}
+
 /// The windows a query evaluates.
 pub fn query_windows(query: &QueryPlan) -> Vec<WindowSpec> {
     query
@@ -226,23 +218,23 @@ pub fn run_script_with_readers(
         (Parallelism::Fixed(n), _) | (Parallelism::Auto(_), Some(n)) => Parallelism::Fixed(n),
         (auto, None) => auto,
     };
+    let groups = script.window_groups();
     let mut stats = RunStats {
         queries: script
             .queries
             .iter()
-            .map(|q| {
-                let windows = query_windows(q);
-                let model = CostModel::new(&windows, script.settings.eta);
-                let strategy = script.settings.window_strategy;
+            .enumerate()
+            .map(|(q, plan)| {
+                let strategies = query_strategies(&groups, q);
                 QueryStats {
-                    sql: q.sql.clone(),
-                    plan_cost: if strategy.shares_slices() {
-                        model.shared_slices(&windows)
-                    } else {
-                        model.baseline(&windows)
-                    },
-                    chosen_strategy: if windows.is_empty() { "stateless" } else { strategy.name() }.to_string(),
-                    windows,
+                    sql: plan.sql.clone(),
+                    plan_cost: groups
+                        .iter()
+                        .filter(|g| g.members.iter().any(|m| m.query == q))
+                        .map(|g| g.plan.cost())
+                        .sum(),
+                    chosen_strategy: if strategies.is_empty() { "stateless".to_string() } else { strategies.join("+") },
+                    windows: query_windows(plan),
                     rows_out: 0,
                     late_events: 0,
                 }
@@ -263,8 +255,8 @@ pub fn run_script_with_readers(
         let queries: Vec<(usize, &QueryPlan)> =
             script.queries.iter().enumerate().filter(|(_, q)| q.source == name).collect();
         let mut reader = open(source)?;
-        let share = script.settings.window_strategy.shares_slices();
-        let run = run_source(source, reader.as_mut(), &queries, parallelism, share, sink, options.progress)?;
+        let source_groups: Vec<&WindowGroup> = groups.iter().filter(|g| g.source == name).collect();
+        let run = run_source(source, reader.as_mut(), &queries, &source_groups, parallelism, sink, options.progress)?;
         stats.events_in += run.events_in;
         stats.parallelism = stats.parallelism.max(run.workers);
         stats.bad_rows += run.bad_rows;

@@ -16,6 +16,7 @@ pub mod connectors;
 pub mod engine;
 pub mod error;
 pub mod exec;
+pub mod explain;
 pub mod optimizer;
 pub mod plan;
 pub mod sql;

@@ -22,10 +22,10 @@ use arrow::compute::filter_record_batch;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
-use crate::plan::BranchPlan;
+use crate::plan::{StatelessPlan, WindowAggregatePlan};
 pub use filter_project::{filter_and_project, FilterProjectExec};
 use key_interner::{key_signature, SharedKeys};
-pub use window_aggregate::WindowAggregateExec;
+pub use window_aggregate::{WindowAggregateExec, WindowNodeSpec};
 
 /// Source rows with their event times and the watermark each row meets.
 #[derive(Debug, Clone)]
@@ -142,28 +142,35 @@ impl KeySpaces {
     }
 }
 
-/// The operator that runs `branches` together, one output slot each: a stateless branch
-/// alone, or window aggregates that share WHERE, keys and aggregates (see
-/// [`WindowAggregatePlan::input_signature`](crate::plan::WindowAggregatePlan::input_signature)).
+/// What one operator evaluates.
+pub enum OperatorKind<'a> {
+    /// A stateless branch, one output slot.
+    Stateless(&'a StatelessPlan),
+    /// Window nodes feeding output slots that share WHERE, keys and aggregates.
+    Windows { nodes: Vec<WindowNodeSpec>, slots: Vec<Arc<WindowAggregatePlan>> },
+}
+
+impl OperatorKind<'_> {
+    /// The group keys rows are partitioned by (`None`: a stateless branch).
+    pub fn window_shape(&self) -> Option<&WindowAggregatePlan> {
+        match self {
+            OperatorKind::Stateless(_) => None,
+            OperatorKind::Windows { slots, .. } => Some(&slots[0]),
+        }
+    }
+}
+
+/// The operator for `kind`; window operators get the key interner of their group keys.
 pub fn create_operator(
-    branches: &[&BranchPlan],
+    kind: &OperatorKind,
     event_time_type: &arrow::datatypes::DataType,
     key_spaces: &mut KeySpaces,
 ) -> Result<Box<dyn StreamOperator>> {
-    match branches {
-        [BranchPlan::Stateless(plan)] => Ok(Box::new(FilterProjectExec::new(plan.clone()))),
-        _ => {
-            let plans = branches
-                .iter()
-                .map(|b| match b {
-                    BranchPlan::WindowAggregate(plan) => Ok(Arc::clone(plan)),
-                    BranchPlan::Stateless(_) => {
-                        Err(crate::TesseraError::Internal("stateless branch in a window group".into()))
-                    }
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let keys = key_spaces.get(&plans[0].keys, plans[0].key_types())?;
-            Ok(Box::new(WindowAggregateExec::new(plans, event_time_type.clone(), keys)?))
+    match kind {
+        OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new((*plan).clone()))),
+        OperatorKind::Windows { nodes, slots } => {
+            let keys = key_spaces.get(&slots[0].keys, slots[0].key_types())?;
+            Ok(Box::new(WindowAggregateExec::new(nodes.clone(), slots.clone(), event_time_type.clone(), keys)?))
         }
     }
 }

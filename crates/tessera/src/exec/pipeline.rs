@@ -21,11 +21,14 @@ use arrow::record_batch::RecordBatch;
 use datafusion_common::hash_utils::{create_hashes, RandomState};
 
 use super::key_interner::key_signature;
-use super::{create_operator, EventBatch, KeySpaces, OperatorMetrics, Output, StreamOperator};
+use super::window_aggregate::WindowNodeSpec;
+use super::{create_operator, EventBatch, KeySpaces, OperatorKind, OperatorMetrics, Output, StreamOperator};
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
 use crate::connectors::BatchReader;
 use crate::error::{Result, TesseraError};
+use crate::optimizer::window_strategy::NodeInput;
+use crate::optimizer::{GroupMember, WindowGroup};
 use crate::plan::{BranchPlan, QueryPlan};
 
 /// How many workers compute, and how rows reach them.
@@ -72,34 +75,53 @@ pub struct SourceRun {
     pub query_metrics: Vec<OperatorMetrics>,
 }
 
-/// One operator, as planned: the query branches it evaluates, one output slot each, and the
-/// query each slot belongs to.
+/// One operator, as planned: what it evaluates, and the query each of its output slots
+/// belongs to.
 struct OperatorSpec<'a> {
     queries: Vec<usize>,
-    branches: Vec<&'a BranchPlan>,
+    kind: OperatorKind<'a>,
 }
 
-/// Groups the branches of `queries` into operators: with `share_slices`, window aggregates that
-/// read rows the same way (same WHERE, keys and aggregates) share one operator and its slices;
-/// every other branch gets its own.
-fn plan_operators<'a>(queries: &[(usize, &'a QueryPlan)], share_slices: bool) -> Vec<OperatorSpec<'a>> {
-    let mut specs: Vec<(Option<String>, OperatorSpec<'a>)> = Vec::new();
+/// The operators for `queries`: one per stateless branch, and for each window group one
+/// operator evaluating all its nodes (shared strategies) or one per node.
+fn plan_operators<'a>(queries: &[(usize, &'a QueryPlan)], groups: &[&WindowGroup]) -> Vec<OperatorSpec<'a>> {
+    let mut specs = Vec::new();
     for (query, plan) in queries {
         for branch in &plan.branches {
-            let signature = match branch {
-                BranchPlan::WindowAggregate(w) if share_slices => Some(w.input_signature()),
-                _ => None,
-            };
-            match specs.iter_mut().find(|(s, _)| signature.is_some() && *s == signature) {
-                Some((_, spec)) => {
-                    spec.queries.push(*query);
-                    spec.branches.push(branch);
-                }
-                None => specs.push((signature, OperatorSpec { queries: vec![*query], branches: vec![branch] })),
+            if let BranchPlan::Stateless(stateless) = branch {
+                specs.push(OperatorSpec { queries: vec![*query], kind: OperatorKind::Stateless(stateless) });
             }
         }
     }
-    specs.into_iter().map(|(_, spec)| spec).collect()
+    for group in groups {
+        let node_sets: Vec<Vec<usize>> = if group.plan.strategy.is_shared() {
+            vec![(0..group.plan.nodes.len()).collect()]
+        } else {
+            (0..group.plan.nodes.len()).map(|n| vec![n]).collect()
+        };
+        for node_set in node_sets {
+            let members: Vec<&GroupMember> = group.members.iter().filter(|m| node_set.contains(&m.node)).collect();
+            let nodes = node_set
+                .iter()
+                .map(|&n| {
+                    let planned = &group.plan.nodes[n];
+                    let input = match planned.input {
+                        NodeInput::Window(p) => NodeInput::Window(
+                            node_set.iter().position(|&x| x == p).expect("a shared plan holds every parent"),
+                        ),
+                        other => other,
+                    };
+                    let slots = members.iter().enumerate().filter(|(_, m)| m.node == n).map(|(s, _)| s).collect();
+                    WindowNodeSpec { spec: planned.spec, input, slots }
+                })
+                .collect();
+            specs.push(OperatorSpec {
+                queries: members.iter().map(|m| m.query).collect(),
+                kind: OperatorKind::Windows { nodes, slots: members.iter().map(|m| Arc::clone(&m.plan)).collect() },
+            });
+        }
+    }
+    specs
 }
 
 /// The operators one worker runs, each with the query of each of its output slots.
@@ -120,7 +142,7 @@ impl Worker {
         let mut key_spaces = KeySpaces::default();
         let operators = specs
             .iter()
-            .map(|s| Ok((s.queries.clone(), create_operator(&s.branches, event_time_type, &mut key_spaces)?)))
+            .map(|s| Ok((s.queries.clone(), create_operator(&s.kind, event_time_type, &mut key_spaces)?)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Worker { operators, key_spaces, state_bytes: Arc::new(AtomicU64::new(0)) })
     }
@@ -193,17 +215,14 @@ struct Partitioner {
 impl Partitioner {
     fn split(
         &mut self,
-        branch: &BranchPlan,
+        kind: &OperatorKind,
         input: &Arc<EventBatch>,
         cache: &mut Vec<(String, Vec<Option<Arc<EventBatch>>>)>,
     ) -> Result<Vec<Option<Arc<EventBatch>>>> {
         let n = self.workers;
-        let plan = match branch {
-            BranchPlan::Stateless(_) => {
-                let target = self.batches_seen % n;
-                return Ok((0..n).map(|w| (w == target).then(|| Arc::clone(input))).collect());
-            }
-            BranchPlan::WindowAggregate(plan) => plan,
+        let Some(plan) = kind.window_shape() else {
+            let target = self.batches_seen % n;
+            return Ok((0..n).map(|w| (w == target).then(|| Arc::clone(input))).collect());
         };
         if plan.keys.is_empty() {
             return Ok((0..n).map(|w| (w == 0).then(|| Arc::clone(input))).collect());
@@ -238,19 +257,20 @@ impl Partitioner {
 /// progress.
 type Stamped = (Arc<EventBatch>, i64, (u64, Option<u64>));
 
-/// Runs `queries` (index in the script, plan) over `source` until its input ends.
+/// Runs `queries` (index in the script, plan) over `source` until its input ends; `groups` are
+/// the planned window groups of these queries.
 ///
 /// Decoding runs on its own thread ahead of the operators, so reading and computing overlap.
 pub fn run_source(
     source: &SourceDef,
     reader: &mut dyn BatchReader,
     queries: &[(usize, &QueryPlan)],
+    groups: &[&WindowGroup],
     parallelism: Parallelism,
-    share_slices: bool,
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
 ) -> Result<SourceRun> {
-    let specs = plan_operators(queries, share_slices);
+    let specs = plan_operators(queries, groups);
     let query_count = queries.iter().map(|(q, _)| q + 1).max().unwrap_or(0);
     for (query, plan) in queries {
         sink.open_query(*query, &plan.output_schema)?;
@@ -403,7 +423,7 @@ fn compute_parallel(
                         per_worker[op % workers].push((op, Arc::clone(&input)));
                         continue;
                     }
-                    for (w, part) in partitioner.split(spec.branches[0], &input, &mut cache)?.into_iter().enumerate() {
+                    for (w, part) in partitioner.split(&spec.kind, &input, &mut cache)?.into_iter().enumerate() {
                         if let Some(part) = part {
                             per_worker[w].push((op, part));
                         }

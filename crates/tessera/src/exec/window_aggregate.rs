@@ -1,12 +1,20 @@
-//! `WindowAggregateExec`: GROUP BY keys and tumbling or hopping windows, on shared slices.
+//! `WindowAggregateExec`: GROUP BY keys and tumbling or hopping windows, evaluated the way the
+//! optimizer chose (see [`crate::optimizer::window_strategy`]).
 //!
-//! One operator evaluates every window of the query branches that read the same rows the same
-//! way (same WHERE, keys and aggregates; each branch is an output *slot*). Every row updates
-//! the partial states of exactly one slice, of length the gcd of all the windows' ranges and
-//! slides; a window instance is emitted once, when the watermark passes its end, by merging
-//! the states of its slices. Slices no open window needs are dropped. A row is late for a
-//! window that was already closed when it arrived: it still counts for the windows that are
-//! open (their slices are still there), and goes to the late output of each slot it missed.
+//! One operator evaluates a list of window *nodes* that read rows the same way (same WHERE,
+//! keys and aggregates). A node's instances get their partial states from one of three places:
+//! the stream (every instance containing a row is updated: the baseline and the roots of a
+//! coverage graph), the operator's slices (every row updates exactly one slice of a slicing
+//! whose edges are the nodes' boundaries; an instance merges its slices) or the closed
+//! instances of a covering node (an instance merges the `M` instances that cover it). An
+//! instance is closed once, when the watermark passes its end: its rows go to the node's output
+//! slots (query branches; a factor window has none) and, if other nodes read it, its states are
+//! kept until no open instance of theirs needs them. Parents close before their children in the
+//! same pass, so sharing never delays a result.
+//!
+//! Lateness stays exact per window: a row is late for the windows that were closed when it
+//! arrived and still counts for the open ones. Where an open window reads closed instances of
+//! another node, the late row also updates those kept instances, so the open window sees it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,8 +28,10 @@ use super::key_interner::SharedKeys;
 use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::aggregate::GroupStates;
 use crate::error::{Result, TesseraError};
+use crate::optimizer::window_strategy::NodeInput;
 use crate::plan::{AggregateColumn, WindowAggregatePlan};
-use crate::window::{floor_div, gcd, WindowSpec};
+use crate::window::slicing::Slicing;
+use crate::window::{floor_div, WindowSpec};
 
 const NO_SLOT: u32 = u32::MAX;
 
@@ -68,6 +78,14 @@ impl GroupTable {
         }
     }
 
+    /// Adds the rows starting at `offset` whose keys are `key_ids`.
+    fn add_rows(&mut self, key_ids: &[u32], offset: usize, values: &[Option<ArrayRef>], scratch: &mut Vec<u32>) {
+        self.slots_for(key_ids.iter().copied(), scratch);
+        for (state, value) in self.states.iter_mut().zip(values) {
+            state.update(value.as_ref(), offset, scratch);
+        }
+    }
+
     fn merge_from(&mut self, other: &GroupTable, scratch: &mut Vec<u32>) -> Result<()> {
         self.slots_for(other.keys.iter().copied(), scratch);
         for (mine, theirs) in self.states.iter_mut().zip(&other.states) {
@@ -83,211 +101,85 @@ impl GroupTable {
     }
 }
 
-/// One window of the operator and where its emission stands.
-struct WindowOutput {
-    plan: Arc<WindowAggregatePlan>,
-    /// The first window not yet closed: windows before it are emitted or were empty.
+/// A window node as planned: its window, its input and the output slots it feeds.
+#[derive(Debug, Clone)]
+pub struct WindowNodeSpec {
+    pub spec: WindowSpec,
+    pub input: NodeInput,
+    pub slots: Vec<usize>,
+}
+
+/// A window node and where its emission stands.
+struct Node {
+    spec: WindowSpec,
+    input: NodeInput,
+    slots: Vec<usize>,
+    /// Nodes that read this one's closed instances.
+    children: Vec<usize>,
+    /// The first instance not yet closed: instances before it are emitted or were empty.
     next_window: i64,
-    /// The watermark up to which windows are closed.
+    /// The watermark up to which instances are closed.
     closed_through: i64,
+    /// Open instances with data (stream input).
+    open: BTreeMap<i64, GroupTable>,
+    /// Closed instances with data that children may still read, from `keep_from` on.
+    closed: BTreeMap<i64, GroupTable>,
+    keep_from: i64,
+}
+
+impl Node {
+    /// The end of the first instance not closed yet.
+    fn next_close(&self) -> i64 {
+        self.spec.end(self.next_window)
+    }
+
+    fn bytes(&self) -> usize {
+        self.open.values().chain(self.closed.values()).map(GroupTable::bytes).sum()
+    }
+}
+
+/// An output slot (query branch): its SELECT list and HAVING, and its counters.
+struct Slot {
+    plan: Arc<WindowAggregatePlan>,
     metrics: OperatorMetrics,
 }
 
-impl WindowOutput {
-    fn spec(&self) -> WindowSpec {
-        self.plan.window
-    }
-
-    /// The end of the first window not closed yet.
-    fn next_close(&self) -> i64 {
-        self.spec().end(self.next_window)
-    }
-}
-
-pub struct WindowAggregateExec {
-    /// The branches, one per output slot; they share WHERE, keys and aggregates.
-    outputs: Vec<WindowOutput>,
-    event_time_type: DataType,
+/// Turns closed instances into result rows.
+struct Emitter {
+    slots: Vec<Slot>,
     /// Interned group keys, shared with other operators that group by the same keys.
     keys: Arc<SharedKeys>,
-    slice_len: i64,
-    /// Open slices by index (slice `k` covers `[k * slice_len, (k + 1) * slice_len)`).
-    slices: BTreeMap<i64, GroupTable>,
-    scratch: Vec<u32>,
+    event_time_type: DataType,
 }
 
-impl WindowAggregateExec {
-    /// An operator for `plans`, which must agree on WHERE, keys and aggregates.
-    pub fn new(plans: Vec<Arc<WindowAggregatePlan>>, event_time_type: DataType, keys: Arc<SharedKeys>) -> Result<Self> {
-        if plans.is_empty() {
-            return Err(TesseraError::Internal("a window aggregate without windows".into()));
-        }
-        let slice_len = plans.iter().fold(0, |acc, p| gcd(acc, p.window.slice_len()));
-        let outputs = plans
-            .into_iter()
-            .map(|plan| WindowOutput {
-                next_window: plan.window.first_window_ending_after(i64::MIN),
-                closed_through: i64::MIN,
-                metrics: OperatorMetrics::default(),
-                plan,
-            })
-            .collect();
-        Ok(WindowAggregateExec {
-            outputs,
-            event_time_type,
-            keys,
-            slice_len,
-            slices: BTreeMap::new(),
-            scratch: Vec::new(),
-        })
-    }
-
-    /// The plan whose WHERE, keys and aggregates every slot shares.
-    fn shape(&self) -> &Arc<WindowAggregatePlan> {
-        &self.outputs[0].plan
-    }
-
-    /// The earliest end of a window not closed yet: a row whose watermark reaches it closes
-    /// windows.
-    fn next_close(&self) -> i64 {
-        self.outputs.iter().map(WindowOutput::next_close).min().unwrap_or(i64::MAX)
-    }
-
-    /// Aggregates rows that passed the WHERE clause; `key_ids` are their interned keys.
-    fn process_filtered(&mut self, input: &EventBatch, key_ids: &[u32], out: &mut Output) -> Result<()> {
-        let n = input.len();
-        let values = self.shape().aggregates.iter().map(|a| a.evaluate_arg(&input.rows)).collect::<Result<Vec<_>>>()?;
-        let mut late_rows: Vec<Vec<u32>> = vec![Vec::new(); self.outputs.len()];
-        let mut start = 0;
-        while start < n {
-            // Take rows up to the first one that meets a watermark closing a window; close
-            // windows before taking it.
-            let threshold = self.next_close();
-            let end = input.watermarks[start..].iter().position(|&w| w >= threshold).map_or(n, |p| start + p);
-            if end == start {
-                self.close_windows(input.watermarks[start], out)?;
-                continue;
-            }
-            self.update_slices(input, start..end, key_ids, &values, &mut late_rows)?;
-            start = end;
-        }
-        for (slot, rows) in late_rows.into_iter().enumerate() {
-            if !rows.is_empty() {
-                self.outputs[slot].metrics.late_events += rows.len() as u64;
-                out.late.push((slot, input.take(&rows)?.rows));
-            }
-        }
-        Ok(())
-    }
-
-    /// Adds rows `rows` to their slices, run by run: consecutive rows in one slice share the
-    /// slice lookup and the lateness decision (every time in a slice belongs to the same
-    /// windows), and update the states as one contiguous range.
-    fn update_slices(
+impl Emitter {
+    fn emit(
         &mut self,
-        input: &EventBatch,
-        rows: std::ops::Range<usize>,
-        key_ids: &[u32],
-        values: &[Option<ArrayRef>],
-        late_rows: &mut [Vec<u32>],
+        node_slots: &[usize],
+        window: WindowSpec,
+        m: i64,
+        table: &GroupTable,
+        out: &mut Output,
     ) -> Result<()> {
-        let times = &input.event_times;
-        let mut row = rows.start;
-        while row < rows.end {
-            let slice = floor_div(times[row], self.slice_len);
-            let lo = slice.saturating_mul(self.slice_len);
-            let hi = lo.saturating_add(self.slice_len);
-            let run_end =
-                times[row + 1..rows.end].iter().position(|&t| !(lo <= t && t < hi)).map_or(rows.end, |p| row + 1 + p);
-            let mut open = false;
-            for (output, late) in self.outputs.iter().zip(late_rows.iter_mut()) {
-                let (first, last) = output.spec().windows_containing(lo);
-                if first < output.next_window {
-                    late.extend(row as u32..run_end as u32);
-                }
-                open |= last >= output.next_window;
+        for &slot in node_slots {
+            let batch = self.finalize(&self.slots[slot].plan, window, m, table)?;
+            self.slots[slot].metrics.rows_out += batch.num_rows() as u64;
+            if batch.num_rows() > 0 {
+                out.rows.push((slot, batch));
             }
-            if open {
-                let plan = &self.outputs[0].plan;
-                let table = self.slices.entry(slice).or_insert_with(|| GroupTable::new(plan));
-                table.slots_for(key_ids[row..run_end].iter().copied(), &mut self.scratch);
-                for (state, value) in table.states.iter_mut().zip(values) {
-                    state.update(value.as_ref(), row, &self.scratch);
-                }
-                let metrics = &mut self.outputs[0].metrics;
-                metrics.store_reads += (run_end - row) as u64;
-                metrics.store_writes += (run_end - row) as u64;
-            }
-            row = run_end;
         }
         Ok(())
     }
 
-    /// Emits, for every slot, each window with data whose end is at or before `watermark`, then
-    /// drops the slices no open window needs.
-    fn close_windows(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
-        let g = self.slice_len;
-        for slot in 0..self.outputs.len() {
-            if watermark <= self.outputs[slot].closed_through {
-                continue;
-            }
-            let window = self.outputs[slot].spec();
-            let mut m = self.outputs[slot].next_window;
-            // Visit the windows that have data: from the first slice at or after the start of m.
-            while let Some((&k, _)) = self.slices.range(floor_div(window.start(m), g)..).next() {
-                let slice_start = k.saturating_mul(g);
-                if slice_start >= window.end(m) {
-                    m = m.max(window.first_window_ending_after(slice_start));
-                    continue;
-                }
-                if window.end(m) > watermark {
-                    break;
-                }
-                self.emit_window(slot, m, out)?;
-                m += 1;
-            }
-            let output = &mut self.outputs[slot];
-            output.closed_through = watermark;
-            output.next_window = output.next_window.max(window.first_window_ending_after(watermark));
-        }
-        let keep_from =
-            self.outputs.iter().map(|o| floor_div(o.spec().start(o.next_window), g)).min().unwrap_or(i64::MAX);
-        if self.slices.first_key_value().is_some_and(|(&k, _)| k < keep_from) {
-            self.slices = self.slices.split_off(&keep_from);
-        }
-        Ok(())
-    }
-
-    fn emit_window(&mut self, slot: usize, m: i64, out: &mut Output) -> Result<()> {
-        let window = self.outputs[slot].spec();
-        let g = self.slice_len;
-        let (first, last) = (floor_div(window.start(m), g), floor_div(window.end(m) - 1, g));
-        let batch = if first == last {
-            match self.slices.get(&first) {
-                Some(table) => self.finalize(slot, m, table)?,
-                None => return Ok(()),
-            }
-        } else {
-            let mut merged = GroupTable::new(&self.outputs[slot].plan);
-            let mut reads = 0;
-            for (_, table) in self.slices.range(first..=last) {
-                merged.merge_from(table, &mut self.scratch)?;
-                reads += table.keys.len() as u64;
-            }
-            self.outputs[slot].metrics.store_reads += reads;
-            self.finalize(slot, m, &merged)?
-        };
-        self.outputs[slot].metrics.rows_out += batch.num_rows() as u64;
-        if batch.num_rows() > 0 {
-            out.rows.push((slot, batch));
-        }
-        Ok(())
-    }
-
-    /// The result rows of window `m` of `slot` from its merged states: aggregate, HAVING,
+    /// The result rows of instance `m` of `window` from its merged states: aggregate, HAVING,
     /// SELECT list.
-    fn finalize(&self, slot: usize, m: i64, table: &GroupTable) -> Result<RecordBatch> {
-        let plan = &self.outputs[slot].plan;
+    fn finalize(
+        &self,
+        plan: &WindowAggregatePlan,
+        window: WindowSpec,
+        m: i64,
+        table: &GroupTable,
+    ) -> Result<RecordBatch> {
         let n = table.keys.len();
         let key_columns = self.keys.columns(&table.keys)?;
         let bound = |value: i64| -> Result<ArrayRef> {
@@ -299,13 +191,316 @@ impl WindowAggregateExec {
             .iter()
             .map(|column| match column {
                 AggregateColumn::Key(i) => Ok(key_columns[*i].clone()),
-                AggregateColumn::WindowStart => bound(plan.window.start(m)),
-                AggregateColumn::WindowEnd => bound(plan.window.end(m)),
+                AggregateColumn::WindowStart => bound(window.start(m)),
+                AggregateColumn::WindowEnd => bound(window.end(m)),
                 AggregateColumn::Aggregate(i) => plan.aggregates[*i].finalize(&table.states[*i]),
             })
             .collect::<Result<Vec<_>>>()?;
         let aggregated = RecordBatch::try_new(nullable(&plan.aggregate_schema), columns)?;
         filter_and_project(&aggregated, plan.having.as_ref(), &plan.projection, &plan.output_schema)
+    }
+}
+
+pub struct WindowAggregateExec {
+    /// Parents before children.
+    nodes: Vec<Node>,
+    emitter: Emitter,
+    /// The plan whose WHERE, keys and aggregates every slot shares.
+    shape: Arc<WindowAggregatePlan>,
+    /// Cuts time where any node's instances start or end: a run of rows inside one slice
+    /// belongs to the same instances of every node.
+    slicing: Slicing,
+    /// Slices with data (for nodes reading slices), by index in `slicing`.
+    slices: BTreeMap<i64, GroupTable>,
+    store_reads: u64,
+    store_writes: u64,
+    scratch: Vec<u32>,
+}
+
+impl WindowAggregateExec {
+    /// An operator for `nodes` (parents before children) feeding `slots`, which must agree on
+    /// WHERE, keys and aggregates.
+    pub fn new(
+        nodes: Vec<WindowNodeSpec>,
+        slots: Vec<Arc<WindowAggregatePlan>>,
+        event_time_type: DataType,
+        keys: Arc<SharedKeys>,
+    ) -> Result<Self> {
+        let shape = slots
+            .first()
+            .cloned()
+            .ok_or_else(|| TesseraError::Internal("a window aggregate without outputs".into()))?;
+        let roots: Vec<WindowSpec> =
+            nodes.iter().filter(|n| !matches!(n.input, NodeInput::Window(_))).map(|n| n.spec).collect();
+        let mut built: Vec<Node> = nodes
+            .iter()
+            .map(|n| Node {
+                spec: n.spec,
+                input: n.input,
+                slots: n.slots.clone(),
+                children: Vec::new(),
+                next_window: n.spec.first_window_ending_after(i64::MIN),
+                closed_through: i64::MIN,
+                open: BTreeMap::new(),
+                closed: BTreeMap::new(),
+                keep_from: i64::MIN,
+            })
+            .collect();
+        for (i, n) in nodes.iter().enumerate() {
+            if let NodeInput::Window(p) = n.input {
+                if p >= i || !n.spec.is_covered_by(&nodes[p].spec) {
+                    return Err(TesseraError::Internal(format!("window node {i} cannot read node {p}")));
+                }
+                built[p].children.push(i);
+            }
+        }
+        Ok(WindowAggregateExec {
+            nodes: built,
+            emitter: Emitter {
+                slots: slots.into_iter().map(|plan| Slot { plan, metrics: OperatorMetrics::default() }).collect(),
+                keys,
+                event_time_type,
+            },
+            shape,
+            slicing: Slicing::shared(&roots),
+            slices: BTreeMap::new(),
+            store_reads: 0,
+            store_writes: 0,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// The earliest end of an instance not closed yet: a row whose watermark reaches it closes
+    /// instances.
+    fn next_close(&self) -> i64 {
+        self.nodes.iter().map(Node::next_close).min().unwrap_or(i64::MAX)
+    }
+
+    /// Aggregates rows that passed the WHERE clause; `key_ids` are their interned keys.
+    fn process_filtered(&mut self, input: &EventBatch, key_ids: &[u32], out: &mut Output) -> Result<()> {
+        let n = input.len();
+        let values = self.shape.aggregates.iter().map(|a| a.evaluate_arg(&input.rows)).collect::<Result<Vec<_>>>()?;
+        let mut late_rows: Vec<Vec<u32>> = vec![Vec::new(); self.emitter.slots.len()];
+        let mut start = 0;
+        while start < n {
+            // Take rows up to the first one that meets a watermark closing an instance; close
+            // instances before taking it.
+            let threshold = self.next_close();
+            let end = input.watermarks[start..].iter().position(|&w| w >= threshold).map_or(n, |p| start + p);
+            if end == start {
+                self.close_windows(input.watermarks[start], out)?;
+                continue;
+            }
+            self.update(input, start..end, key_ids, &values, &mut late_rows)?;
+            start = end;
+        }
+        for (slot, rows) in late_rows.into_iter().enumerate() {
+            if !rows.is_empty() {
+                self.emitter.slots[slot].metrics.late_events += rows.len() as u64;
+                out.late.push((slot, input.take(&rows)?.rows));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds `rows` to the instances and slices they belong to, run by run: consecutive rows in
+    /// one slice belong to the same instances of every node, so they share the lookups and the
+    /// lateness decision, and update the states as one contiguous range.
+    fn update(
+        &mut self,
+        input: &EventBatch,
+        rows: std::ops::Range<usize>,
+        key_ids: &[u32],
+        values: &[Option<ArrayRef>],
+        late_rows: &mut [Vec<u32>],
+    ) -> Result<()> {
+        let WindowAggregateExec { nodes, shape, slicing, slices, scratch, .. } = self;
+        let times = &input.event_times;
+        let mut updates = 0u64;
+        let mut add = |table: &mut GroupTable, run: std::ops::Range<usize>| {
+            table.add_rows(&key_ids[run.clone()], run.start, values, scratch);
+            updates += run.len() as u64;
+        };
+        let mut row = rows.start;
+        while row < rows.end {
+            let slice = slicing.slice_of(times[row]);
+            let (lo, hi) = (slicing.start(slice), slicing.end(slice));
+            let run_end =
+                times[row + 1..rows.end].iter().position(|&t| !(lo <= t && t < hi)).map_or(rows.end, |p| row + 1 + p);
+            let run = row..run_end;
+            let mut to_slice = false;
+            for node in nodes.iter_mut() {
+                let (first, last) = node.spec.windows_containing(lo);
+                if first > last {
+                    continue;
+                }
+                if first < node.next_window {
+                    for &slot in &node.slots {
+                        late_rows[slot].extend(run.start as u32..run.end as u32);
+                    }
+                    // Closed instances that an open child still reads take the late row too.
+                    if !node.children.is_empty() {
+                        for m in first.max(node.keep_from)..=last.min(node.next_window - 1) {
+                            add(node.closed.entry(m).or_insert_with(|| GroupTable::new(shape)), run.clone());
+                        }
+                    }
+                }
+                if last >= node.next_window {
+                    match node.input {
+                        NodeInput::Stream => {
+                            for m in first.max(node.next_window)..=last {
+                                add(node.open.entry(m).or_insert_with(|| GroupTable::new(shape)), run.clone());
+                            }
+                        }
+                        NodeInput::Slices => to_slice = true,
+                        NodeInput::Window(_) => {}
+                    }
+                }
+            }
+            if to_slice {
+                add(slices.entry(slice).or_insert_with(|| GroupTable::new(shape)), run.clone());
+            }
+            row = run_end;
+        }
+        // Each row of a run updated costs one state read and one write.
+        self.store_reads += updates;
+        self.store_writes += updates;
+        Ok(())
+    }
+
+    /// Closes, node by node (parents first), every instance whose end is at or before
+    /// `watermark`, then drops the slices and kept instances nothing open needs.
+    fn close_windows(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
+        for i in 0..self.nodes.len() {
+            if watermark <= self.nodes[i].closed_through {
+                continue;
+            }
+            let spec = self.nodes[i].spec;
+            let mut m = self.nodes[i].next_window;
+            while let Some(candidate) = self.next_instance_with_data(i, m) {
+                if spec.end(candidate) > watermark {
+                    break;
+                }
+                self.close_instance(i, candidate, out)?;
+                m = candidate + 1;
+            }
+            let node = &mut self.nodes[i];
+            node.closed_through = watermark;
+            node.next_window = node.next_window.max(spec.first_window_ending_after(watermark));
+        }
+        self.drop_unneeded_state();
+        Ok(())
+    }
+
+    /// The first instance at or after `m` of node `i` that may have data (`None`: no data
+    /// from `m` on yet).
+    fn next_instance_with_data(&self, i: usize, m: i64) -> Option<i64> {
+        let node = &self.nodes[i];
+        let spec = node.spec;
+        // The end of the first unit of input data at or after the start of `m`; the first
+        // instance containing that unit is the candidate.
+        let data_end = match node.input {
+            NodeInput::Stream => return node.open.range(m..).next().map(|(&k, _)| k),
+            NodeInput::Slices => {
+                let (&k, _) = self.slices.range(self.slicing.slice_of(spec.start(m))..).next()?;
+                self.slicing.end(k)
+            }
+            NodeInput::Window(p) => {
+                let parent = self.nodes[p].spec;
+                let (&j, _) = self.nodes[p].closed.range(floor_div(spec.start(m), parent.slide)..).next()?;
+                parent.end(j)
+            }
+        };
+        Some(m.max(spec.first_window_ending_after(data_end - 1)))
+    }
+
+    /// Merges instance `m` of node `i` from its input, emits it to the node's slots and keeps
+    /// it for the node's children.
+    fn close_instance(&mut self, i: usize, m: i64, out: &mut Output) -> Result<()> {
+        let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, store_reads, .. } = self;
+        let (parents, rest) = nodes.split_at_mut(i);
+        let node = &mut rest[0];
+        let spec = node.spec;
+        let mut merged = GroupTable::new(shape);
+        let mut reads = 0u64;
+        let table = match node.input {
+            NodeInput::Stream => match node.open.remove(&m) {
+                Some(table) => table,
+                None => return Ok(()),
+            },
+            NodeInput::Slices => {
+                let mut parts = slices.range(slicing.slices_between(spec.start(m), spec.end(m)));
+                match (parts.next(), parts.next()) {
+                    (None, _) => return Ok(()),
+                    // One slice and nobody reading the instance: emit straight from the slice.
+                    (Some((_, only)), None) if node.children.is_empty() => {
+                        *store_reads += only.keys.len() as u64;
+                        return emitter.emit(&node.slots, spec, m, only, out);
+                    }
+                    (first, second) => {
+                        for (_, part) in first.into_iter().chain(second).chain(parts) {
+                            merged.merge_from(part, scratch)?;
+                            reads += part.keys.len() as u64;
+                        }
+                        merged
+                    }
+                }
+            }
+            NodeInput::Window(p) => {
+                let parent = &parents[p];
+                let (from, to) =
+                    (spec.start(m) / parent.spec.slide, (spec.end(m) - parent.spec.range) / parent.spec.slide);
+                let mut any = false;
+                for (_, part) in parent.closed.range(from..=to) {
+                    merged.merge_from(part, scratch)?;
+                    reads += part.keys.len() as u64;
+                    any = true;
+                }
+                if !any {
+                    return Ok(());
+                }
+                merged
+            }
+        };
+        *store_reads += reads;
+        emitter.emit(&node.slots, spec, m, &table, out)?;
+        if !node.children.is_empty() {
+            node.closed.insert(m, table);
+        }
+        Ok(())
+    }
+
+    /// Drops slices before the first one an open instance reads, and kept instances no open
+    /// child instance reads.
+    fn drop_unneeded_state(&mut self) {
+        let slicing = &self.slicing;
+        let keep_slices_from = self
+            .nodes
+            .iter()
+            .filter(|n| n.input == NodeInput::Slices)
+            .map(|n| slicing.slice_of(n.spec.start(n.next_window)))
+            .min()
+            .unwrap_or(i64::MAX);
+        if self.slices.first_key_value().is_some_and(|(&k, _)| k < keep_slices_from) {
+            self.slices = self.slices.split_off(&keep_slices_from);
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].children.is_empty() {
+                continue;
+            }
+            let slide = self.nodes[i].spec.slide;
+            let keep_from = self.nodes[i]
+                .children
+                .iter()
+                .map(|&c| floor_div(self.nodes[c].spec.start(self.nodes[c].next_window), slide))
+                .min()
+                .unwrap_or(i64::MAX);
+            let node = &mut self.nodes[i];
+            node.keep_from = keep_from;
+            if node.closed.first_key_value().is_some_and(|(&k, _)| k < keep_from) {
+                node.closed = node.closed.split_off(&keep_from);
+            }
+        }
     }
 }
 
@@ -325,13 +520,13 @@ impl StreamOperator for WindowAggregateExec {
     }
 
     fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()> {
-        for output in &mut self.outputs {
-            output.metrics.rows_in += input.len() as u64;
+        for slot in &mut self.emitter.slots {
+            slot.metrics.rows_in += input.len() as u64;
         }
-        let shape = Arc::clone(self.shape());
+        let shape = Arc::clone(&self.shape);
         match &shape.filter {
             None => {
-                let key_ids = self.keys.ids_for(input, &shape.keys)?;
+                let key_ids = self.emitter.keys.ids_for(input, &shape.keys)?;
                 self.process_filtered(input, &key_ids, out)
             }
             Some(predicate) => {
@@ -340,7 +535,7 @@ impl StreamOperator for WindowAggregateExec {
                     .ok_or_else(|| TesseraError::Plan(format!("WHERE `{predicate}` is not a boolean expression")))?
                     .clone();
                 let filtered = input.filter(&mask)?;
-                let key_ids = self.keys.intern(&filtered.rows, &shape.keys)?;
+                let key_ids = self.emitter.keys.intern(&filtered.rows, &shape.keys)?;
                 self.process_filtered(&filtered, &key_ids, out)
             }
         }
@@ -358,9 +553,12 @@ impl StreamOperator for WindowAggregateExec {
     }
 
     fn metrics(&self) -> Vec<OperatorMetrics> {
-        let state: usize = self.slices.values().map(GroupTable::bytes).sum();
-        let mut metrics: Vec<OperatorMetrics> = self.outputs.iter().map(|o| o.metrics).collect();
+        let state = self.slices.values().map(GroupTable::bytes).sum::<usize>()
+            + self.nodes.iter().map(Node::bytes).sum::<usize>();
+        let mut metrics: Vec<OperatorMetrics> = self.emitter.slots.iter().map(|s| s.metrics).collect();
         metrics[0].state_bytes = state as u64;
+        metrics[0].store_reads += self.store_reads;
+        metrics[0].store_writes += self.store_writes;
         metrics
     }
 }

@@ -1,4 +1,70 @@
 //! Plan rewrites chosen by cost. Each rule is one file; the cost model they share is
-//! [`crate::window::cost`].
+//! [`crate::window::cost`]. [`window_groups`] is the entry point the runtime, EXPLAIN and the
+//! statistics all use, so what is explained is what runs.
 
 pub mod share_windows;
+pub mod window_strategy;
+
+use std::sync::Arc;
+
+use crate::aggregate::common_sharing;
+use crate::plan::{BranchPlan, QueryPlan, WindowAggregatePlan};
+use window_strategy::{plan_window_group, Strategy, WindowGroupPlan};
+
+/// A window branch of a query in a group.
+#[derive(Debug, Clone)]
+pub struct GroupMember {
+    /// Index of the query in the script.
+    pub query: usize,
+    pub plan: Arc<WindowAggregatePlan>,
+    /// The node of the group's plan that computes this branch's window.
+    pub node: usize,
+}
+
+/// Window branches, from any queries of a script, that read one source the same way (same
+/// WHERE, keys and aggregates) and are therefore planned and evaluated together.
+#[derive(Debug, Clone)]
+pub struct WindowGroup {
+    pub source: String,
+    pub members: Vec<GroupMember>,
+    pub plan: WindowGroupPlan,
+}
+
+/// Groups the window branches of `queries` and plans each group (`forced` strategy, or the
+/// cheapest for the event rate `eta`).
+pub fn window_groups(queries: &[QueryPlan], eta: f64, forced: Option<Strategy>) -> Vec<WindowGroup> {
+    // (source, input signature, members as (query, plan))
+    type Members = Vec<(usize, Arc<WindowAggregatePlan>)>;
+    let mut grouped: Vec<(String, String, Members)> = Vec::new();
+    for (query, plan) in queries.iter().enumerate() {
+        for branch in &plan.branches {
+            if let BranchPlan::WindowAggregate(w) = branch {
+                let signature = w.input_signature();
+                match grouped.iter_mut().find(|(source, s, _)| *source == plan.source && *s == signature) {
+                    Some((_, _, members)) => members.push((query, Arc::clone(w))),
+                    None => grouped.push((plan.source.clone(), signature, vec![(query, Arc::clone(w))])),
+                }
+            }
+        }
+    }
+    grouped
+        .into_iter()
+        .map(|(source, _, members)| {
+            let windows: Vec<_> = members.iter().map(|(_, p)| p.window).collect();
+            let sharing = common_sharing(members[0].1.aggregates.iter().map(|a| a.function));
+            let plan = plan_window_group(&windows, sharing, eta, forced);
+            let members = members
+                .into_iter()
+                .map(|(query, p)| {
+                    let node = plan
+                        .nodes
+                        .iter()
+                        .position(|n| n.output && n.spec == p.window)
+                        .expect("every output window has a node");
+                    GroupMember { query, plan: p, node }
+                })
+                .collect();
+            WindowGroup { source, members, plan }
+        })
+        .collect()
+}

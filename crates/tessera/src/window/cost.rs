@@ -1,10 +1,15 @@
-//! The multi-window cost model: the work of computing a set of windows over one period
-//! `R = lcm(ranges)` with `eta` events per time unit.
+//! The multi-window cost model: the work of computing a set of windows over one period with
+//! `eta` events per time unit. The period is `lcm(S, R)`, `S` the lcm of the slides and `R` of
+//! the ranges, so the coverage-graph plans (counted per `R` in the paper) and the slicing plans
+//! (per `S`, Table 1) are compared over the same stretch of time.
 //!
-//! Window `W<r, s>` recurs `n = 1 + (R/r - 1) * r/s` times per period. Computed from the raw
+//! Window `W<r, s>` recurs `n = P/s` times per period `P`. Computed from the raw
 //! stream, one instance touches `eta * r` events; computed from a covering window `W'`, it
-//! merges `M(W, W')` of its partial aggregates (the covering multiplier).
+//! merges `M(W, W')` of its partial aggregates (the covering multiplier). A sliced plan touches
+//! every event once per slicing (`T = eta * P`) and merges, for each window instance, the slices
+//! it spans.
 
+use super::slicing::Slicing;
 use super::{lcm, WindowSpec};
 
 /// Where a window's input comes from.
@@ -24,13 +29,15 @@ pub struct CostModel {
 impl CostModel {
     /// The model for a set of (output) windows.
     pub fn new(windows: &[WindowSpec], eta: f64) -> Self {
-        CostModel { eta, period: windows.iter().fold(1, |acc, w| lcm(acc, w.range)) }
+        CostModel { eta, period: windows.iter().fold(1, |acc, w| lcm(lcm(acc, w.range), w.slide)) }
     }
 
-    /// `n`: instances of `w` per period.
+    /// `n`: instances of `w` per period, `P / s`. The paper's `1 + (P/r - 1) * r/s` counts the
+    /// instances lying inside one period; it is the same for tumbling windows, but a stream
+    /// runs many periods and a hopping window starts `P / s` instances in each (Table 1 counts
+    /// the same way), so that is what a period costs.
     pub fn recurrences(&self, w: &WindowSpec) -> f64 {
-        let multiplicity = self.period as f64 / w.range as f64;
-        1.0 + (multiplicity - 1.0) * w.range as f64 / w.slide as f64
+        self.period as f64 / w.slide as f64
     }
 
     /// The work of one instance of `w` from `input`.
@@ -51,16 +58,30 @@ impl CostModel {
         windows.iter().map(|w| self.cost(w, Input::Stream)).sum()
     }
 
-    /// The length of the slices the windows share: the gcd of all ranges and slides.
-    pub fn slice_len(windows: &[WindowSpec]) -> i64 {
-        windows.iter().fold(0, |acc, w| super::gcd(acc, w.slice_len()))
+    /// Events per period: `T`.
+    pub fn events(&self) -> f64 {
+        self.eta * self.period as f64
     }
 
-    /// Shared slices (what the runtime executes today): every event updates one slice
-    /// (`eta * R` per period) and each window instance merges its `r / g` slices.
-    pub fn shared_slices(&self, windows: &[WindowSpec]) -> f64 {
-        let g = Self::slice_len(windows).max(1) as f64;
-        self.eta * self.period as f64 + windows.iter().map(|w| self.recurrences(w) * w.range as f64 / g).sum::<f64>()
+    /// The final aggregation of `w` on `slicing`: the slices its instances span, per period
+    /// (Table 1's final-aggregate column, counted exactly: the slicing repeats every lcm of
+    /// slides, so one repetition is enumerated and scaled).
+    pub fn sliced_final(&self, w: &WindowSpec, slicing: &Slicing) -> f64 {
+        let repeat = lcm(slicing.period(), w.slide);
+        let spanned: i64 = (0..repeat / w.slide).map(|m| slicing.slices_in(w, m)).sum();
+        spanned as f64 * self.period as f64 / repeat as f64
+    }
+
+    /// Unshared paired windows: every window slices the stream itself (`n * T`) and merges
+    /// its own paired slices.
+    pub fn unshared_paired(&self, windows: &[WindowSpec]) -> f64 {
+        windows.iter().map(|w| self.events() + self.sliced_final(w, &Slicing::paired(w))).sum()
+    }
+
+    /// Shared paired windows: one common slicing (`T`) whose slices every window merges.
+    pub fn shared_paired(&self, windows: &[WindowSpec]) -> f64 {
+        let slicing = Slicing::shared(windows);
+        self.events() + windows.iter().map(|w| self.sliced_final(w, &slicing)).sum::<f64>()
     }
 }
 
@@ -87,22 +108,43 @@ mod tests {
     }
 
     #[test]
-    fn shared_slices_touch_each_event_once() {
-        // W1: tumbling 10, 20, 30, 40 minutes in seconds; slices of 600 s.
+    fn slicing_costs_of_tumbling_windows() {
+        // W1: tumbling 10, 20, 30, 40 minutes in seconds; shared slices of 600 s.
         let windows = tumbling(&[600, 1200, 1800, 2400]);
         let model = CostModel::new(&windows, 1.0);
         assert_eq!(model.period, 7200);
         assert_eq!(model.baseline(&windows), 28800.0);
-        assert_eq!(model.shared_slices(&windows), 7200.0 + 12.0 + 6.0 * 2.0 + 4.0 * 3.0 + 3.0 * 4.0);
+        assert_eq!(model.shared_paired(&windows), 7200.0 + 12.0 + 6.0 * 2.0 + 4.0 * 3.0 + 3.0 * 4.0);
+        // Unshared, each window is its own slice: the baseline's partial work plus one merge
+        // per instance (the paper: UP is no better than BL on tumbling windows).
+        assert_eq!(model.unshared_paired(&windows), 4.0 * 7200.0 + 12.0 + 6.0 + 4.0 + 3.0);
+    }
+
+    #[test]
+    fn table_1_costs_of_hopping_windows() {
+        // W<10, 3> and W<6, 4>: S = 12, R = 30, period lcm(S, R) = 60, eta 2: T = 120.
+        let (a, b) = (WindowSpec::hopping(3, 10), WindowSpec::hopping(4, 6));
+        let model = CostModel::new(&[a, b], 2.0);
+        assert_eq!(model.period, 60);
+        // Paired: W<10,3> spans 2*3+1 = 7 slices, W<6,4> (slices 2 and 2) spans 3; 20 and 15
+        // instances per period.
+        assert_eq!(model.unshared_paired(&[a, b]), 2.0 * 120.0 + 20.0 * 7.0 + 15.0 * 3.0);
+        // Shared: edges over 12 are {0,1,2,3,4,6,7,8,9,10} (starts and ends mod 12), E = 10.
+        // Per 12, W<10,3>'s instances span 9, 8, 9, 8 slices (Table 1's E * r/s says 33.3) and
+        // W<6,4>'s 5, 5, 5 (E * r/s = 15); times 5 per period.
+        let shared = Slicing::shared(&[a, b]);
+        assert_eq!(shared.slices_per_period(), 10);
+        assert_eq!(model.shared_paired(&[a, b]), 120.0 + 5.0 * 34.0 + 5.0 * 15.0);
     }
 
     #[test]
     fn hopping_windows_recur_by_slide() {
         let w = WindowSpec::hopping(2, 10);
         let model = CostModel::new(&[w], 1.0);
-        assert_eq!(model.recurrences(&w), 1.0);
+        assert_eq!(model.period, 10);
+        assert_eq!(model.recurrences(&w), 5.0);
         let model = CostModel { eta: 3.0, period: 30 };
-        assert_eq!(model.recurrences(&w), 11.0);
-        assert_eq!(model.cost(&w, Input::Stream), 330.0);
+        assert_eq!(model.recurrences(&w), 15.0);
+        assert_eq!(model.cost(&w, Input::Stream), 450.0);
     }
 }

@@ -63,8 +63,7 @@ fn streaming_restrictions_are_explained() {
     assert!(err.contains("ORDER BY is not supported"), "{err}");
     let err = error_of("SET parallelsim = 2;");
     assert!(err.contains("unknown setting `parallelsim`"), "{err}");
-    let err = error_of("SET window_strategy = 'wcg';");
-    assert!(err.contains("cannot run yet"), "{err}");
     let err = error_of("SET window_strategy = 'fastest';");
     assert!(err.contains("unknown window_strategy 'fastest'"), "{err}");
+    assert!(err.contains("'shared_paired', 'baseline', 'unshared_paired'"), "{err}");
 }

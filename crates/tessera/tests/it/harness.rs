@@ -9,6 +9,7 @@ use tessera::connectors::memory::MemoryReader;
 use tessera::connectors::sink::MemorySink;
 use tessera::engine::Script;
 use tessera::exec::pipeline::{run_source, Parallelism, SourceRun};
+use tessera::optimizer::window_strategy::Strategy;
 
 /// The results of one run: rows per query, late rows per query, and the run's counters.
 pub struct Outcome {
@@ -17,22 +18,24 @@ pub struct Outcome {
     pub run: SourceRun,
 }
 
-/// Compiles `script` (one source) and runs all its queries over `batches`, window branches
-/// sharing slices or not.
+/// Compiles `script` (one source) and runs all its queries over `batches`, with the window
+/// strategy forced or (`None`) chosen by the optimizer.
 pub fn run_batches(
     script: &str,
     batches: Vec<RecordBatch>,
     parallelism: usize,
-    share_slices: bool,
+    strategy: Option<Strategy>,
 ) -> tessera::Result<Outcome> {
-    let script = Script::compile(script, Path::new("."))?;
+    let mut script = Script::compile(script, Path::new("."))?;
+    script.settings.window_strategy = strategy;
+    let groups = script.window_groups();
     let source_name = script.queries.first().map(|q| q.source.clone()).expect("a query");
     let source = script.catalog.source(&source_name).expect("declared source").clone();
     let queries: Vec<_> = script.queries.iter().enumerate().collect();
     let mut sink = MemorySink::default();
     let mut reader = MemoryReader::new(batches);
-    let run =
-        run_source(&source, &mut reader, &queries, Parallelism::Fixed(parallelism), share_slices, &mut sink, None)?;
+    let groups: Vec<_> = groups.iter().collect();
+    let run = run_source(&source, &mut reader, &queries, &groups, Parallelism::Fixed(parallelism), &mut sink, None)?;
     Ok(Outcome { rows: sink.rows, late: sink.late, run })
 }
 

@@ -11,6 +11,7 @@ use proptest::prelude::*;
 
 use super::harness::{rows, run_batches, same_rows};
 use super::reference::{evaluate, Agg, Event};
+use tessera::optimizer::window_strategy::Strategy as WindowStrategy;
 
 fn event_strategy() -> impl Strategy<Value = Vec<Event>> {
     let step =
@@ -83,7 +84,7 @@ proptest! {
         two_keys in any::<bool>(),
     ) {
         let range = slide + extra;
-        let outcome = run_batches(&script(range, slide, delay, two_keys), batches(&events, batch_size), parallelism, true)
+        let outcome = run_batches(&script(range, slide, delay, two_keys), batches(&events, batch_size), parallelism, None)
             .expect("engine run");
         let (expected, expected_late) = evaluate(&events, range, slide, delay, &Agg::ALL);
         let actual = rows(&outcome.rows[0]);
@@ -94,34 +95,79 @@ proptest! {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
+/// `None` (auto) or one of the strategies.
+fn window_strategy() -> impl proptest::strategy::Strategy<Value = Option<WindowStrategy>> {
+    prop::option::weighted(0.85, prop::sample::select(WindowStrategy::ALL.to_vec()))
+}
 
-    /// Several queries in one script: workers run whole operators (or key partitions when
-    /// there are more workers than operators); each query must still equal the reference.
+fn source_ddl(delay: i64) -> String {
+    format!(
+        "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '{delay}' SECOND)
+           WITH (path = 'unused.csv', time_unit = 's');\n"
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
+
+    /// Several queries in one script, windows related by coverage more often than not, under
+    /// every window strategy: workers run whole operators (or key partitions when there are
+    /// more workers than operators); each query must still equal the reference.
     #[test]
     fn every_query_of_a_script_equals_reference(
         events in event_strategy(),
-        sizes in prop::collection::vec((1i64..6, 0i64..12), 1..4),
+        base in 1i64..4,
+        sizes in prop::collection::vec((1i64..4, 0i64..8), 1..5),
         delay in 0i64..5,
         batch_size in 1usize..30,
         parallelism in 1usize..4,
-        share_slices in any::<bool>(),
+        strategy in window_strategy(),
+        min_max_only in any::<bool>(),
     ) {
-        let mut text = format!(
-            "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '{delay}' SECOND)
-               WITH (path = 'unused.csv', time_unit = 's');\n"
-        );
-        let aggs = [Agg::Min, Agg::Sum, Agg::CountRows];
-        for (slide, extra) in &sizes {
+        let mut text = source_ddl(delay);
+        // MIN and MAX may be computed from overlapping windows, SUM and COUNT only from disjoint ones.
+        let aggs = if min_max_only { vec![Agg::Min, Agg::Max] } else { vec![Agg::Min, Agg::Sum, Agg::CountRows] };
+        let select: Vec<String> = aggs.iter().map(|a| a.sql("v")).collect();
+        let windows: Vec<(i64, i64)> = sizes.iter().map(|(k, extra)| (base * k + base * extra, base * k)).collect();
+        for (range, slide) in &windows {
             text.push_str(&format!(
-                "SELECT k, window_start, window_end, MIN(v), SUM(v), COUNT(*) FROM HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{}' SECOND) GROUP BY k, window_start, window_end;\n",
-                slide + extra
+                "SELECT k, window_start, window_end, {} FROM HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{range}' SECOND) GROUP BY k, window_start, window_end;\n",
+                select.join(", ")
             ));
         }
-        let outcome = run_batches(&text, batches(&events, batch_size), parallelism, share_slices).expect("engine run");
-        for (q, (slide, extra)) in sizes.iter().enumerate() {
-            let (expected, late) = evaluate(&events, slide + extra, *slide, delay, &aggs);
+        let outcome = run_batches(&text, batches(&events, batch_size), parallelism, strategy).expect("engine run");
+        for (q, (range, slide)) in windows.iter().enumerate() {
+            let (expected, late) = evaluate(&events, *range, *slide, delay, &aggs);
+            let actual = rows(&outcome.rows[q]);
+            prop_assert!(same_rows(&actual, &expected), "query {q} {windows:?} {strategy:?}\nengine:    {actual:?}\nreference: {expected:?}");
+            prop_assert_eq!(outcome.run.query_metrics[q].late_events, late);
+        }
+    }
+
+    /// Factor windows are computed, feed the windows they cover, and are not output.
+    #[test]
+    fn factor_windows_equal_reference(
+        events in event_strategy(),
+        base in 1i64..4,
+        delay in 0i64..5,
+        batch_size in 1usize..30,
+    ) {
+        let mut text = source_ddl(delay);
+        let ranges = [2 * base, 3 * base, 4 * base];
+        for range in ranges {
+            text.push_str(&format!(
+                "SELECT k, window_start, window_end, SUM(v), COUNT(*), AVG(v) FROM TUMBLE(s, ts, INTERVAL '{range}' SECOND) GROUP BY k, window_start, window_end;\n"
+            ));
+        }
+        text.push_str("SET window_strategy = 'wcg_factor';\nSET eta = 10;\n");
+        let script = tessera::engine::Script::compile(&text, std::path::Path::new(".")).expect("script");
+        let groups = script.window_groups();
+        prop_assert_eq!(groups.len(), 1);
+        prop_assert!(groups[0].plan.nodes.iter().any(|n| !n.output && n.spec.range == base), "{:?}", groups[0].plan.nodes);
+        let outcome = run_batches(&text, batches(&events, batch_size), 1, Some(WindowStrategy::WcgFactor)).expect("engine run");
+        prop_assert_eq!(outcome.rows.len(), 3);
+        for (q, range) in ranges.iter().enumerate() {
+            let (expected, late) = evaluate(&events, *range, *range, delay, &[Agg::Sum, Agg::CountRows, Agg::Avg]);
             let actual = rows(&outcome.rows[q]);
             prop_assert!(same_rows(&actual, &expected), "query {q}\nengine:    {actual:?}\nreference: {expected:?}");
             prop_assert_eq!(outcome.run.query_metrics[q].late_events, late);

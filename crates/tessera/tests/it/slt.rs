@@ -100,8 +100,11 @@ impl StreamDb {
         let mut reader = open_source(&source, &ReadOptions::default()).map_err(|e| SltError(e.to_string()))?;
         let mut sink = MemorySink::default();
         let index = script.queries.len() - 1;
-        let run = run_source(&source, reader.as_mut(), &[(index, query)], Parallelism::Fixed(1), true, &mut sink, None)
-            .map_err(|e| SltError(e.to_string()))?;
+        let groups = script.window_groups();
+        let groups: Vec<_> = groups.iter().filter(|g| g.members.iter().any(|m| m.query == index)).collect();
+        let run =
+            run_source(&source, reader.as_mut(), &[(index, query)], &groups, Parallelism::Fixed(1), &mut sink, None)
+                .map_err(|e| SltError(e.to_string()))?;
         self.last_late_events = run.query_metrics[index].late_events;
         let types = query.output_schema.fields().iter().map(|f| column_type(f.data_type())).collect();
         let rows = rows(&sink.rows[index]).into_iter().map(|r| r.iter().map(|v| v.render()).collect()).collect();

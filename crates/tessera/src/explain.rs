@@ -1,0 +1,237 @@
+//! EXPLAIN: the plan the optimizer chose for every query, why (the modeled cost of every
+//! strategy), as JSON (the stable interface in ARCHITECTURE.md), text or Graphviz.
+//!
+//! A query's entry describes the window groups it takes part in (usually one): every window
+//! node of the chosen plan (factor windows included), the edges that feed each node (from the
+//! `stream`, from the shared `slices`, or from a covering window, with the multiplier), and
+//! the costs. What is explained is what [`crate::engine::run_script`] runs.
+
+use serde_json::{json, Value};
+
+use crate::engine::Script;
+use crate::optimizer::window_strategy::{NodeInput, Strategy};
+use crate::optimizer::WindowGroup;
+use crate::window::slicing::Slicing;
+
+/// The EXPLAIN JSON object of `script`: `{ "queries": [...] }`.
+pub fn explain_json(script: &Script) -> Value {
+    let groups = script.window_groups();
+    let queries: Vec<Value> = script
+        .queries
+        .iter()
+        .enumerate()
+        .map(|(q, plan)| {
+            let unit = script.catalog.source(&plan.source).map(|s| s.event_time.unit.suffix()).unwrap_or("");
+            let mine: Vec<&WindowGroup> = groups.iter().filter(|g| g.members.iter().any(|m| m.query == q)).collect();
+            let mut windows = Vec::new();
+            let mut edges = Vec::new();
+            let mut aggregates: Vec<&str> = Vec::new();
+            let mut costs = json!({});
+            let mut chosen_strategy: Vec<&str> = Vec::new();
+            for (g, group) in mine.iter().enumerate() {
+                let name = |n: usize| if mine.len() == 1 { format!("w{}", n + 1) } else { format!("g{}w{}", g + 1, n + 1) };
+                let plan = &group.plan;
+                for (n, node) in plan.nodes.iter().enumerate() {
+                    windows.push(json!({
+                        "name": name(n), "range": node.spec.range, "slide": node.spec.slide, "unit": unit,
+                        "output": node.output, "factor": !node.output, "input": input_name(node.input, &name),
+                        "cost": node.cost,
+                        "queries": group.members.iter().filter(|m| m.node == n).map(|m| m.query + 1).collect::<Vec<_>>(),
+                    }));
+                }
+                edges.extend(group_edges(group, &name));
+                for member in &group.members {
+                    for a in &member.plan.aggregates {
+                        if !aggregates.contains(&a.function.name()) {
+                            aggregates.push(a.function.name());
+                        }
+                    }
+                }
+                for strategy in Strategy::ALL {
+                    add_cost(&mut costs, strategy.name(), plan.costs.get(strategy));
+                }
+                add_cost(&mut costs, "chosen", plan.cost());
+                if !chosen_strategy.contains(&plan.strategy.name()) {
+                    chosen_strategy.push(plan.strategy.name());
+                }
+            }
+            let first = mine.first().map(|g| &g.plan);
+            json!({
+                "sql": plan.sql,
+                "source": plan.source,
+                "windows": windows,
+                "aggregates": aggregates,
+                "semantics": first.map(|p| json!(p.sharing)).unwrap_or(json!("none")),
+                "edges": edges,
+                "costs": costs,
+                "partial_cost": mine.iter().map(|g| g.plan.partial_cost).sum::<f64>(),
+                "chosen_strategy": if chosen_strategy.is_empty() { "stateless".to_string() } else { chosen_strategy.join("+") },
+                "forced": script.settings.window_strategy.is_some(),
+                "eta": script.settings.eta,
+                "period": first.map(|p| p.period).unwrap_or(0),
+            })
+        })
+        .collect();
+    json!({ "queries": queries })
+}
+
+fn add_cost(costs: &mut Value, key: &str, value: f64) {
+    let total = costs.get(key).and_then(Value::as_f64).unwrap_or(0.0) + value;
+    costs[key] = json!(total);
+}
+
+fn input_name(input: NodeInput, name: &dyn Fn(usize) -> String) -> String {
+    match input {
+        NodeInput::Stream => "stream".into(),
+        NodeInput::Slices => "slices".into(),
+        NodeInput::Window(p) => name(p),
+    }
+}
+
+/// Edges into every node: from a covering window (its covering multiplier), from the stream
+/// (the virtual root `W<1,1>` covers a window `r` times) or from the slices (the most slices
+/// an instance merges).
+fn group_edges(group: &WindowGroup, name: &dyn Fn(usize) -> String) -> Vec<Value> {
+    let plan = &group.plan;
+    let sliced: Vec<_> = plan.nodes.iter().filter(|n| n.input == NodeInput::Slices).map(|n| n.spec).collect();
+    let slicing = |spec| if plan.strategy.is_shared() { Slicing::shared(&sliced) } else { Slicing::paired(spec) };
+    let mut edges = Vec::new();
+    if !sliced.is_empty() {
+        edges.push(json!({ "from": "stream", "to": "slices", "multiplier": 1 }));
+    }
+    for (n, node) in plan.nodes.iter().enumerate() {
+        let (from, multiplier) = match node.input {
+            NodeInput::Stream => ("stream".to_string(), node.spec.range),
+            NodeInput::Slices => {
+                let slices = slicing(&node.spec);
+                let most = (0..slices.period() / node.spec.slide.max(1) + 1)
+                    .map(|m| slices.slices_in(&node.spec, m))
+                    .max()
+                    .unwrap_or(1);
+                ("slices".to_string(), most)
+            }
+            NodeInput::Window(p) => (name(p), node.spec.covering_multiplier(&plan.nodes[p].spec)),
+        };
+        edges.push(json!({ "from": from, "to": name(n), "multiplier": multiplier }));
+    }
+    edges
+}
+
+/// The plan as text: per query the chosen strategy and its cost against every other, then the
+/// windows as a tree from the stream.
+pub fn explain_text(explained: &Value) -> String {
+    let mut text = String::new();
+    for (i, q) in explained["queries"].as_array().into_iter().flatten().enumerate() {
+        text.push_str(&format!("query {}: {}\n", i + 1, q["sql"].as_str().unwrap_or("")));
+        text.push_str(&format!("  source: {}\n", q["source"].as_str().unwrap_or("")));
+        let windows = q["windows"].as_array().cloned().unwrap_or_default();
+        if windows.is_empty() {
+            text.push_str("  stateless: filter and project each row\n");
+            continue;
+        }
+        text.push_str(&format!(
+            "  aggregates: {} (windows combine when {})\n",
+            q["aggregates"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default(),
+            q["semantics"].as_str().unwrap_or("none").replace('_', " ")
+        ));
+        let how = if q["forced"].as_bool() == Some(true) { "forced by SET window_strategy" } else { "the cheapest" };
+        text.push_str(&format!(
+            "  strategy: {} ({how}), modeled cost {} per {} time units at eta {}\n",
+            q["chosen_strategy"].as_str().unwrap_or(""),
+            number(&q["costs"]["chosen"]),
+            q["period"],
+            q["eta"]
+        ));
+        let mut costs: Vec<(String, f64)> = Strategy::ALL
+            .iter()
+            .map(|s| (s.name().to_string(), q["costs"][s.name()].as_f64().unwrap_or(f64::NAN)))
+            .collect();
+        costs.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let chosen = q["costs"]["chosen"].as_f64().unwrap_or(f64::NAN);
+        text.push_str("  costs of every strategy:\n");
+        for (name, cost) in costs {
+            let ratio = if chosen > 0.0 { format!("  ({:.2}x the chosen plan)", cost / chosen) } else { String::new() };
+            text.push_str(&format!("    {name:<16} {:>14}{ratio}\n", number(&serde_json::json!(cost))));
+        }
+        text.push_str("  plan:\n");
+        let unit = windows.first().and_then(|w| w["unit"].as_str()).unwrap_or("").to_string();
+        let edges = q["edges"].as_array().cloned().unwrap_or_default();
+        tree(&mut text, "stream", &windows, &edges, &unit, 2);
+        if q["partial_cost"].as_f64().unwrap_or(0.0) > 0.0 {
+            text.push_str(&format!("  slicing the stream costs {}\n", number(&q["partial_cost"])));
+        }
+    }
+    text
+}
+
+fn tree(text: &mut String, from: &str, windows: &[Value], edges: &[Value], unit: &str, depth: usize) {
+    for edge in edges.iter().filter(|e| e["from"] == from) {
+        let to = edge["to"].as_str().unwrap_or("");
+        let indent = "  ".repeat(depth);
+        match windows.iter().find(|w| w["name"] == to) {
+            Some(w) => {
+                let role = if w["factor"].as_bool() == Some(true) {
+                    "factor window, not output".to_string()
+                } else {
+                    let queries: Vec<String> =
+                        w["queries"].as_array().into_iter().flatten().map(|q| format!("query {q}")).collect();
+                    format!("output of {}", queries.join(", "))
+                };
+                let feed = match from {
+                    "stream" => "from every event".to_string(),
+                    "slices" => format!("merges up to {} slices", edge["multiplier"]),
+                    parent => format!("merges {} instances of {parent}", edge["multiplier"]),
+                };
+                text.push_str(&format!(
+                    "  {indent}{to}: range {}{unit}, slide {}{unit}; {feed}; cost {} ({role})\n",
+                    w["range"],
+                    w["slide"],
+                    number(&w["cost"])
+                ));
+            }
+            None => text.push_str(&format!("  {indent}{to}: one slice update per event\n")),
+        }
+        tree(text, to, windows, edges, unit, depth + 1);
+    }
+}
+
+/// A cost for people: integers without a fraction, others to two decimals.
+fn number(value: &Value) -> String {
+    match value.as_f64() {
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{}", v as i64),
+        Some(v) => format!("{v:.2}"),
+        None => "-".into(),
+    }
+}
+
+/// The EXPLAIN JSON of every query as one Graphviz digraph.
+pub fn explain_dot(explained: &Value) -> String {
+    let mut dot = String::from("digraph tessera {\n  rankdir=LR;\n  node [shape=box];\n");
+    for (i, q) in explained["queries"].as_array().into_iter().flatten().enumerate() {
+        let label = format!(
+            "query {}: {} (cost {})",
+            i + 1,
+            q["chosen_strategy"].as_str().unwrap_or(""),
+            number(&q["costs"]["chosen"])
+        );
+        dot.push_str(&format!("  subgraph cluster_q{i} {{\n    label={label:?};\n"));
+        dot.push_str(&format!("    q{i}_stream [label=\"stream\", shape=ellipse];\n"));
+        for w in q["windows"].as_array().into_iter().flatten() {
+            let name = w["name"].as_str().unwrap_or("");
+            let unit = w["unit"].as_str().unwrap_or("");
+            let factor = if w["factor"].as_bool() == Some(true) { ", style=dashed" } else { "" };
+            let text = format!("{name}: range {}{unit}, slide {}{unit}", w["range"], w["slide"]);
+            dot.push_str(&format!("    q{i}_{name} [label={text:?}{factor}];\n"));
+        }
+        for e in q["edges"].as_array().into_iter().flatten() {
+            let (from, to) = (e["from"].as_str().unwrap_or(""), e["to"].as_str().unwrap_or(""));
+            dot.push_str(&format!("    q{i}_{from} -> q{i}_{to} [label=\"x{}\"];\n", e["multiplier"]));
+        }
+        dot.push_str("  }\n");
+    }
+    dot.push_str("}\n");
+    dot
+}

@@ -1,0 +1,264 @@
+//! ChooseWindowStrategy: how one group of windows (same source, WHERE, keys and aggregates) is
+//! evaluated. Five strategies are costed in one model over one period (see
+//! [`crate::window::cost`]) and the cheapest runs, unless the script forces one:
+//!
+//! - `baseline`: every window on its own, each instance aggregating its events from the stream;
+//! - `unshared_paired`: every window on its own paired slices;
+//! - `shared_paired`: one common slicing for all windows (Krishnamurthy et al.);
+//! - `wcg`: the window coverage graph, windows computed from the instances of a covering
+//!   window (Algorithm 1);
+//! - `wcg_factor`: the coverage graph with factor windows (Algorithm 2).
+//!
+//! The result is a list of window nodes, parents before children, each saying where its input
+//! comes from; the runtime executes exactly that.
+
+use serde::Serialize;
+
+use super::share_windows::{min_cost_forest, min_cost_with_factor_windows, SharedPlan};
+use crate::window::cost::{CostModel, Input};
+use crate::window::slicing::Slicing;
+use crate::window::{Sharing, WindowSpec};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    Baseline,
+    UnsharedPaired,
+    SharedPaired,
+    Wcg,
+    WcgFactor,
+}
+
+impl Strategy {
+    /// Every strategy, in the order `auto` prefers them when costs tie.
+    pub const ALL: [Strategy; 5] =
+        [Strategy::Wcg, Strategy::WcgFactor, Strategy::SharedPaired, Strategy::Baseline, Strategy::UnsharedPaired];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Baseline => "baseline",
+            Strategy::UnsharedPaired => "unshared_paired",
+            Strategy::SharedPaired => "shared_paired",
+            Strategy::Wcg => "wcg",
+            Strategy::WcgFactor => "wcg_factor",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Strategy> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Whether the windows are evaluated by one operator (sharing its input work) rather than
+    /// one operator per window.
+    pub fn is_shared(self) -> bool {
+        !matches!(self, Strategy::Baseline | Strategy::UnsharedPaired)
+    }
+}
+
+/// The modeled cost of every strategy over the same period.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StrategyCosts {
+    pub baseline: f64,
+    pub unshared_paired: f64,
+    pub shared_paired: f64,
+    pub wcg: f64,
+    pub wcg_factor: f64,
+}
+
+impl StrategyCosts {
+    pub fn get(&self, strategy: Strategy) -> f64 {
+        match strategy {
+            Strategy::Baseline => self.baseline,
+            Strategy::UnsharedPaired => self.unshared_paired,
+            Strategy::SharedPaired => self.shared_paired,
+            Strategy::Wcg => self.wcg,
+            Strategy::WcgFactor => self.wcg_factor,
+        }
+    }
+
+    /// The cheapest strategy (ties go to the earlier one in [`Strategy::ALL`]).
+    pub fn cheapest(&self) -> Strategy {
+        Strategy::ALL.into_iter().fold(Strategy::ALL[0], |best, s| if self.get(s) < self.get(best) { s } else { best })
+    }
+}
+
+/// Where a window node's rows or partial aggregates come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeInput {
+    /// Every instance aggregates its own events from the stream.
+    Stream,
+    /// Instances merge the slices of the operator's slicing.
+    Slices,
+    /// Instances merge the partial aggregates of instances of the node at this index.
+    Window(usize),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowNode {
+    pub spec: WindowSpec,
+    /// False for factor windows: computed for others, not emitted.
+    pub output: bool,
+    pub input: NodeInput,
+    /// The node's own modeled cost per period (for sliced inputs, merging its slices; the
+    /// slicing's cost of touching each event is the plan's `partial_cost`).
+    pub cost: f64,
+}
+
+/// The plan of one group of windows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowGroupPlan {
+    pub sharing: Sharing,
+    pub eta: f64,
+    pub period: i64,
+    pub costs: StrategyCosts,
+    pub strategy: Strategy,
+    /// Parents before children.
+    pub nodes: Vec<WindowNode>,
+    /// Cost of slicing the stream (sliced strategies), per period.
+    pub partial_cost: f64,
+}
+
+impl WindowGroupPlan {
+    pub fn cost(&self) -> f64 {
+        self.costs.get(self.strategy)
+    }
+
+    /// The covering multiplier of every coverage edge: (parent node, child node, multiplier).
+    pub fn edges(&self) -> Vec<(usize, usize, i64)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match n.input {
+                NodeInput::Window(p) => Some((p, i, n.spec.covering_multiplier(&self.nodes[p].spec))),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Costs every strategy for the distinct `windows` and plans the forced one, or the cheapest.
+pub fn plan_window_group(
+    windows: &[WindowSpec],
+    sharing: Sharing,
+    eta: f64,
+    forced: Option<Strategy>,
+) -> WindowGroupPlan {
+    let mut distinct: Vec<WindowSpec> = Vec::new();
+    for w in windows {
+        if !distinct.contains(w) {
+            distinct.push(*w);
+        }
+    }
+    let model = CostModel::new(&distinct, eta);
+    let outputs: Vec<(WindowSpec, bool)> = distinct.iter().map(|w| (*w, true)).collect();
+    let wcg = min_cost_forest(&outputs, sharing, &model);
+    let wcg_factor = min_cost_with_factor_windows(&distinct, sharing, &model);
+    let costs = StrategyCosts {
+        baseline: model.baseline(&distinct),
+        unshared_paired: model.unshared_paired(&distinct),
+        shared_paired: model.shared_paired(&distinct),
+        wcg: wcg.total_cost,
+        wcg_factor: wcg_factor.total_cost,
+    };
+    let strategy = forced.unwrap_or_else(|| costs.cheapest());
+    let sliced = |input, slicing: &dyn Fn(&WindowSpec) -> Slicing| {
+        distinct
+            .iter()
+            .map(|w| WindowNode { spec: *w, output: true, input, cost: model.sliced_final(w, &slicing(w)) })
+            .collect::<Vec<_>>()
+    };
+    let (nodes, partial_cost) = match strategy {
+        Strategy::Baseline => (
+            distinct
+                .iter()
+                .map(|w| WindowNode {
+                    spec: *w,
+                    output: true,
+                    input: NodeInput::Stream,
+                    cost: model.cost(w, Input::Stream),
+                })
+                .collect(),
+            0.0,
+        ),
+        Strategy::UnsharedPaired => {
+            (sliced(NodeInput::Slices, &|w| Slicing::paired(w)), model.events() * distinct.len() as f64)
+        }
+        Strategy::SharedPaired => {
+            let shared = Slicing::shared(&distinct);
+            (sliced(NodeInput::Slices, &|_| shared.clone()), model.events())
+        }
+        Strategy::Wcg => (coverage_nodes(&wcg), 0.0),
+        Strategy::WcgFactor => (coverage_nodes(&wcg_factor), 0.0),
+    };
+    WindowGroupPlan { sharing, eta, period: model.period, costs, strategy, nodes, partial_cost }
+}
+
+/// The nodes of a coverage-graph plan, parents first: a covering window is never longer than
+/// the windows it covers, and never slides by more.
+fn coverage_nodes(plan: &SharedPlan) -> Vec<WindowNode> {
+    let mut windows = plan.windows.clone();
+    windows.sort_by_key(|w| (w.spec.range, w.spec.slide));
+    windows
+        .iter()
+        .map(|w| WindowNode {
+            spec: w.spec,
+            output: w.output,
+            input: match w.input {
+                Input::Stream => NodeInput::Stream,
+                Input::Window(parent) => {
+                    NodeInput::Window(windows.iter().position(|p| p.spec == parent).expect("the parent is planned"))
+                }
+            },
+            cost: w.cost,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_7_costs_and_the_factor_window_plan() {
+        let windows: Vec<WindowSpec> = [20, 30, 40].iter().map(|&r| WindowSpec::tumbling(r)).collect();
+        let plan = plan_window_group(&windows, Sharing::PartitionedBy, 1.0, Some(Strategy::WcgFactor));
+        assert_eq!(plan.period, 120);
+        assert_eq!(plan.costs.baseline, 360.0);
+        assert_eq!(plan.costs.wcg, 246.0);
+        assert_eq!(plan.costs.wcg_factor, 150.0);
+        let specs: Vec<(i64, bool, NodeInput)> = plan.nodes.iter().map(|n| (n.spec.range, n.output, n.input)).collect();
+        assert_eq!(
+            specs,
+            vec![
+                (10, false, NodeInput::Stream),
+                (20, true, NodeInput::Window(0)),
+                (30, true, NodeInput::Window(0)),
+                (40, true, NodeInput::Window(1)),
+            ]
+        );
+        assert_eq!(plan.edges(), vec![(0, 1, 2), (0, 2, 3), (1, 3, 2)]);
+        assert_eq!(plan.nodes.iter().map(|n| n.cost).sum::<f64>(), plan.cost());
+        // Shared slices cut at 0, 20, 30, 40, 60, 80, 90, 100: every event once (120) and 8
+        // slices merged per window per period, 6 less than the factor window's plan.
+        assert_eq!(plan.costs.shared_paired, 144.0);
+        assert_eq!(plan.costs.cheapest(), Strategy::SharedPaired);
+        // Example 6 (10, 20, 30, 40): the coverage graph is cheapest.
+        let windows: Vec<WindowSpec> = [10, 20, 30, 40].iter().map(|&r| WindowSpec::tumbling(r)).collect();
+        let plan = plan_window_group(&windows, Sharing::CoveredBy, 1.0, None);
+        assert_eq!((plan.strategy, plan.cost(), plan.costs.shared_paired), (Strategy::Wcg, 150.0, 168.0));
+    }
+
+    #[test]
+    fn sliding_windows_choose_slices() {
+        // W2: HOP 1 min / 30 min: from the stream each event is in 30 instances.
+        let plan = plan_window_group(&[WindowSpec::hopping(60, 1800)], Sharing::PartitionedBy, 1.0, None);
+        // Slices of a minute, or a factor window of a minute: the same work.
+        assert_eq!(plan.costs.shared_paired, plan.costs.wcg_factor);
+        assert_eq!(plan.cost(), plan.costs.shared_paired);
+        assert_eq!(plan.costs.baseline, 20.0 * plan.costs.shared_paired);
+        let forced =
+            plan_window_group(&[WindowSpec::hopping(60, 1800)], Sharing::PartitionedBy, 1.0, Some(Strategy::Baseline));
+        assert_eq!(forced.nodes[0].input, NodeInput::Stream);
+        assert_eq!(forced.cost(), plan.costs.baseline);
+    }
+}
