@@ -12,8 +12,13 @@ use tessera::engine::{run_script_with_readers, RunOptions};
 use tessera::TesseraError;
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct BenchArgs {
-    script: PathBuf,
+    #[command(subcommand)]
+    suite: Option<Suite>,
+    /// The script to time.
+    #[arg(required = true)]
+    script: Option<PathBuf>,
     /// Timed runs (the median is reported).
     #[arg(long, default_value_t = 5)]
     repeat: usize,
@@ -28,8 +33,19 @@ pub struct BenchArgs {
     settings: Vec<String>,
 }
 
+#[derive(clap::Subcommand)]
+enum Suite {
+    /// The multi-window evaluation: generated window sets, every strategy modeled and run.
+    Wcg(crate::bench_wcg::WcgArgs),
+}
+
 pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
-    let script = crate::load_script(&args.script, &args.settings)?;
+    let path = match (&args.suite, &args.script) {
+        (Some(Suite::Wcg(wcg)), _) => return crate::bench_wcg::bench_wcg(wcg),
+        (None, Some(path)) => path,
+        (None, None) => return Err(TesseraError::Option("bench needs a script or `wcg`".into())),
+    };
+    let script = crate::load_script(path, &args.settings)?;
     let parallelism = crate::parallelism(args.parallelism)?;
     let read = ReadOptions { batch_size: script.settings.batch_size, ..ReadOptions::default() };
     let load_started = Instant::now();
@@ -61,7 +77,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
     let median = times[times.len() / 2];
     if args.json {
         let report = serde_json::json!({
-            "script": args.script.display().to_string(),
+            "script": path.display().to_string(),
             "events": events,
             "rows_out": rows_out,
             "workers": workers,
@@ -74,7 +90,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
     } else {
         println!(
             "{}: {events} events, decode {load_seconds:.3} s; compute median {median:.3} s over {} runs = {:.2}M events/s (workers: {workers}, {rows_out} rows out)",
-            args.script.display(),
+            path.display(),
             times.len(),
             events as f64 / median / 1e6,
         );

@@ -1,6 +1,7 @@
 //! The `tessera` command line: run a script, explain its plan, generate example data.
 
 mod bench;
+mod bench_wcg;
 mod generate;
 
 use std::io::IsTerminal;
@@ -87,7 +88,8 @@ enum Command {
         #[arg(long = "set", value_name = "NAME=VALUE")]
         settings: Vec<String>,
     },
-    /// Time the queries of a script on input preloaded into memory (compute only).
+    /// Time the queries of a script on input preloaded into memory (compute only), or run the
+    /// window-set benchmark (`tessera bench wcg`).
     Bench(bench::BenchArgs),
     /// Write a synthetic IoT stream (device_id, temperature, ts in seconds) as CSV or Parquet.
     Generate(generate::GenerateArgs),

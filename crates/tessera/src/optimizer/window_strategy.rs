@@ -261,4 +261,36 @@ mod tests {
         assert_eq!(forced.nodes[0].input, NodeInput::Stream);
         assert_eq!(forced.cost(), plan.costs.baseline);
     }
+
+    #[test]
+    fn auto_is_never_costlier_than_any_strategy_on_generated_sets() {
+        use crate::window::generators::{generate, Generator, GeneratorParams, SplitMix};
+        let mut rng = SplitMix::new(3);
+        for generator in Generator::ALL {
+            for tumbling in [false, true] {
+                let params = GeneratorParams { tumbling, ..GeneratorParams::default() };
+                let sharing = if tumbling { Sharing::PartitionedBy } else { Sharing::CoveredBy };
+                for size in [5, 10] {
+                    for eta in [1.0, 10.0, 100.0] {
+                        let windows = generate(generator, size, &params, &mut rng);
+                        let plan = plan_window_group(&windows, sharing, eta, None);
+                        for strategy in Strategy::ALL {
+                            assert!(
+                                plan.cost() <= plan.costs.get(strategy),
+                                "{windows:?} {strategy:?} {:?}",
+                                plan.costs
+                            );
+                            if eta != 10.0 {
+                                continue;
+                            }
+                            // A forced plan costs what the model says for it, node by node.
+                            let forced = plan_window_group(&windows, sharing, eta, Some(strategy));
+                            let summed = forced.partial_cost + forced.nodes.iter().map(|n| n.cost).sum::<f64>();
+                            assert!((summed - forced.cost()).abs() <= 1e-6 * forced.cost(), "{strategy:?} {windows:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -9,6 +9,7 @@
 //! built on these lives in [`cost`].
 
 pub mod cost;
+pub mod generators;
 pub mod slicing;
 
 use serde::Serialize;

@@ -1,0 +1,323 @@
+//! `tessera bench wcg`: the multi-window paper's evaluation, modeled and measured.
+//!
+//! For every generator (RandomGen, ChainGen, StarGen, RandomGraphGen), general and tumbling
+//! windows, 5 and 10 windows and each event rate, it draws window sets and reports the modeled
+//! cost of every strategy relative to the baseline, how often the chosen plan is the cheapest,
+//! and how far Algorithm 2 is from the exact search. Beyond the paper, which only models cost,
+//! it runs the engine with every strategy forced on one generated stream per set and reports
+//! the measured compute times and their rank correlation (Spearman) with the modeled costs.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{Float64Array, Int64Array};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use tessera::connectors::memory::MemoryReader;
+use tessera::connectors::sink::MemorySink;
+use tessera::connectors::BatchReader;
+use tessera::engine::{run_script_with_readers, RunOptions, Script};
+use tessera::exec::pipeline::Parallelism;
+use tessera::optimizer::share_windows::exact_min_cost;
+use tessera::optimizer::window_strategy::{plan_window_group, Strategy};
+use tessera::window::cost::CostModel;
+use tessera::window::generators::{generate, Generator, GeneratorParams, SplitMix};
+use tessera::window::{Sharing, WindowSpec};
+use tessera::TesseraError;
+
+#[derive(clap::Args, Debug)]
+pub struct WcgArgs {
+    /// Window sets drawn per generator, variant, size and event rate.
+    #[arg(long, default_value_t = 10)]
+    pub sets: usize,
+    /// Of those, how many are also run by the engine with every strategy.
+    #[arg(long, default_value_t = 2)]
+    pub measure_sets: usize,
+    /// Events of each measured stream.
+    #[arg(long, default_value_t = 300_000)]
+    pub events: usize,
+    /// Event rates (events per time unit), comma separated.
+    #[arg(long, default_value = "1,10,100")]
+    pub eta: String,
+    /// Distinct group keys in each measured stream.
+    #[arg(long, default_value_t = 10)]
+    pub keys: u64,
+    /// Timed runs per strategy (the median is used).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Also write every set's figures as JSON lines to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// Strategies in the order the report prints them.
+const ORDER: [Strategy; 5] =
+    [Strategy::Baseline, Strategy::UnsharedPaired, Strategy::SharedPaired, Strategy::Wcg, Strategy::WcgFactor];
+
+#[derive(Default)]
+struct Summary {
+    sets: usize,
+    /// Sum over sets of each strategy's cost / baseline.
+    relative: [f64; 5],
+    chosen_cheapest: usize,
+    exact_proven: usize,
+    gap_sum: f64,
+    gap_max: f64,
+    spearman: Vec<f64>,
+    /// Sum over measured sets of each strategy's time / baseline time.
+    measured_relative: [f64; 5],
+}
+
+pub fn bench_wcg(args: &WcgArgs) -> Result<(), TesseraError> {
+    let etas: Vec<f64> = args
+        .eta
+        .split(',')
+        .map(|e| e.trim().parse::<f64>().ok().filter(|v| *v > 0.0))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| TesseraError::Option(format!("--eta expects positive numbers, got '{}'", args.eta)))?;
+    let mut json = match &args.json {
+        Some(path) => Some(
+            std::fs::File::create(path).map_err(|e| TesseraError::io(format!("cannot write {}", path.display()), e))?,
+        ),
+        None => None,
+    };
+    println!(
+        "| generator | windows | kind | eta | sets | BL | UP | SP | WCG | WCG-FW | chosen cheapest | WCG-FW gap to exact (mean/max) | measured sets | measured UP/SP/WCG/WCG-FW vs BL | Spearman (mean) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut all_spearman = Vec::new();
+    let mut rng = SplitMix::new(args.seed);
+    for generator in Generator::ALL {
+        let sizes: &[usize] = if generator == Generator::RandomGraph { &[12] } else { &[5, 10] };
+        for &size in sizes {
+            for tumbling in [false, true] {
+                let params = GeneratorParams { tumbling, ..GeneratorParams::default() };
+                let sharing = if tumbling { Sharing::PartitionedBy } else { Sharing::CoveredBy };
+                for &eta in &etas {
+                    let mut summary = Summary::default();
+                    for set in 0..args.sets {
+                        let windows = generate(generator, size, &params, &mut rng);
+                        let record = evaluate_set(&windows, sharing, eta, set < args.measure_sets, args, &mut summary)?;
+                        if let Some(file) = json.as_mut() {
+                            use std::io::Write;
+                            let line = serde_json::json!({
+                                "generator": generator.name(), "size": size, "tumbling": tumbling, "eta": eta,
+                                "windows": windows.iter().map(|w| [w.range, w.slide]).collect::<Vec<_>>(),
+                                "figures": record,
+                            });
+                            writeln!(file, "{line}")
+                                .map_err(|e| TesseraError::io("cannot write the JSON report", e))?;
+                        }
+                    }
+                    all_spearman.extend(summary.spearman.iter().copied());
+                    print_row(generator, size, tumbling, eta, &summary);
+                }
+            }
+        }
+    }
+    if !all_spearman.is_empty() {
+        let mean = all_spearman.iter().sum::<f64>() / all_spearman.len() as f64;
+        let at_least = all_spearman.iter().filter(|s| **s >= 0.8).count();
+        println!(
+            "\nSpearman between modeled cost and measured time over {} measured sets: mean {mean:.3}; >= 0.8 in {at_least} sets",
+            all_spearman.len()
+        );
+    }
+    Ok(())
+}
+
+fn evaluate_set(
+    windows: &[WindowSpec],
+    sharing: Sharing,
+    eta: f64,
+    measure: bool,
+    args: &WcgArgs,
+    summary: &mut Summary,
+) -> Result<serde_json::Value, TesseraError> {
+    let plan = plan_window_group(windows, sharing, eta, None);
+    let costs: Vec<f64> = ORDER.iter().map(|s| plan.costs.get(*s)).collect();
+    summary.sets += 1;
+    for (i, cost) in costs.iter().enumerate() {
+        summary.relative[i] += cost / costs[0];
+    }
+    if costs.iter().all(|c| plan.cost() <= c + 1e-9 * c.abs().max(1.0)) {
+        summary.chosen_cheapest += 1;
+    }
+    let model = CostModel::new(windows, eta);
+    let exact = exact_min_cost(windows, sharing, &model, 24, 2_000_000);
+    let gap = plan.costs.wcg_factor / exact.plan.total_cost - 1.0;
+    summary.exact_proven += exact.complete as usize;
+    summary.gap_sum += gap;
+    summary.gap_max = summary.gap_max.max(gap);
+    let mut record = serde_json::json!({
+        "costs": costs, "chosen": plan.strategy.name(), "exact": exact.plan.total_cost,
+        "exact_complete": exact.complete, "exact_candidates": exact.candidates,
+    });
+    if measure {
+        let times = measure_strategies(windows, sharing, eta, args)?;
+        let rho = spearman(&costs, &times);
+        summary.spearman.push(rho);
+        for (i, t) in times.iter().enumerate() {
+            summary.measured_relative[i] += t / times[0];
+        }
+        record["seconds"] = serde_json::json!(times);
+        record["spearman"] = serde_json::json!(rho);
+    }
+    Ok(record)
+}
+
+fn print_row(generator: Generator, size: usize, tumbling: bool, eta: f64, s: &Summary) {
+    let n = s.sets.max(1) as f64;
+    let relative: Vec<String> = s.relative.iter().map(|r| format!("{:.3}", r / n)).collect();
+    let measured = s.spearman.len();
+    let (measured_relative, rho) = if measured == 0 {
+        ("-".to_string(), "-".to_string())
+    } else {
+        let m = measured as f64;
+        let r: Vec<String> = s.measured_relative[1..].iter().map(|r| format!("{:.2}", r / m)).collect();
+        (r.join(" / "), format!("{:.2}", s.spearman.iter().sum::<f64>() / m))
+    };
+    println!(
+        "| {} | {size} | {} | {eta} | {} | {} | {}/{} | {:.1}% / {:.1}%{} | {measured} | {measured_relative} | {rho} |",
+        generator.name(),
+        if tumbling { "tumbling" } else { "general" },
+        s.sets,
+        relative.join(" | "),
+        s.chosen_cheapest,
+        s.sets,
+        100.0 * s.gap_sum / n,
+        100.0 * s.gap_max,
+        if s.exact_proven < s.sets { format!(" ({} of {} proven)", s.exact_proven, s.sets) } else { String::new() },
+    );
+}
+
+/// The engine's compute time (median of `repeat` runs, one worker, input in memory) with
+/// every strategy forced, in [`ORDER`].
+fn measure_strategies(
+    windows: &[WindowSpec],
+    sharing: Sharing,
+    eta: f64,
+    args: &WcgArgs,
+) -> Result<Vec<f64>, TesseraError> {
+    let aggregate = if sharing == Sharing::PartitionedBy { "SUM(v)" } else { "MIN(v)" };
+    let branches: Vec<String> = windows
+        .iter()
+        .map(|w| {
+            let window = if w.is_tumbling() {
+                format!("TUMBLE(s, ts, INTERVAL '{}' SECOND)", w.range)
+            } else {
+                format!("HOP(s, ts, INTERVAL '{}' SECOND, INTERVAL '{}' SECOND)", w.slide, w.range)
+            };
+            format!("SELECT k, window_start, window_end, {aggregate} AS a FROM {window} GROUP BY k, window_start, window_end")
+        })
+        .collect();
+    let text = format!(
+        "CREATE SOURCE s (k BIGINT, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'generated.csv', time_unit = 's');\nSET eta = {eta};\n{};",
+        branches.join("\nUNION ALL\n")
+    );
+    let batches = stream(args.events, eta, args.keys);
+    let mut times = Vec::new();
+    let mut rows = None;
+    for strategy in ORDER {
+        let mut script = Script::compile(&text, std::path::Path::new("."))?;
+        script.settings.window_strategy = Some(strategy);
+        let options = RunOptions { parallelism: Parallelism::Fixed(1), ..RunOptions::default() };
+        let mut runs = Vec::new();
+        for _ in 0..args.repeat.max(1) {
+            let mut sink = MemorySink::default();
+            let started = Instant::now();
+            let stats = run_script_with_readers(&script, &options, &mut sink, &mut |_| {
+                Ok(Box::new(MemoryReader::new(batches.clone())) as Box<dyn BatchReader>)
+            })?;
+            runs.push(started.elapsed().as_secs_f64());
+            // Every strategy must produce the same rows.
+            if *rows.get_or_insert(stats.rows_out) != stats.rows_out {
+                return Err(TesseraError::Internal(format!(
+                    "{} produced {} rows, baseline {:?}, for {windows:?}",
+                    strategy.name(),
+                    stats.rows_out,
+                    rows
+                )));
+            }
+        }
+        runs.sort_by(f64::total_cmp);
+        times.push(runs[runs.len() / 2]);
+    }
+    Ok(times)
+}
+
+/// `events` in time order, `eta` per time unit, over `keys` keys.
+fn stream(events: usize, eta: f64, keys: u64) -> Vec<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Float64, false),
+        Field::new("ts", DataType::Int64, false),
+    ]));
+    let mut rng = SplitMix::new(events as u64);
+    let all: Vec<(i64, f64, i64)> = (0..events)
+        .map(|i| {
+            ((rng.next_u64() % keys.max(1)) as i64, (rng.next_u64() % 10_000) as f64 / 100.0, (i as f64 / eta) as i64)
+        })
+        .collect();
+    all.chunks(8192)
+        .map(|chunk| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(chunk.iter().map(|e| e.0))),
+                    Arc::new(Float64Array::from_iter_values(chunk.iter().map(|e| e.1))),
+                    Arc::new(Int64Array::from_iter_values(chunk.iter().map(|e| e.2))),
+                ],
+            )
+            .expect("batch")
+        })
+        .collect()
+}
+
+/// Spearman's rank correlation (ties get their average rank).
+fn spearman(a: &[f64], b: &[f64]) -> f64 {
+    fn ranks(x: &[f64]) -> Vec<f64> {
+        let mut order: Vec<usize> = (0..x.len()).collect();
+        order.sort_by(|&i, &j| x[i].total_cmp(&x[j]));
+        let mut r = vec![0.0; x.len()];
+        let mut i = 0;
+        while i < order.len() {
+            let mut j = i;
+            while j + 1 < order.len() && x[order[j + 1]] == x[order[i]] {
+                j += 1;
+            }
+            for k in i..=j {
+                r[order[k]] = (i + j) as f64 / 2.0 + 1.0;
+            }
+            i = j + 1;
+        }
+        r
+    }
+    let (ra, rb) = (ranks(a), ranks(b));
+    let n = ra.len() as f64;
+    let mean = (n + 1.0) / 2.0;
+    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - mean) * (y - mean)).sum();
+    let var = |r: &[f64]| r.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>();
+    let denominator = (var(&ra) * var(&rb)).sqrt();
+    if denominator == 0.0 {
+        0.0
+    } else {
+        cov / denominator
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spearman;
+
+    #[test]
+    fn spearman_of_known_orders() {
+        assert_eq!(spearman(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]), 1.0);
+        assert_eq!(spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]), -1.0);
+        // Ties share their average rank.
+        let rho = spearman(&[1.0, 1.0, 2.0, 3.0], &[1.0, 2.0, 3.0, 4.0]);
+        assert!((rho - 0.9486832980505138).abs() < 1e-12, "{rho}");
+    }
+}
