@@ -146,7 +146,7 @@ fn evaluate_set(
         summary.chosen_cheapest += 1;
     }
     let model = CostModel::new(windows, eta);
-    let exact = exact_min_cost(windows, sharing, &model, 24, 2_000_000);
+    let exact = exact_min_cost(windows, sharing, &model, 20, 100_000);
     let gap = plan.costs.wcg_factor / exact.plan.total_cost - 1.0;
     summary.exact_proven += exact.complete as usize;
     summary.gap_sum += gap;

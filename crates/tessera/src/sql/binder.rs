@@ -146,13 +146,17 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query) ->
     if let Some(limit) = &query.limit_clause {
         return Err(script.at_span("LIMIT is not supported on a continuous query", limit.span()));
     }
+    let mut written = Vec::new();
+    collect_union_branches(&query.body, script, &mut written)?;
     let mut selects = Vec::new();
-    collect_union_branches(&query.body, script, &mut selects)?;
+    for select in written {
+        selects.extend(super::multi_window::expand(select.clone(), script)?);
+    }
     let context = StreamContext::new(catalog);
     let mut source: Option<String> = None;
     let mut branches = Vec::new();
     let mut output_schema: Option<SchemaRef> = None;
-    for select in selects {
+    for select in &selects {
         let (branch, schema, source_name) = bind_select(&context, script, select)?;
         match &source {
             None => source = Some(source_name),
@@ -298,7 +302,7 @@ fn resolve_from<'c>(
         "HOP" => 4,
         _ => {
             return Err(script.at_span(
-                format!("unknown table function `{}` (supported: TUMBLE, HOP)", function.value),
+                format!("unknown table function `{}` (supported: TUMBLE, HOP, WINDOWS)", function.value),
                 function.span,
             ))
         }

@@ -4,6 +4,7 @@
 pub mod binder;
 pub mod diagnostic;
 mod interval;
+pub mod multi_window;
 mod source_ddl;
 
 use std::path::Path;

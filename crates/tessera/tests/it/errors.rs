@@ -63,6 +63,16 @@ fn streaming_restrictions_are_explained() {
     assert!(err.contains("ORDER BY is not supported"), "{err}");
     let err = error_of("SET parallelsim = 2;");
     assert!(err.contains("unknown setting `parallelsim`"), "{err}");
+    let err = error_of(
+        "SELECT window_name, COUNT(*) FROM WINDOWS(readings, ts, a => TUMBLE(INTERVAL '1' MINUTE), a => TUMBLE(INTERVAL '2' MINUTE)) GROUP BY window_name, window_start, window_end;",
+    );
+    assert!(err.contains("window name `a` is used twice"), "{err}");
+    let err = error_of("SELECT COUNT(*) FROM WINDOWS(readings, ts) GROUP BY window_start, window_end;");
+    assert!(err.contains("WINDOWS needs a source, its time column and windows"), "{err}");
+    let err = error_of(
+        "SELECT COUNT(*) FROM WINDOWS(readings, ts, TUMBLE(INTERVAL '1' MINUTE, INTERVAL '2' MINUTE)) GROUP BY window_start, window_end;",
+    );
+    assert!(err.contains("TUMBLE takes 3 arguments"), "{err}");
     let err = error_of("SET window_strategy = 'fastest';");
     assert!(err.contains("unknown window_strategy 'fastest'"), "{err}");
     assert!(err.contains("'shared_paired', 'baseline', 'unshared_paired'"), "{err}");

@@ -173,4 +173,39 @@ proptest! {
             prop_assert_eq!(outcome.run.query_metrics[q].late_events, late);
         }
     }
+
+    /// The compact `WINDOWS(...)` form equals the `UNION ALL` it stands for, with the window's
+    /// name in `window_name`, and its windows are planned as one group.
+    #[test]
+    fn compact_windows_equal_union_all(
+        events in event_strategy(),
+        sizes in prop::collection::vec((1i64..4, 0i64..6), 1..4),
+        delay in 0i64..5,
+        batch_size in 1usize..30,
+    ) {
+        let windows: Vec<(i64, i64)> = sizes.iter().map(|(s, extra)| (2 * s + 2 * extra, 2 * s)).collect();
+        let hop = |(range, slide): (i64, i64)| format!("HOP(INTERVAL '{slide}' SECOND, INTERVAL '{range}' SECOND)");
+        let compact_args: Vec<String> = windows.iter().enumerate().map(|(i, w)| format!("n{i} => {}", hop(*w))).collect();
+        let compact = format!(
+            "{}SELECT k, window_name, window_start, window_end, MIN(v), COUNT(*) FROM WINDOWS(s, ts, {}) WHERE v > -5 GROUP BY k, window_name, window_start, window_end;",
+            source_ddl(delay),
+            compact_args.join(", ")
+        );
+        let union: Vec<String> = windows
+            .iter()
+            .enumerate()
+            .map(|(i, (range, slide))| format!(
+                "SELECT k, 'n{i}' AS window_name, window_start, window_end, MIN(v), COUNT(*) FROM HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{range}' SECOND) WHERE v > -5 GROUP BY k, window_start, window_end"
+            ))
+            .collect();
+        let union = format!("{}{};", source_ddl(delay), union.join(" UNION ALL "));
+        let script = tessera::engine::Script::compile(&compact, std::path::Path::new(".")).expect("compact script");
+        prop_assert_eq!(script.window_groups().len(), 1);
+        let sorted = |mut r: Vec<Vec<super::harness::Value>>| { r.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal)); r };
+        let a = run_batches(&compact, batches(&events, batch_size), 1, None).expect("compact run");
+        let b = run_batches(&union, batches(&events, batch_size), 1, Some(WindowStrategy::Baseline)).expect("union run");
+        let (ra, rb) = (sorted(rows(&a.rows[0])), sorted(rows(&b.rows[0])));
+        prop_assert!(same_rows(&ra, &rb), "compact: {ra:?}\nunion:   {rb:?}");
+        prop_assert_eq!(a.run.query_metrics[0].late_events, b.run.query_metrics[0].late_events);
+    }
 }
