@@ -88,6 +88,16 @@ enum Command {
         #[arg(long = "set", value_name = "NAME=VALUE")]
         settings: Vec<String>,
     },
+    /// Print the script as the SQL of a distributed engine, running the same shared window plan.
+    Compile {
+        /// The engine to target.
+        #[arg(long, value_enum)]
+        target: CompileTarget,
+        script: PathBuf,
+        /// A setting as with SET in the script (repeatable).
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        settings: Vec<String>,
+    },
     /// Time the queries of a script on input preloaded into memory (compute only), or run the
     /// window-set benchmark (`tessera bench wcg`).
     Bench(bench::BenchArgs),
@@ -126,6 +136,7 @@ fn main() -> ExitCode {
             settings,
         }),
         Command::Explain { script, format, settings } => explain(&script, format, &settings),
+        Command::Compile { target, script, settings } => compile(target, &script, &settings),
         Command::Generate(args) => generate::generate(&args),
         Command::Bench(args) => bench::bench(&args),
     };
@@ -244,6 +255,23 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
         text.push_str("\n  late events were dropped; --late-output FILE keeps them");
     }
     text
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CompileTarget {
+    Flink,
+    Spark,
+}
+
+fn compile(target: CompileTarget, path: &std::path::Path, settings: &[String]) -> Result<(), TesseraError> {
+    let script = load_script(path, settings)?;
+    match target {
+        CompileTarget::Flink => print!("{}", tessera::compile::flink::compile_flink(&script)?),
+        CompileTarget::Spark => {
+            return Err(TesseraError::Option("--target spark is not implemented yet; --target flink is".into()))
+        }
+    }
+    Ok(())
 }
 
 fn explain(path: &std::path::Path, format: ExplainFormat, settings: &[String]) -> Result<(), TesseraError> {

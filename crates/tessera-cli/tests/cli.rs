@@ -246,3 +246,17 @@ fn queries_with_different_columns_get_their_own_files() {
     assert!(first.starts_with("device_id,window_start,window_end,lo,n\n"), "{first}");
     assert_eq!(second, "window_start,events\n0,3\n");
 }
+
+#[test]
+fn compile_prints_flink_sql_and_refuses_spark() {
+    let dir = workspace(GOOD);
+    let out = tessera(&["compile", "--target", "flink", "q.sql"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let sql = text(&out.stdout);
+    assert!(sql.contains("CREATE TABLE readings ("), "{sql}");
+    assert!(sql.contains("WATERMARK FOR tessera_rowtime"), "{sql}");
+    assert!(sql.contains("CREATE TEMPORARY VIEW g1_w1 AS"), "{sql}");
+    let out = tessera(&["compile", "--target", "spark", "q.sql"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("not implemented yet"), "{}", text(&out.stderr));
+}

@@ -12,6 +12,7 @@
 
 pub mod aggregate;
 pub mod catalog;
+pub mod compile;
 pub mod connectors;
 pub mod engine;
 pub mod error;

@@ -146,12 +146,7 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query) ->
     if let Some(limit) = &query.limit_clause {
         return Err(script.at_span("LIMIT is not supported on a continuous query", limit.span()));
     }
-    let mut written = Vec::new();
-    collect_union_branches(&query.body, script, &mut written)?;
-    let mut selects = Vec::new();
-    for select in written {
-        selects.extend(super::multi_window::expand(select.clone(), script)?);
-    }
+    let selects = branch_selects(query, script)?;
     let context = StreamContext::new(catalog);
     let mut source: Option<String> = None;
     let mut branches = Vec::new();
@@ -191,6 +186,18 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query) ->
         branches,
         output_schema: output_schema.unwrap_or_else(|| Arc::new(Schema::empty())),
     })
+}
+
+/// The `SELECT`s a query's branches are bound from, in order: the arms of its `UNION ALL`, each
+/// compact `WINDOWS(...)` form expanded into one per window.
+pub fn branch_selects(query: &ast::Query, script: &ScriptText) -> Result<Vec<ast::Select>> {
+    let mut written = Vec::new();
+    collect_union_branches(&query.body, script, &mut written)?;
+    let mut selects = Vec::new();
+    for select in written {
+        selects.extend(super::multi_window::expand(select.clone(), script)?);
+    }
+    Ok(selects)
 }
 
 fn collect_union_branches<'q>(body: &'q SetExpr, script: &ScriptText, out: &mut Vec<&'q ast::Select>) -> Result<()> {
