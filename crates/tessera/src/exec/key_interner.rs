@@ -14,6 +14,10 @@ use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
 use crate::error::Result;
 
+/// Integer keys in `[0, DENSE_KEYS)` are looked up by value (at most 256 KiB of ids).
+const DENSE_KEYS: i64 = 1 << 16;
+const NO_ID: u32 = u32::MAX;
+
 pub struct KeyInterner {
     types: Vec<DataType>,
     kind: KeyKind,
@@ -25,6 +29,10 @@ enum KeyKind {
         seen: bool,
     },
     Int {
+        /// Ids of small non-negative keys (device numbers, codes), indexed by value: no
+        /// hashing on the hot path.
+        dense: Vec<u32>,
+        /// Ids of every other key.
         ids: HashMap<i64, u32>,
         null_id: Option<u32>,
         values: Vec<Option<i64>>,
@@ -41,7 +49,9 @@ impl KeyInterner {
     pub fn new(types: Vec<DataType>) -> Result<Self> {
         let kind = match types.as_slice() {
             [] => KeyKind::Unit { seen: false },
-            [t] if t.is_integer() => KeyKind::Int { ids: HashMap::new(), null_id: None, values: Vec::new() },
+            [t] if t.is_integer() => {
+                KeyKind::Int { dense: Vec::new(), ids: HashMap::new(), null_id: None, values: Vec::new() }
+            }
             _ => {
                 let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
                 let rows = converter.empty_rows(0, 0);
@@ -71,17 +81,28 @@ impl KeyInterner {
                 *seen |= num_rows > 0;
                 Ok(vec![0; num_rows])
             }
-            KeyKind::Int { ids, null_id, values } => {
+            KeyKind::Int { dense, ids, null_id, values } => {
                 let column = cast(&columns[0], &DataType::Int64)?;
                 let column = column.as_primitive::<Int64Type>();
                 let mut out = Vec::with_capacity(num_rows);
                 let raw = column.values();
+                let has_nulls = column.null_count() > 0;
                 for (i, &v) in raw.iter().enumerate() {
-                    let id = if column.is_null(i) {
+                    let id = if has_nulls && column.is_null(i) {
                         *null_id.get_or_insert_with(|| {
                             values.push(None);
                             values.len() as u32 - 1
                         })
+                    } else if (0..DENSE_KEYS).contains(&v) {
+                        let index = v as usize;
+                        if index >= dense.len() {
+                            dense.resize(index + 1, NO_ID);
+                        }
+                        if dense[index] == NO_ID {
+                            values.push(Some(v));
+                            dense[index] = values.len() as u32 - 1;
+                        }
+                        dense[index]
                     } else {
                         *ids.entry(v).or_insert_with(|| {
                             values.push(Some(v));
@@ -133,7 +154,9 @@ impl KeyInterner {
     pub fn bytes(&self) -> usize {
         match &self.kind {
             KeyKind::Unit { .. } => 0,
-            KeyKind::Int { ids, values, .. } => ids.capacity() * 16 + values.capacity() * 16,
+            KeyKind::Int { dense, ids, values, .. } => {
+                dense.capacity() * 4 + ids.capacity() * 16 + values.capacity() * 16
+            }
             KeyKind::Rows { table, rows, .. } => table.capacity() * 8 + rows.size(),
         }
     }
@@ -212,9 +235,18 @@ mod tests {
     #[test]
     fn ids_are_dense_and_round_trip() {
         let mut interner = KeyInterner::new(vec![DataType::Int32]).unwrap();
-        let keys: ArrayRef = Arc::new(arrow::array::Int32Array::from(vec![Some(5), None, Some(5), Some(-1), None]));
-        let ids = interner.intern(&[keys], 5).unwrap();
-        assert_eq!(ids, vec![0, 1, 0, 2, 1]);
+        // 5 is looked up by value, -1 and 70000 by hash.
+        let keys: ArrayRef = Arc::new(arrow::array::Int32Array::from(vec![
+            Some(5),
+            None,
+            Some(5),
+            Some(-1),
+            None,
+            Some(70000),
+            Some(70000),
+        ]));
+        let ids = interner.intern(&[keys], 7).unwrap();
+        assert_eq!(ids, vec![0, 1, 0, 2, 1, 3, 3]);
         let back = interner.columns(&[2, 1, 0]).unwrap();
         assert_eq!(back[0].data_type(), &DataType::Int32);
         assert_eq!(
