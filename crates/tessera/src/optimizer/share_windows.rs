@@ -126,7 +126,50 @@ pub fn factor_benefit(target: Input, factor: &WindowSpec, below: &[WindowSpec], 
     through_factor + model.cost(factor, target)
 }
 
+/// Algorithm 3, for "partitioned by" (tumbling factor window and target): whether inserting
+/// `factor` between `target` and `below` does not increase the cost, without evaluating it.
+///
+/// With `P / s` instances per period, `M(W_j, W_f) = r_j / r_f` and `M(W_f, W) = r_f / r_W`,
+/// Equation 2 becomes `c - c' = P * (lambda * (1/r_f - w/r_W) + w/r_W)` where
+/// `lambda = sum_j r_j / s_j` (the paper's Equation 4, `sum n_j / m_j`) and `w` weighs an
+/// instance read from the stream (`eta`, with `r_W = 1`) against one read from a window (1).
+/// So a single tumbling downstream window (`lambda = 1`) never gains, and otherwise the factor
+/// helps iff `r_f / r_W >= lambda / (w * (lambda - 1))`.
+pub fn factor_helps_partitioned(target: Input, factor: &WindowSpec, below: &[WindowSpec], eta: f64) -> bool {
+    let (target_range, weight) = match target {
+        Input::Stream => (1.0, eta),
+        Input::Window(t) => (t.range as f64, 1.0),
+    };
+    let lambda: f64 = below.iter().map(|w| w.range as f64 / w.slide as f64).sum();
+    lambda > 1.0 && factor.range as f64 * weight * (lambda - 1.0) >= lambda * target_range
+}
+
+/// Algorithm 4, for "partitioned by": the candidates are tumbling windows whose range divides
+/// every downstream range and slide and is a multiple of the target's; the helpful ones
+/// (Algorithm 3) that no other helpful candidate is covered by remain, and the largest wins
+/// (Theorem 9 in this model: `c_f = P * (lambda / r_f + w / r_W) + const` falls as `r_f`
+/// grows). Returns the window with its exact benefit.
+pub fn best_factor_partitioned(target: Input, below: &[WindowSpec], model: &CostModel) -> Option<(WindowSpec, f64)> {
+    let common = below.iter().fold(0, |acc, w| gcd(gcd(acc, w.range), w.slide));
+    let target_range = match target {
+        Input::Stream => 1,
+        Input::Window(t) if t.is_tumbling() => t.range,
+        Input::Window(_) => return None,
+    };
+    if common == 0 || common % target_range != 0 {
+        return None;
+    }
+    let helpful: Vec<WindowSpec> = (1..=common / target_range)
+        .map(|k| WindowSpec::tumbling(k * target_range))
+        .filter(|f| common % f.range == 0 && Input::Window(*f) != target && !below.contains(f))
+        .filter(|f| factor_helps_partitioned(target, f, below, model.eta))
+        .collect();
+    let undominated = helpful.iter().filter(|f| !helpful.iter().any(|o| o != *f && o.is_covered_by(f)));
+    undominated.max_by_key(|f| f.range).map(|f| (*f, factor_benefit(target, f, below, model)))
+}
+
 /// FindBestFactorWindow: the candidate with the largest cost reduction, if any reduces cost.
+/// Under "partitioned by" Algorithm 4 picks it without evaluating every candidate.
 pub fn best_factor_window(
     target: Input,
     windows: &[WindowSpec],
@@ -134,6 +177,9 @@ pub fn best_factor_window(
     model: &CostModel,
 ) -> Option<WindowSpec> {
     let below = downstream(target, windows, sharing);
+    if sharing == Sharing::PartitionedBy {
+        return best_factor_partitioned(target, &below, model).filter(|(_, benefit)| *benefit < 0.0).map(|(f, _)| f);
+    }
     factor_candidates(target, &below, sharing)
         .into_iter()
         .map(|f| (factor_benefit(target, &f, &below, model), f))
@@ -436,5 +482,65 @@ mod tests {
                 assert!((recomputed - exact.plan.total_cost).abs() < 1e-9);
             }
         }
+    }
+
+    /// Algorithms 3 and 4 agree with the exact formula: the shortcut says a candidate helps
+    /// exactly when Equation 2 says its change in cost is not positive, and the fast choice
+    /// saves as much as the best of all candidates.
+    #[test]
+    fn algorithms_3_and_4_agree_with_equation_2() {
+        let mut seed = 99u64;
+        let mut next = |n: i64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((seed >> 33) % n as u64) as i64
+        };
+        let mut checked = 0;
+        for _ in 0..400 {
+            let base = 1 + next(4);
+            let below: Vec<WindowSpec> = (0..1 + next(4))
+                .map(|_| {
+                    let slide = base * (1 + next(6));
+                    WindowSpec { range: slide * (1 + next(3)), slide }
+                })
+                .collect();
+            let mut distinct: Vec<WindowSpec> = Vec::new();
+            for w in below {
+                if !distinct.contains(&w) {
+                    distinct.push(w);
+                }
+            }
+            for eta in [1.0, 3.0, 10.0] {
+                let model = CostModel::new(&distinct, eta);
+                let targets = [Input::Stream, Input::Window(WindowSpec::tumbling(base))];
+                for target in targets {
+                    if distinct.iter().any(|w| Input::Window(*w) == target) {
+                        continue;
+                    }
+                    let candidates = factor_candidates(target, &distinct, Sharing::PartitionedBy);
+                    for c in &candidates {
+                        let exact = factor_benefit(target, c, &distinct, &model);
+                        assert_eq!(
+                            factor_helps_partitioned(target, c, &distinct, eta),
+                            exact <= 1e-9,
+                            "{c:?} for {distinct:?} from {target:?} at eta {eta}: benefit {exact}"
+                        );
+                        checked += 1;
+                    }
+                    let best_exact = candidates
+                        .iter()
+                        .map(|c| factor_benefit(target, c, &distinct, &model))
+                        .fold(f64::INFINITY, f64::min);
+                    match best_factor_partitioned(target, &distinct, &model) {
+                        Some((_, benefit)) => {
+                            assert!((benefit - best_exact).abs() < 1e-9, "{distinct:?}: {benefit} vs {best_exact}")
+                        }
+                        None => {
+                            assert!(best_exact > 1e-9 || candidates.is_empty(), "{distinct:?}: missed {best_exact}")
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 500, "only {checked} candidates checked");
     }
 }
