@@ -197,8 +197,17 @@ impl SharedKeys {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The key ids of every row of `batch`, computed once per batch.
+    /// Identifies this interner among a worker's (ids interned ahead carry it).
+    pub fn id(&self) -> usize {
+        self as *const SharedKeys as usize
+    }
+
+    /// The key ids of every row of `batch`, computed once per batch (or ahead, by the reading
+    /// thread).
     pub fn ids_for(&self, batch: &Arc<super::EventBatch>, keys: &[crate::plan::ExprRef]) -> Result<Arc<Vec<u32>>> {
+        if let Some((_, ids)) = batch.key_ids.iter().find(|(id, _)| *id == self.id()) {
+            return Ok(Arc::clone(ids));
+        }
         let mut inner = self.lock();
         if std::sync::Weak::ptr_eq(&inner.batch, &Arc::downgrade(batch)) {
             return Ok(Arc::clone(&inner.ids));

@@ -33,6 +33,9 @@ pub struct EventBatch {
     pub rows: RecordBatch,
     pub event_times: Vec<i64>,
     pub watermarks: Vec<i64>,
+    /// Key ids interned ahead of the operators (by the reading thread), by the interner
+    /// that made them (see [`SharedKeys::id`]).
+    pub key_ids: Vec<(usize, Arc<Vec<u32>>)>,
 }
 
 impl EventBatch {
@@ -51,6 +54,7 @@ impl EventBatch {
             rows: filter_record_batch(&self.rows, mask)?,
             event_times: self.event_times.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, t)| *t).collect(),
             watermarks: self.watermarks.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, w)| *w).collect(),
+            key_ids: Vec::new(),
         })
     }
 
@@ -67,6 +71,7 @@ impl EventBatch {
             rows: RecordBatch::try_new(self.rows.schema(), columns)?,
             event_times: indices.iter().map(|&i| self.event_times[i as usize]).collect(),
             watermarks: indices.iter().map(|&i| self.watermarks[i as usize]).collect(),
+            key_ids: Vec::new(),
         })
     }
 }
@@ -119,26 +124,47 @@ pub trait StreamOperator: Send {
 /// The key interners of one worker, one per distinct list of group-key expressions.
 #[derive(Default)]
 pub struct KeySpaces {
-    spaces: Vec<(String, Arc<SharedKeys>)>,
+    spaces: Vec<KeySpace>,
+}
+
+struct KeySpace {
+    signature: String,
+    keys: Vec<crate::plan::ExprRef>,
+    shared: Arc<SharedKeys>,
+    /// Some operator interns every row of each batch (it has no WHERE of its own).
+    whole_batches: bool,
 }
 
 impl KeySpaces {
-    fn get(
-        &mut self,
-        keys: &[crate::plan::ExprRef],
-        types: Vec<arrow::datatypes::DataType>,
-    ) -> Result<Arc<SharedKeys>> {
-        let signature = key_signature(keys);
-        if let Some((_, shared)) = self.spaces.iter().find(|(s, _)| *s == signature) {
-            return Ok(Arc::clone(shared));
+    fn get(&mut self, plan: &WindowAggregatePlan) -> Result<Arc<SharedKeys>> {
+        let signature = key_signature(&plan.keys);
+        let whole = plan.filter.is_none();
+        if let Some(space) = self.spaces.iter_mut().find(|s| s.signature == signature) {
+            space.whole_batches |= whole;
+            return Ok(Arc::clone(&space.shared));
         }
-        let shared = Arc::new(SharedKeys::new(types)?);
-        self.spaces.push((signature, Arc::clone(&shared)));
+        let shared = Arc::new(SharedKeys::new(plan.key_types())?);
+        self.spaces.push(KeySpace {
+            signature,
+            keys: plan.keys.clone(),
+            shared: Arc::clone(&shared),
+            whole_batches: whole,
+        });
         Ok(shared)
     }
 
     pub fn bytes(&self) -> usize {
-        self.spaces.iter().map(|(_, s)| s.bytes()).sum()
+        self.spaces.iter().map(|s| s.shared.bytes()).sum()
+    }
+
+    /// Interns the keys of every row of `batch` for the operators that read whole batches, so
+    /// a thread ahead of the operators can do it (pipelining the work of one worker).
+    pub fn prefetch(&self, batch: &mut EventBatch) -> Result<()> {
+        for space in self.spaces.iter().filter(|s| s.whole_batches) {
+            let ids = space.shared.intern(&batch.rows, &space.keys)?;
+            batch.key_ids.push((space.shared.id(), Arc::new(ids)));
+        }
+        Ok(())
     }
 }
 
@@ -169,7 +195,7 @@ pub fn create_operator(
     match kind {
         OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new((*plan).clone()))),
         OperatorKind::Windows { nodes, slots } => {
-            let keys = key_spaces.get(&slots[0].keys, slots[0].key_types())?;
+            let keys = key_spaces.get(&slots[0])?;
             Ok(Box::new(WindowAggregateExec::new(nodes.clone(), slots.clone(), event_time_type.clone(), keys)?))
         }
     }

@@ -127,7 +127,8 @@ fn plan_operators<'a>(queries: &[(usize, &'a QueryPlan)], groups: &[&WindowGroup
 /// The operators one worker runs, each with the query of each of its output slots.
 struct Worker {
     operators: Vec<(Vec<usize>, Box<dyn StreamOperator>)>,
-    key_spaces: KeySpaces,
+    /// Shared with the reading thread, which interns keys ahead when there is one worker.
+    key_spaces: Arc<KeySpaces>,
     state_bytes: Arc<AtomicU64>,
 }
 
@@ -144,7 +145,7 @@ impl Worker {
             .iter()
             .map(|s| Ok((s.queries.clone(), create_operator(&s.kind, event_time_type, &mut key_spaces)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Worker { operators, key_spaces, state_bytes: Arc::new(AtomicU64::new(0)) })
+        Ok(Worker { operators, key_spaces: Arc::new(key_spaces), state_bytes: Arc::new(AtomicU64::new(0)) })
     }
 
     fn flush(queries: &[usize], out: Output, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<()> {
@@ -282,20 +283,32 @@ pub fn run_source(
     };
     let workers = parallelism.workers(specs.len());
     run.workers = workers;
+    // With one worker, the reading thread also interns group keys ahead of the operators when
+    // the worker falls behind (batches queue up): the worker's interners are shared with it, so
+    // two cores split the work of one worker. When reading is the slower side it does not.
+    let inline_worker = if workers == 1 { Some(Worker::new(&specs, &source.event_time.data_type)?) } else { None };
+    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::scope(|scope| -> Result<SourceRun> {
         let (batch_tx, batch_rx) = sync_channel::<Stamped>(4);
+        let key_spaces = inline_worker.as_ref().map(|w| Arc::clone(&w.key_spaces));
+        let queued_by_reader = Arc::clone(&queued);
         let reading = scope.spawn(move || -> Result<u64> {
             let mut stamp = Stamper { max_event_time: i64::MIN, delay: source.event_time.watermark_delay };
             while let Some(batch) = reader.next_batch()? {
-                let input = Arc::new(stamp.stamp(batch, source)?);
+                let mut stamped = stamp.stamp(batch, source)?;
+                if let Some(spaces) = key_spaces.as_ref().filter(|_| queued_by_reader.load(Ordering::Relaxed) >= 2) {
+                    spaces.prefetch(&mut stamped)?;
+                }
+                let input = Arc::new(stamped);
+                queued_by_reader.fetch_add(1, Ordering::Relaxed);
                 if batch_tx.send((input, stamp.watermark(), reader.progress())).is_err() {
                     break; // the operators stopped; their error ends the run
                 }
             }
             Ok(reader.bad_rows())
         });
-        let computed = if workers == 1 {
-            compute_inline(&specs, source, batch_rx, sink, progress, &mut run)
+        let computed = if let Some(worker) = inline_worker {
+            compute_inline(worker, &specs, batch_rx, &queued, sink, progress, &mut run)
         } else {
             compute_parallel(&specs, source, workers, batch_rx, sink, progress, &mut run)
         };
@@ -325,15 +338,16 @@ fn report(progress: Option<&ProgressFn<'_>>, (done, total): (u64, Option<u64>), 
 
 /// One worker on the calling thread.
 fn compute_inline(
+    mut worker: Worker,
     specs: &[OperatorSpec],
-    source: &SourceDef,
     batches: Receiver<Stamped>,
+    queued: &std::sync::atomic::AtomicUsize,
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
     run: &mut SourceRun,
 ) -> Result<()> {
-    let mut worker = Worker::new(specs, &source.event_time.data_type)?;
     for (input, watermark, read) in batches {
+        queued.fetch_sub(1, Ordering::Relaxed);
         run.events_in += input.len() as u64;
         let parts = (0..specs.len()).map(|op| (op, Arc::clone(&input))).collect();
         worker.handle(parts, watermark, &mut |e| write(run, e, sink))?;
@@ -476,7 +490,7 @@ impl Stamper {
             watermarks.push(self.watermark());
             self.max_event_time = self.max_event_time.max(t);
         }
-        Ok(EventBatch { rows: batch, event_times: times, watermarks })
+        Ok(EventBatch { rows: batch, event_times: times, watermarks, key_ids: Vec::new() })
     }
 
     fn watermark(&self) -> i64 {
