@@ -361,6 +361,7 @@ pub fn exact_min_cost(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::window::generators::SplitMix;
 
     fn tumbling(ranges: &[i64]) -> Vec<WindowSpec> {
         ranges.iter().map(|&r| WindowSpec::tumbling(r)).collect()
@@ -447,11 +448,8 @@ mod tests {
 
     #[test]
     fn algorithm_1_is_optimal_and_algorithm_2_never_worse() {
-        let mut seed = 17u64;
-        let mut next = |n: i64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((seed >> 33) % n as u64) as i64
-        };
+        let mut rng = SplitMix::new(17);
+        let mut next = |n: i64| rng.between(0, n - 1);
         for _ in 0..300 {
             let count = 2 + next(4) as usize;
             let windows: Vec<WindowSpec> = (0..count)
@@ -494,11 +492,8 @@ mod tests {
         assert!(exact.complete);
         assert_eq!(exact.plan.total_cost, 150.0);
         // On random sets the search never loses to Algorithm 2, and its plan is what it says.
-        let mut seed = 5u64;
-        let mut next = |n: i64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((seed >> 33) % n as u64) as i64
-        };
+        let mut rng = SplitMix::new(5);
+        let mut next = |n: i64| rng.between(0, n - 1);
         for _ in 0..60 {
             let windows: Vec<WindowSpec> = (0..2 + next(4))
                 .map(|_| {
@@ -522,11 +517,8 @@ mod tests {
     /// saves as much as the best of all candidates.
     #[test]
     fn algorithms_3_and_4_agree_with_equation_2() {
-        let mut seed = 99u64;
-        let mut next = |n: i64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((seed >> 33) % n as u64) as i64
-        };
+        let mut rng = SplitMix::new(99);
+        let mut next = |n: i64| rng.between(0, n - 1);
         let mut checked = 0;
         for _ in 0..400 {
             let base = 1 + next(4);
@@ -581,11 +573,8 @@ mod tests {
     /// the best over every range, and windows of a day in microseconds plan instantly.
     #[test]
     fn extreme_ranges_are_enough() {
-        let mut seed = 1234u64;
-        let mut next = |n: i64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((seed >> 33) % n as u64) as i64
-        };
+        let mut rng = SplitMix::new(1234);
+        let mut next = |n: i64| rng.between(0, n - 1);
         for _ in 0..300 {
             let windows: Vec<WindowSpec> = (0..1 + next(3))
                 .map(|_| {

@@ -122,18 +122,6 @@ impl WindowGroupPlan {
     pub fn cost(&self) -> f64 {
         self.costs.get(self.strategy)
     }
-
-    /// The covering multiplier of every coverage edge: (parent node, child node, multiplier).
-    pub fn edges(&self) -> Vec<(usize, usize, i64)> {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| match n.input {
-                NodeInput::Window(p) => Some((p, i, n.spec.covering_multiplier(&self.nodes[p].spec))),
-                _ => None,
-            })
-            .collect()
-    }
 }
 
 /// Costs every strategy for the distinct `windows` and plans the forced one, or the cheapest.
@@ -236,7 +224,6 @@ mod tests {
                 (40, true, NodeInput::Window(1)),
             ]
         );
-        assert_eq!(plan.edges(), vec![(0, 1, 2), (0, 2, 3), (1, 3, 2)]);
         assert_eq!(plan.nodes.iter().map(|n| n.cost).sum::<f64>(), plan.cost());
         // Shared slices cut at 0, 20, 30, 40, 60, 80, 90, 100: every event once (120) and 8
         // slices merged per window per period, 6 less than the factor window's plan.
