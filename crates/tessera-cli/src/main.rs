@@ -52,38 +52,7 @@ enum ExplainFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Run every statement of a script and write the query results.
-    Run {
-        /// The SQL script (CREATE SOURCE, SET, SELECT ...).
-        script: PathBuf,
-        /// Write results here instead of stdout.
-        #[arg(long, short)]
-        output: Option<PathBuf>,
-        #[arg(long, value_enum, default_value = "csv")]
-        format: Format,
-        /// Write run statistics as one JSON object.
-        #[arg(long)]
-        stats_json: Option<PathBuf>,
-        /// Write events that arrived after their window closed (CSV).
-        #[arg(long)]
-        late_output: Option<PathBuf>,
-        /// What to do with a malformed input row.
-        #[arg(long, value_enum, default_value = "fail")]
-        on_error: ErrorPolicy,
-        /// Where `--on-error skip` puts malformed rows (JSON lines).
-        #[arg(long, default_value = "tessera-dead-letter.jsonl")]
-        dead_letter: PathBuf,
-        /// Worker threads; rows are split by key hash when there are fewer operators than
-        /// workers (default: chosen per script, up to the number of cores).
-        #[arg(long)]
-        parallelism: Option<usize>,
-        /// No progress bar and no summary.
-        #[arg(long, short)]
-        quiet: bool,
-        /// A setting as with SET in the script, e.g. `--set window_strategy=baseline`
-        /// (repeatable; wins over the script's SET).
-        #[arg(long = "set", value_name = "NAME=VALUE")]
-        settings: Vec<String>,
-    },
+    Run(RunArgs),
     /// Show the plan of every query of a script.
     Explain {
         script: PathBuf,
@@ -117,29 +86,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run {
-            script,
-            output,
-            format,
-            stats_json,
-            late_output,
-            on_error,
-            dead_letter,
-            parallelism,
-            quiet,
-            settings,
-        } => run(RunArgs {
-            script,
-            output,
-            format,
-            stats_json,
-            late_output,
-            on_error,
-            dead_letter,
-            parallelism,
-            quiet,
-            settings,
-        }),
+        Command::Run(args) => run(args),
         Command::Explain { script, format, settings } => explain(&script, format, &settings),
         Command::Compile { target, script, settings } => compile(target, &script, &settings),
         Command::Generate(args) => generate::generate(&args),
@@ -159,16 +106,37 @@ fn main() -> ExitCode {
     }
 }
 
+#[derive(clap::Args)]
 struct RunArgs {
+    /// The SQL script (CREATE SOURCE, SET, SELECT ...).
     script: PathBuf,
+    /// Write results here instead of stdout.
+    #[arg(long, short)]
     output: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "csv")]
     format: Format,
+    /// Write run statistics as one JSON object.
+    #[arg(long)]
     stats_json: Option<PathBuf>,
+    /// Write events that arrived after their window closed (CSV).
+    #[arg(long)]
     late_output: Option<PathBuf>,
+    /// What to do with a malformed input row.
+    #[arg(long, value_enum, default_value = "fail")]
     on_error: ErrorPolicy,
+    /// Where `--on-error skip` puts malformed rows (JSON lines).
+    #[arg(long, default_value = "tessera-dead-letter.jsonl")]
     dead_letter: PathBuf,
+    /// Worker threads; rows are split by key hash when there are fewer operators than
+    /// workers (default: chosen per script, up to the number of cores).
+    #[arg(long)]
     parallelism: Option<usize>,
+    /// No progress bar and no summary.
+    #[arg(long, short)]
     quiet: bool,
+    /// A setting as with SET in the script, e.g. `--set window_strategy=baseline`
+    /// (repeatable; wins over the script's SET).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
     settings: Vec<String>,
 }
 

@@ -106,7 +106,8 @@ fn input_name(input: NodeInput, name: &dyn Fn(usize) -> String) -> String {
 fn group_edges(group: &WindowGroup, name: &dyn Fn(usize) -> String) -> Vec<Value> {
     let plan = &group.plan;
     let sliced: Vec<_> = plan.nodes.iter().filter(|n| n.input == NodeInput::Slices).map(|n| n.spec).collect();
-    let slicing = |spec| if plan.strategy.is_shared() { Slicing::shared(&sliced) } else { Slicing::paired(spec) };
+    let shared = Slicing::shared(&sliced);
+    let slicing = |spec| if plan.strategy.is_shared() { shared.clone() } else { Slicing::paired(spec) };
     let mut edges = Vec::new();
     if !sliced.is_empty() {
         edges.push(json!({ "from": "stream", "to": "slices", "multiplier": 1 }));
