@@ -38,6 +38,7 @@ pub fn explain_json(script: &Script) -> Value {
                     windows.push(json!({
                         "name": name(n), "range": node.spec.range, "slide": node.spec.slide, "unit": unit,
                         "output": node.output, "factor": !node.output, "input": input_name(node.input, &name),
+                        "sliding": node.input == NodeInput::Slices { sliding: true },
                         "cost": node.cost,
                         "queries": group.members.iter().filter(|m| m.node == n).map(|m| m.query + 1).collect::<Vec<_>>(),
                     }));
@@ -95,7 +96,7 @@ fn add_cost(costs: &mut Value, key: &str, value: f64) {
 fn input_name(input: NodeInput, name: &dyn Fn(usize) -> String) -> String {
     match input {
         NodeInput::Stream => "stream".into(),
-        NodeInput::Slices => "slices".into(),
+        NodeInput::Slices { .. } => "slices".into(),
         NodeInput::Window(p) => name(p),
     }
 }
@@ -105,7 +106,8 @@ fn input_name(input: NodeInput, name: &dyn Fn(usize) -> String) -> String {
 /// an instance merges).
 fn group_edges(group: &WindowGroup, name: &dyn Fn(usize) -> String) -> Vec<Value> {
     let plan = &group.plan;
-    let sliced: Vec<_> = plan.nodes.iter().filter(|n| n.input == NodeInput::Slices).map(|n| n.spec).collect();
+    let sliced: Vec<_> =
+        plan.nodes.iter().filter(|n| matches!(n.input, NodeInput::Slices { .. })).map(|n| n.spec).collect();
     let shared = Slicing::shared(&sliced);
     let slicing = |spec| if plan.strategy.is_shared() { shared.clone() } else { Slicing::paired(spec) };
     let mut edges = Vec::new();
@@ -115,7 +117,7 @@ fn group_edges(group: &WindowGroup, name: &dyn Fn(usize) -> String) -> Vec<Value
     for (n, node) in plan.nodes.iter().enumerate() {
         let (from, multiplier) = match node.input {
             NodeInput::Stream => ("stream".to_string(), node.spec.range),
-            NodeInput::Slices => {
+            NodeInput::Slices { .. } => {
                 let slices = slicing(&node.spec);
                 let most = (0..slices.period() / node.spec.slide.max(1) + 1)
                     .map(|m| slices.slices_in(&node.spec, m))
@@ -202,6 +204,9 @@ fn tree(text: &mut String, from: &str, windows: &[Value], edges: &[Value], unit:
                 };
                 let feed = match from {
                     "stream" => "from every event".to_string(),
+                    "slices" if w["sliding"].as_bool() == Some(true) => {
+                        format!("slides over up to {} slices (two stacks)", edge["multiplier"])
+                    }
                     "slices" => format!("merges up to {} slices", edge["multiplier"]),
                     parent => format!("merges {} instances of {parent}", edge["multiplier"]),
                 };

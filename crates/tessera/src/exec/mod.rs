@@ -11,8 +11,10 @@
 //! one at a time, and results do not depend on how the input is cut into batches or partitions.
 
 mod filter_project;
+mod group_table;
 pub mod key_interner;
 pub mod pipeline;
+mod two_stacks;
 mod window_aggregate;
 
 use std::sync::Arc;

@@ -24,82 +24,15 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
+use super::group_table::GroupTable;
 use super::key_interner::SharedKeys;
+use super::two_stacks::TwoStacks;
 use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
-use crate::aggregate::GroupStates;
 use crate::error::{Result, TesseraError};
 use crate::optimizer::window_strategy::NodeInput;
 use crate::plan::{AggregateColumn, WindowAggregatePlan};
 use crate::window::slicing::Slicing;
 use crate::window::{floor_div, WindowSpec};
-
-const NO_SLOT: u32 = u32::MAX;
-
-/// Partial states of every group seen in one slice (or, while emitting, one window).
-struct GroupTable {
-    /// Slot of each interned key id, `NO_SLOT` if the key has no state here.
-    slot_of_key: Vec<u32>,
-    /// Key id of each slot.
-    keys: Vec<u32>,
-    /// One state column per aggregate.
-    states: Vec<GroupStates>,
-}
-
-impl GroupTable {
-    fn new(plan: &WindowAggregatePlan) -> Self {
-        GroupTable {
-            slot_of_key: Vec::new(),
-            keys: Vec::new(),
-            states: plan.aggregates.iter().map(|a| a.new_states()).collect(),
-        }
-    }
-
-    /// Slots for `key_ids`, creating missing ones.
-    fn slots_for(&mut self, key_ids: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
-        out.clear();
-        for key in key_ids {
-            let k = key as usize;
-            if k >= self.slot_of_key.len() {
-                self.slot_of_key.resize(k + 1, NO_SLOT);
-            }
-            let mut slot = self.slot_of_key[k];
-            if slot == NO_SLOT {
-                slot = self.keys.len() as u32;
-                self.slot_of_key[k] = slot;
-                self.keys.push(key);
-            }
-            out.push(slot);
-        }
-        let n = self.keys.len();
-        for s in &mut self.states {
-            if s.len() < n {
-                s.resize(n);
-            }
-        }
-    }
-
-    /// Adds the rows starting at `offset` whose keys are `key_ids`.
-    fn add_rows(&mut self, key_ids: &[u32], offset: usize, values: &[Option<ArrayRef>], scratch: &mut Vec<u32>) {
-        self.slots_for(key_ids.iter().copied(), scratch);
-        for (state, value) in self.states.iter_mut().zip(values) {
-            state.update(value.as_ref(), offset, scratch);
-        }
-    }
-
-    fn merge_from(&mut self, other: &GroupTable, scratch: &mut Vec<u32>) -> Result<()> {
-        self.slots_for(other.keys.iter().copied(), scratch);
-        for (mine, theirs) in self.states.iter_mut().zip(&other.states) {
-            mine.merge(theirs, scratch)?;
-        }
-        Ok(())
-    }
-
-    fn bytes(&self) -> usize {
-        self.slot_of_key.capacity() * 4
-            + self.keys.capacity() * 4
-            + self.states.iter().map(GroupStates::bytes).sum::<usize>()
-    }
-}
 
 /// A window node as planned: its window, its input and the output slots it feeds.
 #[derive(Debug, Clone)]
@@ -125,6 +58,8 @@ struct Node {
     /// Closed instances with data that children may still read, from `keep_from` on.
     closed: BTreeMap<i64, GroupTable>,
     keep_from: i64,
+    /// The sliding aggregator over the slices (input `Slices { sliding: true }`).
+    sliding: TwoStacks,
 }
 
 impl Node {
@@ -134,7 +69,7 @@ impl Node {
     }
 
     fn bytes(&self) -> usize {
-        self.open.values().chain(self.closed.values()).map(GroupTable::bytes).sum()
+        self.open.values().chain(self.closed.values()).map(GroupTable::bytes).sum::<usize>() + self.sliding.bytes()
     }
 }
 
@@ -244,6 +179,7 @@ impl WindowAggregateExec {
                 open: BTreeMap::new(),
                 closed: BTreeMap::new(),
                 keep_from: i64::MIN,
+                sliding: TwoStacks::default(),
             })
             .collect();
         for (i, n) in nodes.iter().enumerate() {
@@ -352,13 +288,16 @@ impl WindowAggregateExec {
                                 add(node.open.entry(m).or_insert_with(|| GroupTable::new(shape)), run.clone());
                             }
                         }
-                        NodeInput::Slices => to_slice = true,
+                        NodeInput::Slices { .. } => to_slice = true,
                         NodeInput::Window(_) => {}
                     }
                 }
             }
             if to_slice {
                 add(slices.entry(slice).or_insert_with(|| GroupTable::new(shape)), run.clone());
+                for node in nodes.iter_mut() {
+                    node.sliding.invalidate(slice);
+                }
             }
             row = run_end;
         }
@@ -401,7 +340,7 @@ impl WindowAggregateExec {
         // instance containing that unit is the candidate.
         let data_end = match node.input {
             NodeInput::Stream => return node.open.range(m..).next().map(|(&k, _)| k),
-            NodeInput::Slices => {
+            NodeInput::Slices { .. } => {
                 let (&k, _) = self.slices.range(self.slicing.slice_of(spec.start(m))..).next()?;
                 self.slicing.end(k)
             }
@@ -428,7 +367,19 @@ impl WindowAggregateExec {
                 Some(table) => table,
                 None => return Ok(()),
             },
-            NodeInput::Slices => {
+            NodeInput::Slices { sliding: true } => {
+                let range = slicing.slices_between(spec.start(m), spec.end(m));
+                let new_table = || GroupTable::new(shape);
+                let window =
+                    node.sliding.window(*range.start(), *range.end(), slices, &new_table, scratch, store_reads)?;
+                let Some(window) = window else { return Ok(()) };
+                emitter.emit(&node.slots, spec, m, &window, out)?;
+                if !node.children.is_empty() {
+                    node.closed.insert(m, window.into_owned());
+                }
+                return Ok(());
+            }
+            NodeInput::Slices { sliding: false } => {
                 let mut parts = slices.range(slicing.slices_between(spec.start(m), spec.end(m)));
                 match (parts.next(), parts.next()) {
                     (None, _) => return Ok(()),
@@ -477,7 +428,7 @@ impl WindowAggregateExec {
         let keep_slices_from = self
             .nodes
             .iter()
-            .filter(|n| n.input == NodeInput::Slices)
+            .filter(|n| matches!(n.input, NodeInput::Slices { .. }))
             .map(|n| slicing.slice_of(n.spec.start(n.next_window)))
             .min()
             .unwrap_or(i64::MAX);

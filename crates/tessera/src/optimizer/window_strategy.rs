@@ -1,10 +1,13 @@
 //! ChooseWindowStrategy: how one group of windows (same source, WHERE, keys and aggregates) is
-//! evaluated. Five strategies are costed in one model over one period (see
+//! evaluated. Six strategies are costed in one model over one period (see
 //! [`crate::window::cost`]) and the cheapest runs, unless the script forces one:
 //!
 //! - `baseline`: every window on its own, each instance aggregating its events from the stream;
 //! - `unshared_paired`: every window on its own paired slices;
 //! - `shared_paired`: one common slicing for all windows (Krishnamurthy et al.);
+//! - `shared_sliding`: the same slices, but a hopping window whose instances span many of
+//!   them combines them through a sliding aggregator (two stacks) instead of merging all the
+//!   slices of every instance;
 //! - `wcg`: the window coverage graph, windows computed from the instances of a covering
 //!   window (Algorithm 1);
 //! - `wcg_factor`: the coverage graph with factor windows (Algorithm 2).
@@ -25,20 +28,28 @@ pub enum Strategy {
     Baseline,
     UnsharedPaired,
     SharedPaired,
+    SharedSliding,
     Wcg,
     WcgFactor,
 }
 
 impl Strategy {
     /// Every strategy, in the order `auto` prefers them when costs tie.
-    pub const ALL: [Strategy; 5] =
-        [Strategy::Wcg, Strategy::WcgFactor, Strategy::SharedPaired, Strategy::Baseline, Strategy::UnsharedPaired];
+    pub const ALL: [Strategy; 6] = [
+        Strategy::Wcg,
+        Strategy::WcgFactor,
+        Strategy::SharedPaired,
+        Strategy::SharedSliding,
+        Strategy::Baseline,
+        Strategy::UnsharedPaired,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Baseline => "baseline",
             Strategy::UnsharedPaired => "unshared_paired",
             Strategy::SharedPaired => "shared_paired",
+            Strategy::SharedSliding => "shared_sliding",
             Strategy::Wcg => "wcg",
             Strategy::WcgFactor => "wcg_factor",
         }
@@ -61,6 +72,7 @@ pub struct StrategyCosts {
     pub baseline: f64,
     pub unshared_paired: f64,
     pub shared_paired: f64,
+    pub shared_sliding: f64,
     pub wcg: f64,
     pub wcg_factor: f64,
 }
@@ -71,6 +83,7 @@ impl StrategyCosts {
             Strategy::Baseline => self.baseline,
             Strategy::UnsharedPaired => self.unshared_paired,
             Strategy::SharedPaired => self.shared_paired,
+            Strategy::SharedSliding => self.shared_sliding,
             Strategy::Wcg => self.wcg,
             Strategy::WcgFactor => self.wcg_factor,
         }
@@ -87,8 +100,10 @@ impl StrategyCosts {
 pub enum NodeInput {
     /// Every instance aggregates its own events from the stream.
     Stream,
-    /// Instances merge the slices of the operator's slicing.
-    Slices,
+    /// Instances combine the slices of the operator's slicing: each instance merges its slices,
+    /// or, `sliding`, a two-stacks aggregator pushes each slice once and pops it when the
+    /// instances move past it.
+    Slices { sliding: bool },
     /// Instances merge the partial aggregates of instances of the node at this index.
     Window(usize),
 }
@@ -145,16 +160,24 @@ pub fn plan_window_group(
         baseline: model.baseline(&distinct),
         unshared_paired: model.unshared_paired(&distinct),
         shared_paired: model.shared_paired(&distinct),
+        shared_sliding: model.shared_sliding(&distinct),
         wcg: wcg.total_cost,
         wcg_factor: wcg_factor.total_cost,
     };
     let strategy = forced.unwrap_or_else(|| costs.cheapest());
-    let sliced = |input, slicing: &dyn Fn(&WindowSpec) -> Slicing| {
+    // Every window on `slicing`, combining slices the cheaper way if `may_slide`.
+    let sliced = |slicing: &dyn Fn(&WindowSpec) -> Slicing, may_slide: bool| {
         distinct
             .iter()
-            .map(|w| WindowNode { spec: *w, output: true, input, cost: model.sliced_final(w, &slicing(w)) })
+            .map(|w| {
+                let slicing = slicing(w);
+                let (cost, sliding) =
+                    if may_slide { model.cheaper_final(w, &slicing) } else { (model.sliced_final(w, &slicing), false) };
+                WindowNode { spec: *w, output: true, input: NodeInput::Slices { sliding }, cost }
+            })
             .collect::<Vec<_>>()
     };
+    let shared = || Slicing::shared(&distinct);
     let (nodes, partial_cost) = match strategy {
         Strategy::Baseline => (
             distinct
@@ -168,12 +191,14 @@ pub fn plan_window_group(
                 .collect(),
             0.0,
         ),
-        Strategy::UnsharedPaired => {
-            (sliced(NodeInput::Slices, &|w| Slicing::paired(w)), model.events() * distinct.len() as f64)
-        }
+        Strategy::UnsharedPaired => (sliced(&|w| Slicing::paired(w), false), model.events() * distinct.len() as f64),
         Strategy::SharedPaired => {
-            let shared = Slicing::shared(&distinct);
-            (sliced(NodeInput::Slices, &|_| shared.clone()), model.events())
+            let shared = shared();
+            (sliced(&|_| shared.clone(), false), model.events())
+        }
+        Strategy::SharedSliding => {
+            let shared = shared();
+            (sliced(&|_| shared.clone(), true), model.events())
         }
         Strategy::Wcg => (coverage_nodes(&wcg), 0.0),
         Strategy::WcgFactor => (coverage_nodes(&wcg_factor), 0.0),
@@ -241,8 +266,11 @@ mod tests {
         let plan = plan_window_group(&[WindowSpec::hopping(60, 1800)], Sharing::PartitionedBy, 1.0, None);
         // Slices of a minute, or a factor window of a minute: the same work.
         assert_eq!(plan.costs.shared_paired, plan.costs.wcg_factor);
-        assert_eq!(plan.cost(), plan.costs.shared_paired);
         assert_eq!(plan.costs.baseline, 20.0 * plan.costs.shared_paired);
+        // Sliding over the 30 slices of a period: each pushed and folded once, each of the 30
+        // instances one merge, against 30 merges per instance.
+        assert_eq!((plan.strategy, plan.cost()), (Strategy::SharedSliding, 1800.0 + 2.0 * 30.0 + 30.0));
+        assert_eq!(plan.nodes[0].input, NodeInput::Slices { sliding: true });
         let forced =
             plan_window_group(&[WindowSpec::hopping(60, 1800)], Sharing::PartitionedBy, 1.0, Some(Strategy::Baseline));
         assert_eq!(forced.nodes[0].input, NodeInput::Stream);

@@ -7,7 +7,9 @@
 //! stream, one instance touches `eta * r` events; computed from a covering window `W'`, it
 //! merges `M(W, W')` of its partial aggregates (the covering multiplier). A sliced plan touches
 //! every event once per slicing (`T = eta * P`) and merges, for each window instance, the slices
-//! it spans.
+//! it spans, or, through a sliding aggregator (two stacks), each slice twice (pushed, then folded
+//! into the suffixes when the stacks flip) and each instance once (the two stacks' tops), which is
+//! flat in `r/s` where merging every spanned slice is linear.
 
 use super::slicing::Slicing;
 use super::{lcm, WindowSpec};
@@ -70,6 +72,31 @@ impl CostModel {
         let repeat = lcm(slicing.period(), w.slide);
         let spanned: i64 = (0..repeat / w.slide).map(|m| slicing.slices_in(w, m)).sum();
         spanned as f64 * self.period as f64 / repeat as f64
+    }
+
+    /// The final aggregation of `w` on `slicing` through a sliding aggregator: every slice of a
+    /// period pushed and folded once (2 merges), every instance combining the two stacks' tops
+    /// (1 merge).
+    pub fn sliding_final(&self, w: &WindowSpec, slicing: &Slicing) -> f64 {
+        let slices = slicing.slices_per_period() as f64 * self.period as f64 / slicing.period() as f64;
+        2.0 * slices + self.recurrences(w)
+    }
+
+    /// The cheaper final aggregation of `w` on `slicing`, and whether it slides.
+    pub fn cheaper_final(&self, w: &WindowSpec, slicing: &Slicing) -> (f64, bool) {
+        let (merged, sliding) = (self.sliced_final(w, slicing), self.sliding_final(w, slicing));
+        if sliding < merged {
+            (sliding, true)
+        } else {
+            (merged, false)
+        }
+    }
+
+    /// Shared slices, each window combining them the cheaper way: merging the slices of each
+    /// instance or sliding over them.
+    pub fn shared_sliding(&self, windows: &[WindowSpec]) -> f64 {
+        let slicing = Slicing::shared(windows);
+        self.events() + windows.iter().map(|w| self.cheaper_final(w, &slicing).0).sum::<f64>()
     }
 
     /// Unshared paired windows: every window slices the stream itself (`n * T`) and merges
@@ -135,6 +162,28 @@ mod tests {
         let shared = Slicing::shared(&[a, b]);
         assert_eq!(shared.slices_per_period(), 10);
         assert_eq!(model.shared_paired(&[a, b]), 120.0 + 5.0 * 34.0 + 5.0 * 15.0);
+    }
+
+    #[test]
+    fn sliding_over_slices_is_flat_in_range_over_slide() {
+        let model_of = |w: &WindowSpec| CostModel::new(std::slice::from_ref(w), 1.0);
+        for ratio in [1, 2, 3, 4, 30, 1000] {
+            let w = WindowSpec::hopping(60, 60 * ratio);
+            let model = model_of(&w);
+            let slicing = Slicing::shared(&[w]);
+            let instances = model.recurrences(&w);
+            // Merging: every instance merges `ratio` slices; sliding: 3 merges per instance.
+            assert_eq!(model.sliced_final(&w, &slicing), instances * ratio as f64);
+            assert_eq!(model.sliding_final(&w, &slicing), instances * 3.0);
+            assert_eq!(model.cheaper_final(&w, &slicing).1, ratio > 3, "ratio {ratio}");
+        }
+        // A tumbling window is one slice per instance: never worth sliding.
+        let w = WindowSpec::tumbling(600);
+        assert!(!model_of(&w).cheaper_final(&w, &Slicing::shared(&[w])).1);
+        // Shared sliding is never dearer than shared paired.
+        let (a, b) = (WindowSpec::hopping(3, 10), WindowSpec::hopping(4, 6));
+        let model = CostModel::new(&[a, b], 2.0);
+        assert!(model.shared_sliding(&[a, b]) <= model.shared_paired(&[a, b]));
     }
 
     #[test]

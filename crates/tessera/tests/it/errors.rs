@@ -75,5 +75,5 @@ fn streaming_restrictions_are_explained() {
     assert!(err.contains("TUMBLE takes 3 arguments"), "{err}");
     let err = error_of("SET window_strategy = 'fastest';");
     assert!(err.contains("unknown window_strategy 'fastest'"), "{err}");
-    assert!(err.contains("'shared_paired', 'baseline', 'unshared_paired'"), "{err}");
+    assert!(err.contains("'shared_paired', 'shared_sliding', 'baseline', 'unshared_paired'"), "{err}");
 }

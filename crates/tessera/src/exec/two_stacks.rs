@@ -1,0 +1,115 @@
+//! `TwoStacks`: a sliding aggregator over the consecutive slices of a hopping window, so an
+//! instance costs O(1) amortized merges however many slices it spans.
+//!
+//! Slices enter at the back (each merged once into a running aggregate of the back) and leave
+//! at the front. When a slice must leave and the front is empty, the back *flips*: its slices
+//! move to the front, each with the merge of itself and every newer slice moved with it, so the
+//! front's top is always the aggregate of the whole front. An instance is the front's top merged
+//! with the back's aggregate. Each slice is thus merged twice, and each instance once.
+//!
+//! A late row that changes a slice already pushed makes the aggregates stale: the caller
+//! [`invalidate`](TwoStacks::invalidate)s from that slice and the next instance rebuilds from
+//! the slices (late rows are rare, and counted).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use super::group_table::GroupTable;
+use crate::error::Result;
+
+#[derive(Default)]
+pub(super) struct TwoStacks {
+    /// Slices pushed since the last flip, oldest first.
+    back: Vec<i64>,
+    /// The merge of the `back` slices.
+    back_merged: Option<GroupTable>,
+    /// Slices moved at the last flip, newest first, each with the merge of itself and every
+    /// newer slice in `front`: the top (last) aggregates the whole front.
+    front: Vec<(i64, GroupTable)>,
+    /// The slices up to this one have been pushed (or were empty).
+    pushed_through: Option<i64>,
+}
+
+impl TwoStacks {
+    /// A row changed slice `slice`: forget the aggregates if they include it.
+    pub(super) fn invalidate(&mut self, slice: i64) {
+        if self.pushed_through.is_some_and(|p| slice <= p) {
+            *self = TwoStacks::default();
+        }
+    }
+
+    /// The merge of the slices `first..=last` with data (`slices`), `None` if all are empty;
+    /// `merged_keys` counts the group states merged. Instances come in order (`first` and
+    /// `last` never decrease; a window ending before the last one pushed is rebuilt).
+    pub(super) fn window<'a>(
+        &'a mut self,
+        first: i64,
+        last: i64,
+        slices: &BTreeMap<i64, GroupTable>,
+        new_table: &dyn Fn() -> GroupTable,
+        scratch: &mut Vec<u32>,
+        merged_keys: &mut u64,
+    ) -> Result<Option<Cow<'a, GroupTable>>> {
+        if self.pushed_through.is_some_and(|p| last < p) {
+            *self = TwoStacks::default();
+        }
+        // Pop the slices before `first`.
+        loop {
+            if self.front.last().is_some_and(|(k, _)| *k < first) {
+                self.front.pop();
+            } else if self.front.is_empty() && self.back.first().is_some_and(|&k| k < first) {
+                self.flip(first, slices, new_table, scratch, merged_keys)?;
+            } else {
+                break;
+            }
+        }
+        // Push the new ones.
+        let from = self.pushed_through.map_or(first, |p| first.max(p + 1));
+        if from <= last {
+            for (&k, table) in slices.range(from..=last) {
+                self.back.push(k);
+                self.back_merged.get_or_insert_with(new_table).merge_from(table, scratch)?;
+                *merged_keys += table.keys.len() as u64;
+            }
+        }
+        self.pushed_through = Some(self.pushed_through.map_or(last, |p| p.max(last)));
+        Ok(match (self.front.last(), &self.back_merged) {
+            (None, None) => None,
+            (Some((_, front)), None) => Some(Cow::Borrowed(front)),
+            (None, Some(back)) => Some(Cow::Borrowed(back)),
+            (Some((_, front)), Some(back)) => {
+                let mut both = front.clone();
+                both.merge_from(back, scratch)?;
+                *merged_keys += back.keys.len() as u64;
+                Some(Cow::Owned(both))
+            }
+        })
+    }
+
+    /// Moves the back's slices from `first` on to the front, newest first, with their suffix
+    /// merges; older ones are leaving anyway.
+    fn flip(
+        &mut self,
+        first: i64,
+        slices: &BTreeMap<i64, GroupTable>,
+        new_table: &dyn Fn() -> GroupTable,
+        scratch: &mut Vec<u32>,
+        merged_keys: &mut u64,
+    ) -> Result<()> {
+        let back = std::mem::take(&mut self.back);
+        self.back_merged = None;
+        for &k in back.iter().rev().take_while(|&&k| k >= first) {
+            let Some(table) = slices.get(&k) else { continue };
+            let mut suffix = self.front.last().map_or_else(new_table, |(_, newer)| newer.clone());
+            suffix.merge_from(table, scratch)?;
+            *merged_keys += table.keys.len() as u64;
+            self.front.push((k, suffix));
+        }
+        Ok(())
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.front.iter().map(|(_, t)| t.bytes()).sum::<usize>()
+            + self.back_merged.as_ref().map_or(0, GroupTable::bytes)
+    }
+}
