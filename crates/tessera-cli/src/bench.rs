@@ -37,13 +37,17 @@ pub struct BenchArgs {
 enum Suite {
     /// The multi-window evaluation: generated window sets, every strategy modeled and run.
     Wcg(crate::bench_wcg::WcgArgs),
+    /// One hopping window, range/slide from 1 to 1,000: the naive plan, slices merged at
+    /// emission and slices on a two-stacks aggregator.
+    Slide(crate::bench_slide::SlideArgs),
 }
 
 pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
     let path = match (&args.suite, &args.script) {
         (Some(Suite::Wcg(wcg)), _) => return crate::bench_wcg::bench_wcg(wcg),
+        (Some(Suite::Slide(slide)), _) => return crate::bench_slide::bench_slide(slide),
         (None, Some(path)) => path,
-        (None, None) => return Err(TesseraError::Option("bench needs a script or `wcg`".into())),
+        (None, None) => return Err(TesseraError::Option("bench needs a script, `wcg` or `slide`".into())),
     };
     let script = crate::load_script(path, &args.settings)?;
     let parallelism = crate::parallelism(args.parallelism)?;

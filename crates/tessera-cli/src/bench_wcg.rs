@@ -16,7 +16,7 @@ use arrow::record_batch::RecordBatch;
 use tessera::connectors::memory::MemoryReader;
 use tessera::connectors::sink::MemorySink;
 use tessera::connectors::BatchReader;
-use tessera::engine::{run_script_with_readers, RunOptions, Script};
+use tessera::engine::{run_script_with_readers, RunOptions, RunStats, Script};
 use tessera::exec::pipeline::Parallelism;
 use tessera::optimizer::share_windows::exact_min_cost;
 use tessera::optimizer::window_strategy::{plan_window_group, Strategy};
@@ -221,35 +221,49 @@ fn measure_strategies(
     let mut times = Vec::new();
     let mut rows = None;
     for strategy in ORDER {
-        let mut script = Script::compile(&text, std::path::Path::new("."))?;
-        script.settings.window_strategy = Some(strategy);
-        let options = RunOptions { parallelism: Parallelism::Fixed(1), ..RunOptions::default() };
-        let mut runs = Vec::new();
-        for _ in 0..args.repeat.max(1) {
-            let mut sink = MemorySink::default();
-            let started = Instant::now();
-            let stats = run_script_with_readers(&script, &options, &mut sink, &mut |_| {
-                Ok(Box::new(MemoryReader::new(batches.clone())) as Box<dyn BatchReader>)
-            })?;
-            runs.push(started.elapsed().as_secs_f64());
-            // Every strategy must produce the same rows.
-            if *rows.get_or_insert(stats.rows_out) != stats.rows_out {
-                return Err(TesseraError::Internal(format!(
-                    "{} produced {} rows, baseline {:?}, for {windows:?}",
-                    strategy.name(),
-                    stats.rows_out,
-                    rows
-                )));
-            }
+        let (median, stats) = time_strategy(&text, strategy, &batches, args.repeat)?;
+        // Every strategy must produce the same rows.
+        if *rows.get_or_insert(stats.rows_out) != stats.rows_out {
+            return Err(TesseraError::Internal(format!(
+                "{} produced {} rows, baseline {:?}, for {windows:?}",
+                strategy.name(),
+                stats.rows_out,
+                rows
+            )));
         }
-        runs.sort_by(f64::total_cmp);
-        times.push(runs[runs.len() / 2]);
+        times.push(median);
     }
     Ok(times)
 }
 
+/// The median compute time of `repeat` runs of the script `text` with `strategy` forced, one
+/// worker, over `batches` in memory, and the last run's statistics.
+pub fn time_strategy(
+    text: &str,
+    strategy: Strategy,
+    batches: &[RecordBatch],
+    repeat: usize,
+) -> Result<(f64, RunStats), TesseraError> {
+    let mut script = Script::compile(text, std::path::Path::new("."))?;
+    script.settings.window_strategy = Some(strategy);
+    let options = RunOptions { parallelism: Parallelism::Fixed(1), ..RunOptions::default() };
+    let mut runs = Vec::new();
+    let mut last = None;
+    for _ in 0..repeat.max(1) {
+        let mut sink = MemorySink::default();
+        let started = Instant::now();
+        let stats = run_script_with_readers(&script, &options, &mut sink, &mut |_| {
+            Ok(Box::new(MemoryReader::new(batches.to_vec())) as Box<dyn BatchReader>)
+        })?;
+        runs.push(started.elapsed().as_secs_f64());
+        last = Some(stats);
+    }
+    runs.sort_by(f64::total_cmp);
+    Ok((runs[runs.len() / 2], last.expect("at least one run")))
+}
+
 /// `events` in time order, `eta` per time unit, over `keys` keys.
-fn stream(events: usize, eta: f64, keys: u64) -> Vec<RecordBatch> {
+pub fn stream(events: usize, eta: f64, keys: u64) -> Vec<RecordBatch> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
         Field::new("v", DataType::Float64, false),

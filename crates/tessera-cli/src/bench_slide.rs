@@ -1,0 +1,132 @@
+//! `tessera bench slide`: one hopping window whose range grows from 1 to 1,000 slides, run
+//! three ways on the same generated stream: every instance from the stream (the naive
+//! per-window plan: `baseline`), sub-window slices merged when an instance is emitted (the
+//! sub-window design note's plan: `shared_paired`), and slices combined by the two-stacks
+//! aggregator (`shared_sliding`). It reports throughput and the state reads and writes per
+//! event of each, for an invertible aggregate set (SUM, COUNT) and for MIN.
+
+use serde_json::json;
+use tessera::optimizer::window_strategy::Strategy;
+use tessera::TesseraError;
+
+use crate::bench_wcg::{stream, time_strategy};
+
+#[derive(clap::Args, Debug)]
+pub struct SlideArgs {
+    /// Range over slide, comma separated.
+    #[arg(long, default_value = "1,3,10,30,100,300,1000")]
+    pub ratios: String,
+    /// The slide, in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub slide: i64,
+    /// Events of the stream.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub events: usize,
+    /// Events per second.
+    #[arg(long, default_value_t = 100.0)]
+    pub eta: f64,
+    /// Distinct group keys.
+    #[arg(long, default_value_t = 100)]
+    pub keys: u64,
+    /// The naive plan updates `ratio` instances per event: run it up to this ratio.
+    #[arg(long, default_value_t = 100)]
+    pub naive_max_ratio: i64,
+    /// The plans to run, comma separated (window_strategy names).
+    #[arg(long, default_value = "baseline,shared_paired,shared_sliding")]
+    pub plans: String,
+    /// Timed runs per plan (the median is used).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Also write the figures as JSON lines to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+const PLANS: [Strategy; 3] = [Strategy::Baseline, Strategy::SharedPaired, Strategy::SharedSliding];
+
+pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
+    let ratios: Vec<i64> = args
+        .ratios
+        .split(',')
+        .map(|r| r.trim().parse::<i64>().ok().filter(|v| *v > 0))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| TesseraError::Option(format!("--ratios expects positive integers, got '{}'", args.ratios)))?;
+    let plans: Vec<Strategy> =
+        args.plans.split(',').map(|p| Strategy::parse(p.trim())).collect::<Option<Vec<_>>>().ok_or_else(|| {
+            TesseraError::Option(format!("--plans expects window_strategy names, got '{}'", args.plans))
+        })?;
+    if args.slide <= 0 {
+        return Err(TesseraError::Option("--slide must be positive".into()));
+    }
+    let mut json_out = match &args.json {
+        Some(path) => Some(
+            std::fs::File::create(path).map_err(|e| TesseraError::io(format!("cannot write {}", path.display()), e))?,
+        ),
+        None => None,
+    };
+    let batches = stream(args.events, args.eta, args.keys);
+    println!(
+        "{} events, {} per second, {} keys, slide {} s; M events/s (state reads / writes per event)",
+        args.events, args.eta, args.keys, args.slide
+    );
+    for aggregates in ["SUM(v), COUNT(*)", "MIN(v)"] {
+        println!("\n{aggregates}\n");
+        println!("| range/slide | naive (baseline) | slices, merged at emission (shared_paired) | slices, two stacks (shared_sliding) |");
+        println!("|---|---|---|---|");
+        let mut sliding_rate = Vec::new();
+        for &ratio in &ratios {
+            let range = args.slide * ratio;
+            let window = if ratio == 1 {
+                format!("TUMBLE(s, ts, INTERVAL '{range}' SECOND)")
+            } else {
+                format!("HOP(s, ts, INTERVAL '{}' SECOND, INTERVAL '{range}' SECOND)", args.slide)
+            };
+            let text = format!(
+                "CREATE SOURCE s (k BIGINT, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'generated.csv', time_unit = 's');\n\
+                 SELECT k, window_start, window_end, {aggregates} FROM {window} GROUP BY k, window_start, window_end;"
+            );
+            let mut cells = Vec::new();
+            let mut rows = None;
+            for plan in PLANS {
+                if !plans.contains(&plan) || (plan == Strategy::Baseline && ratio > args.naive_max_ratio) {
+                    cells.push("-".to_string());
+                    continue;
+                }
+                let (seconds, stats) = time_strategy(&text, plan, &batches, args.repeat)?;
+                if *rows.get_or_insert(stats.rows_out) != stats.rows_out {
+                    return Err(TesseraError::Internal(format!(
+                        "{} produced {} rows, another plan {rows:?}, at ratio {ratio}",
+                        plan.name(),
+                        stats.rows_out
+                    )));
+                }
+                let events = stats.events_in.max(1) as f64;
+                let rate = stats.events_in as f64 / seconds;
+                let (reads, writes) = (stats.store_reads as f64 / events, stats.store_writes as f64 / events);
+                if plan == Strategy::SharedSliding {
+                    sliding_rate.push((ratio, rate));
+                }
+                cells.push(format!("{:.2} ({reads:.2} / {writes:.2})", rate / 1e6));
+                if let Some(file) = json_out.as_mut() {
+                    use std::io::Write;
+                    let line = json!({
+                        "aggregates": aggregates, "ratio": ratio, "slide": args.slide, "plan": plan.name(),
+                        "events": stats.events_in, "seconds": seconds, "events_per_second": rate,
+                        "reads_per_event": reads, "writes_per_event": writes, "rows_out": stats.rows_out,
+                    });
+                    writeln!(file, "{line}").map_err(|e| TesseraError::io("cannot write the JSON report", e))?;
+                }
+            }
+            println!("| {ratio} | {} |", cells.join(" | "));
+        }
+        if let (Some(first), Some(last)) = (sliding_rate.first(), sliding_rate.last()) {
+            println!(
+                "\nshared_sliding at range/slide {}: {:.2} of its throughput at range/slide {}",
+                last.0,
+                last.1 / first.1,
+                first.0
+            );
+        }
+    }
+    Ok(())
+}
