@@ -20,6 +20,7 @@ use tessera::connectors::sink::{FileSink, OutputFormat};
 use tessera::connectors::{OnError, ReadOptions};
 use tessera::engine::{run_script, RunOptions, RunStats, Script};
 use tessera::exec::pipeline::{Parallelism, Progress};
+use tessera::state::checkpoint::CheckpointConfig;
 use tessera::TesseraError;
 
 #[derive(Parser)]
@@ -132,6 +133,13 @@ struct RunArgs {
     /// workers (default: chosen per script, up to the number of cores).
     #[arg(long)]
     parallelism: Option<usize>,
+    /// Save checkpoints here, and resume from the last one if the directory holds one (needs
+    /// --output: on resume the output files are cut back to the checkpoint).
+    #[arg(long, requires = "output")]
+    state_dir: Option<PathBuf>,
+    /// Seconds between checkpoints (with --state-dir).
+    #[arg(long, default_value_t = 10.0, requires = "state_dir")]
+    checkpoint_interval: f64,
     /// No progress bar and no summary.
     #[arg(long, short)]
     quiet: bool,
@@ -184,6 +192,18 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
             ..ReadOptions::default()
         },
         progress: Some(&progress),
+        checkpoints: match &args.state_dir {
+            Some(dir) => Some(CheckpointConfig {
+                dir: dir.clone(),
+                interval: std::time::Duration::try_from_secs_f64(args.checkpoint_interval).map_err(|_| {
+                    TesseraError::Option(format!(
+                        "--checkpoint-interval must be a number of seconds, got {}",
+                        args.checkpoint_interval
+                    ))
+                })?,
+            }),
+            None => None,
+        },
     };
     let result = run_script(&script, &options, &mut sink);
     if let Some(bar) = &bar {

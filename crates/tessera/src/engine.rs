@@ -9,11 +9,12 @@ use crate::catalog::{Catalog, SourceDef};
 use crate::connectors::sink::ResultSink;
 use crate::connectors::{open_source, BatchReader, ReadOptions};
 use crate::error::{Result, TesseraError};
-use crate::exec::pipeline::{run_source, Parallelism, ProgressFn};
+use crate::exec::pipeline::{run_source, Parallelism, ProgressFn, SourceCheckpoints, SourceOptions, SourceRun};
 use crate::optimizer::window_strategy::Strategy;
 use crate::optimizer::{window_groups, WindowGroup};
 use crate::plan::{BranchPlan, QueryPlan};
 use crate::sql::{binder::bind_query, parse_script, ScriptText, Statement};
+use crate::state::checkpoint::{fnv64, CheckpointConfig, Checkpointer};
 use crate::window::WindowSpec;
 
 /// Session options set with `SET name = value` in a script.
@@ -137,11 +138,18 @@ pub struct RunOptions<'a> {
     pub parallelism: Parallelism,
     pub read: ReadOptions,
     pub progress: Option<&'a ProgressFn<'a>>,
+    /// Save checkpoints, and resume from the last one found.
+    pub checkpoints: Option<CheckpointConfig>,
 }
 
 impl Default for RunOptions<'_> {
     fn default() -> Self {
-        RunOptions { parallelism: Parallelism::Auto(1), read: ReadOptions::default(), progress: None }
+        RunOptions {
+            parallelism: Parallelism::Auto(1),
+            read: ReadOptions::default(),
+            progress: None,
+            checkpoints: None,
+        }
     }
 }
 
@@ -242,6 +250,19 @@ pub fn run_script_with_readers(
             .collect(),
         ..Default::default()
     };
+    let mut checkpointer = None;
+    let mut resume = None;
+    if let Some(config) = &options.checkpoints {
+        let (opened, found) = Checkpointer::open(config.clone(), plan_fingerprint(script, &groups))?;
+        checkpointer = Some(opened);
+        resume = found;
+    }
+    if let Some(found) = &resume {
+        if !found.manifest.complete {
+            sink.resume(&found.manifest.sink)?;
+        }
+    }
+    let completed = resume.as_ref().is_some_and(|r| r.manifest.complete);
     // Each source is read once, for all the queries that read it, in the order they appear.
     let mut sources: Vec<&str> = Vec::new();
     for query in &script.queries {
@@ -249,30 +270,77 @@ pub fn run_script_with_readers(
             sources.push(&query.source);
         }
     }
-    for name in sources {
+    for (index, name) in sources.into_iter().enumerate() {
         let source =
             script.catalog.source(name).ok_or_else(|| TesseraError::Internal(format!("source {name} vanished")))?;
         let queries: Vec<(usize, &QueryPlan)> =
             script.queries.iter().enumerate().filter(|(_, q)| q.source == name).collect();
+        // Resuming past this source: its results are written already.
+        if let Some(finished) = resume.as_ref().and_then(|r| r.manifest.finished.get(index)) {
+            if !completed {
+                for (q, plan) in &queries {
+                    sink.open_query(*q, &plan.output_schema)?;
+                }
+            }
+            add_source_run(&mut stats, &queries, finished);
+            continue;
+        }
         let mut reader = open(source)?;
         let source_groups: Vec<&WindowGroup> = groups.iter().filter(|g| g.source == name).collect();
-        let run = run_source(source, reader.as_mut(), &queries, &source_groups, parallelism, sink, options.progress)?;
-        stats.events_in += run.events_in;
-        stats.parallelism = stats.parallelism.max(run.workers);
-        stats.bad_rows += run.bad_rows;
-        stats.state_bytes_peak = stats.state_bytes_peak.max(run.state_bytes_peak);
-        for (q, _) in &queries {
-            let m = &run.query_metrics[*q];
-            stats.queries[*q].rows_out = run.query_rows_out[*q];
-            stats.queries[*q].late_events = m.late_events;
-            stats.rows_out += run.query_rows_out[*q];
-            stats.late_events += m.late_events;
-            stats.store_reads += m.store_reads;
-            stats.store_writes += m.store_writes;
+        let checkpoints = checkpointer.as_mut().map(|checkpointer| SourceCheckpoints {
+            checkpointer,
+            source: index,
+            resume: resume.as_ref().and_then(|r| {
+                r.manifest.position.clone().filter(|p| p.source == index).map(|p| (p, r.snapshot.clone()))
+            }),
+        });
+        let source_options = SourceOptions { parallelism, progress: options.progress, checkpoints };
+        let run = run_source(source, reader.as_mut(), &queries, &source_groups, sink, source_options)?;
+        add_source_run(&mut stats, &queries, &run);
+        if let Some(checkpointer) = checkpointer.as_mut() {
+            checkpointer.source_finished(run);
         }
     }
+    if completed {
+        // A finished run: nothing was read and nothing is written again.
+        stats.elapsed_ms = started.elapsed().as_millis() as u64;
+        return Ok(stats);
+    }
     sink.finish()?;
+    if let Some(checkpointer) = checkpointer.as_mut() {
+        checkpointer.complete(sink.checkpoint()?)?;
+    }
     stats.elapsed_ms = started.elapsed().as_millis() as u64;
     stats.events_per_second = stats.events_in as f64 / started.elapsed().as_secs_f64().max(1e-9);
     Ok(stats)
+}
+
+/// Adds what running one source produced to the run's statistics.
+fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &SourceRun) {
+    stats.events_in += run.events_in;
+    stats.parallelism = stats.parallelism.max(run.workers);
+    stats.bad_rows += run.bad_rows;
+    stats.state_bytes_peak = stats.state_bytes_peak.max(run.state_bytes_peak);
+    for (q, _) in queries {
+        let m = &run.query_metrics[*q];
+        stats.queries[*q].rows_out = run.query_rows_out[*q];
+        stats.queries[*q].late_events = m.late_events;
+        stats.rows_out += run.query_rows_out[*q];
+        stats.late_events += m.late_events;
+        stats.store_reads += m.store_reads;
+        stats.store_writes += m.store_writes;
+    }
+}
+
+/// Identifies what a checkpoint's state means: the tessera version, the sources, the
+/// settings, the queries and the plan of every window group.
+fn plan_fingerprint(script: &Script, groups: &[WindowGroup]) -> String {
+    let mut text = format!("tessera {}\n{:?}\n", env!("CARGO_PKG_VERSION"), script.settings);
+    for query in &script.queries {
+        text.push_str(&format!("{}\n{:?}\n", query.sql, script.catalog.source(&query.source)));
+    }
+    for group in groups {
+        text.push_str(&format!("{} {:?}\n", group.plan.strategy.name(), group.plan.nodes));
+    }
+    fnv64(text.as_bytes())
 }

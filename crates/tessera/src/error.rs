@@ -60,6 +60,9 @@ pub enum TesseraError {
         #[source]
         source: std::io::Error,
     },
+    /// A checkpoint that cannot be resumed: written by another plan, or damaged.
+    #[error("checkpoint error: {0}")]
+    Checkpoint(String),
     /// A runtime failure while evaluating a query (for example an arithmetic overflow).
     #[error("execution error: {0}")]
     Execution(String),

@@ -21,6 +21,7 @@ pub mod explain;
 pub mod optimizer;
 pub mod plan;
 pub mod sql;
+pub mod state;
 pub mod window;
 
 pub use error::{Result, TesseraError};

@@ -30,6 +30,17 @@ impl HyperLogLog {
         }
     }
 
+    /// The registers, for checkpoints.
+    pub fn registers(&self) -> &[u8] {
+        &self.registers[..]
+    }
+
+    /// A sketch from saved registers (`None` if they are not a sketch's).
+    pub fn from_registers(bytes: &[u8]) -> Option<Self> {
+        let registers: Box<[u8; REGISTERS]> = bytes.to_vec().into_boxed_slice().try_into().ok()?;
+        Some(HyperLogLog { registers })
+    }
+
     pub fn count(&self) -> u64 {
         let m = REGISTERS as f64;
         let alpha = 0.7213 / (1.0 + 1.079 / m);

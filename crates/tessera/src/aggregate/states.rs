@@ -9,6 +9,7 @@ use hashbrown::HashSet;
 
 use super::{AggregateFunction, ValueKind};
 use crate::error::{Result, TesseraError};
+use crate::state::codec::{StateReader, StateWriter};
 
 /// Distinct-count state of one group: exact hashes while few, a HyperLogLog sketch beyond.
 #[derive(Clone)]
@@ -306,6 +307,114 @@ impl GroupStates {
                 }
             }
         }
+    }
+
+    /// Writes the states' values (their function and domain are the plan's, not written).
+    pub fn encode(&self, w: &mut StateWriter) {
+        match self {
+            GroupStates::MinMaxInt { values, seen, .. } => {
+                w.i64s(values);
+                w.bools(seen);
+            }
+            GroupStates::MinMaxFloat { values, seen, .. } => {
+                w.f64s(values);
+                w.bools(seen);
+            }
+            GroupStates::MinMaxUtf8 { values, .. } => {
+                w.len(values.len());
+                for value in values {
+                    w.bool(value.is_some());
+                    if let Some(value) = value {
+                        w.str(value);
+                    }
+                }
+            }
+            GroupStates::SumInt { sums, counts, .. } => {
+                w.i128s(sums);
+                w.i64s(counts);
+            }
+            GroupStates::SumFloat { sums, counts, .. } => {
+                w.f64s(sums);
+                w.i64s(counts);
+            }
+            GroupStates::Count { counts } => w.i64s(counts),
+            GroupStates::Moments { counts, means, m2s, .. } => {
+                w.i64s(counts);
+                w.f64s(means);
+                w.f64s(m2s);
+            }
+            GroupStates::Median { values } => {
+                w.len(values.len());
+                values.iter().for_each(|v| w.f64s(v));
+            }
+            GroupStates::Distinct { sketches } => {
+                w.len(sketches.len());
+                for sketch in sketches {
+                    match sketch {
+                        DistinctSketch::Exact(set) => {
+                            w.u8(0);
+                            w.u64s(set.iter().copied());
+                        }
+                        DistinctSketch::Sketch(hll) => {
+                            w.u8(1);
+                            w.bytes(hll.registers());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads into these (empty) states the values [`encode`](Self::encode) wrote for states of
+    /// the same function and domain.
+    pub fn decode(&mut self, r: &mut StateReader) -> Result<()> {
+        let mismatch = || TesseraError::Checkpoint("the state snapshot does not match the plan's aggregates".into());
+        match self {
+            GroupStates::MinMaxInt { values, seen, .. } => {
+                (*values, *seen) = (r.i64s()?, r.bools()?);
+                (values.len() == seen.len()).then_some(()).ok_or_else(mismatch)?;
+            }
+            GroupStates::MinMaxFloat { values, seen, .. } => {
+                (*values, *seen) = (r.f64s()?, r.bools()?);
+                (values.len() == seen.len()).then_some(()).ok_or_else(mismatch)?;
+            }
+            GroupStates::MinMaxUtf8 { values, .. } => {
+                let n = r.len(1)?;
+                *values = (0..n)
+                    .map(|_| Ok(if r.bool()? { Some(Box::from(r.str()?)) } else { None }))
+                    .collect::<Result<_>>()?;
+            }
+            GroupStates::SumInt { sums, counts, .. } => {
+                (*sums, *counts) = (r.i128s()?, r.i64s()?);
+                (sums.len() == counts.len()).then_some(()).ok_or_else(mismatch)?;
+            }
+            GroupStates::SumFloat { sums, counts, .. } => {
+                (*sums, *counts) = (r.f64s()?, r.i64s()?);
+                (sums.len() == counts.len()).then_some(()).ok_or_else(mismatch)?;
+            }
+            GroupStates::Count { counts } => *counts = r.i64s()?,
+            GroupStates::Moments { counts, means, m2s, .. } => {
+                (*counts, *means, *m2s) = (r.i64s()?, r.f64s()?, r.f64s()?);
+                (counts.len() == means.len() && means.len() == m2s.len()).then_some(()).ok_or_else(mismatch)?;
+            }
+            GroupStates::Median { values } => {
+                let n = r.len(8)?;
+                *values = (0..n).map(|_| r.f64s()).collect::<Result<_>>()?;
+            }
+            GroupStates::Distinct { sketches } => {
+                let n = r.len(1)?;
+                *sketches = (0..n)
+                    .map(|_| match r.u8()? {
+                        0 => Ok(DistinctSketch::Exact(r.u64s()?.into_iter().collect())),
+                        1 => HyperLogLog::from_registers(r.bytes()?)
+                            .map(|hll| DistinctSketch::Sketch(Box::new(hll)))
+                            .ok_or_else(mismatch),
+                        _ => Err(mismatch()),
+                    })
+                    .collect::<Result<_>>()?;
+            }
+        }
+        Ok(())
     }
 
     /// Merges slot `i` of `other` into slot `dst[i]` of `self` for every slot of `other`.

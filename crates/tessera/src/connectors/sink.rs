@@ -1,8 +1,8 @@
 //! Where results go: CSV with a header row or JSON lines, to stdout or a file; late rows to
 //! their own CSV file; or into memory for tests and the library API.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use arrow::datatypes::SchemaRef;
@@ -18,6 +18,12 @@ pub trait ResultSink: Send {
     /// Source rows that came too late for a window of `query`.
     fn write_late(&mut self, query: usize, batch: &RecordBatch) -> Result<()>;
     fn finish(&mut self) -> Result<()>;
+    /// Makes everything written so far durable and returns the length of every output, for a
+    /// checkpoint.
+    fn checkpoint(&mut self) -> Result<Vec<u64>>;
+    /// Cuts the outputs back to the lengths a checkpoint returned, before any query opens:
+    /// rows written after the checkpoint are written again by the resumed run.
+    fn resume(&mut self, positions: &[u64]) -> Result<()>;
 }
 
 /// Output file format.
@@ -34,9 +40,12 @@ enum Encoder {
 }
 
 impl Encoder {
-    fn new(format: OutputFormat, out: Box<dyn Write + Send>) -> Self {
+    /// An encoder writing to `out`; CSV starts with a header row if `header`.
+    fn new(format: OutputFormat, out: Box<dyn Write + Send>, header: bool) -> Self {
         match format {
-            OutputFormat::Csv => Encoder::Csv(Box::new(arrow::csv::WriterBuilder::new().with_header(true).build(out))),
+            OutputFormat::Csv => {
+                Encoder::Csv(Box::new(arrow::csv::WriterBuilder::new().with_header(header).build(out)))
+            }
             OutputFormat::JsonLines => Encoder::Json(arrow::json::LineDelimitedWriter::new(out)),
         }
     }
@@ -49,7 +58,8 @@ impl Encoder {
         Ok(())
     }
 
-    fn finish(self) -> Result<()> {
+    /// Flushes everything written and hands back the output.
+    fn finish(self) -> Result<Box<dyn Write + Send>> {
         let mut out = match self {
             Encoder::Csv(w) => w.into_inner(),
             Encoder::Json(mut w) => {
@@ -57,7 +67,48 @@ impl Encoder {
                 w.into_inner()
             }
         };
-        out.flush().map_err(|e| TesseraError::io("cannot write results", e))
+        out.flush().map_err(|e| TesseraError::io("cannot write results", e))?;
+        Ok(out)
+    }
+}
+
+/// One output file (or stdout) and its encoder.
+struct Output {
+    format: OutputFormat,
+    encoder: Option<Encoder>,
+    /// The file, for syncing and its length (`None`: stdout).
+    file: Option<File>,
+    /// Whether anything (the CSV header at least) was written.
+    started: bool,
+}
+
+impl Output {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.started = true;
+        match self.encoder.as_mut() {
+            Some(encoder) => encoder.write(batch),
+            None => Err(TesseraError::Internal("write after finish".into())),
+        }
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if let Some(encoder) = self.encoder.take() {
+            encoder.finish()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and syncs; the file's length.
+    fn checkpoint(&mut self) -> Result<u64> {
+        let file = self.file.as_ref().ok_or_else(|| {
+            TesseraError::Option("checkpoints need --output FILE: rows written to stdout cannot be cut back".into())
+        })?;
+        if let Some(encoder) = self.encoder.take() {
+            // A CSV header is written once, before the first rows.
+            self.encoder = Some(Encoder::new(self.format, encoder.finish()?, !self.started));
+        }
+        file.sync_all().map_err(|e| TesseraError::io("cannot sync results", e))?;
+        Ok(file.metadata().map_err(|e| TesseraError::io("cannot read the results' length", e))?.len())
     }
 }
 
@@ -96,9 +147,15 @@ impl<W: Write> Write for ClosablePipe<W> {
     }
 }
 
-fn create(path: &Path) -> Result<Box<dyn Write + Send>> {
-    let file = File::create(path).map_err(|e| TesseraError::io(format!("cannot create {}", path.display()), e))?;
-    Ok(Box::new(BufWriter::with_capacity(1 << 20, file)))
+/// The output file `path`, cut to `keep` bytes (0: empty), and whether it already has content.
+fn open_output(path: &Path, format: OutputFormat, keep: u64) -> Result<Output> {
+    let error = |e| TesseraError::io(format!("cannot create {}", path.display()), e);
+    let mut file = OpenOptions::new().write(true).create(true).truncate(keep == 0).open(path).map_err(error)?;
+    file.set_len(keep).map_err(error)?;
+    file.seek(SeekFrom::Start(keep)).map_err(error)?;
+    let handle = file.try_clone().map_err(error)?;
+    let out: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(1 << 20, file));
+    Ok(Output { format, encoder: Some(Encoder::new(format, out, keep == 0)), file: Some(handle), started: keep > 0 })
 }
 
 /// Writes results to stdout or a file. Queries with the same columns share one stream (one
@@ -109,13 +166,23 @@ pub struct FileSink {
     late_output: Option<PathBuf>,
     /// Per query: the stream it writes to.
     stream_of_query: Vec<usize>,
-    streams: Vec<(SchemaRef, Option<Encoder>)>,
-    late: Option<Encoder>,
+    streams: Vec<(SchemaRef, Output)>,
+    late: Option<Output>,
+    /// Resuming: the length to keep of each output stream (then of the late rows).
+    resume: Vec<u64>,
 }
 
 impl FileSink {
     pub fn new(format: OutputFormat, output: Option<PathBuf>, late_output: Option<PathBuf>) -> Self {
-        FileSink { format, output, late_output, stream_of_query: Vec::new(), streams: Vec::new(), late: None }
+        FileSink {
+            format,
+            output,
+            late_output,
+            stream_of_query: Vec::new(),
+            streams: Vec::new(),
+            late: None,
+            resume: Vec::new(),
+        }
     }
 
     fn path_for_stream(&self, stream: usize) -> Option<PathBuf> {
@@ -151,11 +218,19 @@ impl ResultSink for FileSink {
                         "the script's queries have different columns: give --output FILE (one file per query) or --format jsonl".into(),
                     ));
                 }
-                let out: Box<dyn Write + Send> = match self.path_for_stream(stream) {
-                    Some(path) => create(&path)?,
-                    None => Box::new(ClosablePipe { inner: BufWriter::new(std::io::stdout()), closed: false }),
+                let output = match self.path_for_stream(stream) {
+                    Some(path) => open_output(&path, self.format, self.resume.get(stream).copied().unwrap_or(0))?,
+                    None => {
+                        let out = Box::new(ClosablePipe { inner: BufWriter::new(std::io::stdout()), closed: false });
+                        Output {
+                            format: self.format,
+                            encoder: Some(Encoder::new(self.format, out, true)),
+                            file: None,
+                            started: false,
+                        }
+                    }
                 };
-                self.streams.push((schema.clone(), Some(Encoder::new(self.format, out))));
+                self.streams.push((schema.clone(), output));
                 stream
             }
         };
@@ -165,36 +240,59 @@ impl ResultSink for FileSink {
 
     fn write_rows(&mut self, query: usize, batch: &RecordBatch) -> Result<()> {
         let stream = self.stream_of_query[query];
-        let (schema, encoder) = &mut self.streams[stream];
+        let (schema, output) = &mut self.streams[stream];
         let batch = if batch.schema().fields() == schema.fields() {
             batch.clone()
         } else {
             batch.clone().with_schema(schema.clone())?
         };
-        match encoder.as_mut() {
-            Some(encoder) => encoder.write(&batch),
-            None => Err(TesseraError::Internal("write after finish".into())),
-        }
+        output.write(&batch)
     }
 
     fn write_late(&mut self, _query: usize, batch: &RecordBatch) -> Result<()> {
         let Some(path) = &self.late_output else { return Ok(()) };
         if self.late.is_none() {
-            self.late = Some(Encoder::new(OutputFormat::Csv, create(path)?));
+            self.late = Some(open_output(path, OutputFormat::Csv, 0)?);
         }
         self.late.as_mut().expect("created above").write(batch)
     }
 
     fn finish(&mut self) -> Result<()> {
-        for (schema, encoder) in &mut self.streams {
-            if let Some(mut encoder) = encoder.take() {
+        for (schema, output) in &mut self.streams {
+            if output.encoder.is_some() {
                 // A query without rows still gets its CSV header.
-                encoder.write(&RecordBatch::new_empty(schema.clone()))?;
-                encoder.finish()?;
+                output.write(&RecordBatch::new_empty(schema.clone()))?;
+                output.finish()?;
             }
         }
-        if let Some(late) = self.late.take() {
+        if let Some(late) = self.late.as_mut() {
             late.finish()?;
+        }
+        Ok(())
+    }
+
+    /// The length of every result stream, then of the late rows (0 until there are any).
+    fn checkpoint(&mut self) -> Result<Vec<u64>> {
+        let mut positions = Vec::new();
+        for (_, output) in &mut self.streams {
+            positions.push(output.checkpoint()?);
+        }
+        if self.late_output.is_some() {
+            positions.push(self.late.as_mut().map_or(Ok(0), Output::checkpoint)?);
+        }
+        Ok(positions)
+    }
+
+    fn resume(&mut self, positions: &[u64]) -> Result<()> {
+        if self.output.is_none() {
+            return Err(TesseraError::Option(
+                "resuming from a checkpoint needs --output FILE: rows written to stdout cannot be cut back".into(),
+            ));
+        }
+        self.resume = positions.to_vec();
+        // Late rows may not come again before the end: cut their file back now.
+        if let Some(path) = &self.late_output {
+            self.late = Some(open_output(path, OutputFormat::Csv, positions.last().copied().unwrap_or(0))?);
         }
         Ok(())
     }
@@ -231,5 +329,20 @@ impl ResultSink for MemorySink {
 
     fn finish(&mut self) -> Result<()> {
         Ok(())
+    }
+
+    /// The number of batches of each query's rows, then of its late rows.
+    fn checkpoint(&mut self) -> Result<Vec<u64>> {
+        Ok(self.rows.iter().chain(&self.late).map(|b| b.len() as u64).collect())
+    }
+
+    fn resume(&mut self, positions: &[u64]) -> Result<()> {
+        let n = self.rows.len();
+        for (batches, &keep) in self.rows.iter_mut().chain(self.late.iter_mut()).zip(positions) {
+            batches.truncate(keep as usize);
+        }
+        (positions.len() == 2 * n || n == 0)
+            .then_some(())
+            .ok_or_else(|| TesseraError::Internal("resuming a memory sink of another run".into()))
     }
 }

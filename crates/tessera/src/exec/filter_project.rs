@@ -11,6 +11,7 @@ use arrow::record_batch::RecordBatch;
 use super::{EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::error::{Result, TesseraError};
 use crate::plan::{ExprRef, StatelessPlan};
+use crate::state::codec::{StateReader, StateWriter};
 
 /// Keeps the rows of `batch` where `filter` holds and evaluates `projection` on them.
 pub fn filter_and_project(
@@ -69,6 +70,15 @@ impl StreamOperator for FilterProjectExec {
     }
 
     fn finish(&mut self, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
+
+    fn snapshot(&self, w: &mut StateWriter) {
+        self.metrics.encode(w);
+    }
+
+    fn restore(&mut self, r: &mut StateReader) -> Result<()> {
+        self.metrics = OperatorMetrics::decode(r)?;
         Ok(())
     }
 

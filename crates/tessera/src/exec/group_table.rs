@@ -4,8 +4,9 @@
 use arrow::array::ArrayRef;
 
 use crate::aggregate::GroupStates;
-use crate::error::Result;
+use crate::error::{Result, TesseraError};
 use crate::plan::WindowAggregatePlan;
+use crate::state::codec::{StateReader, StateWriter};
 
 const NO_SLOT: u32 = u32::MAX;
 
@@ -73,6 +74,27 @@ impl GroupTable {
             mine.merge(theirs, scratch)?;
         }
         Ok(())
+    }
+
+    pub(super) fn encode(&self, w: &mut StateWriter) {
+        w.u32s(&self.keys);
+        self.states.iter().for_each(|s| s.encode(w));
+    }
+
+    /// A table written by [`encode`](Self::encode) for the same plan.
+    pub(super) fn decode(plan: &WindowAggregatePlan, r: &mut StateReader) -> Result<Self> {
+        let mut table = GroupTable::new(plan);
+        let keys = r.u32s()?;
+        let mut slots = Vec::new();
+        table.slots_for(keys.iter().copied(), &mut slots);
+        for state in &mut table.states {
+            state.decode(r)?;
+        }
+        if slots.iter().enumerate().any(|(i, &s)| s as usize != i) || table.states.iter().any(|s| s.len() != keys.len())
+        {
+            return Err(TesseraError::Checkpoint("a saved group table is inconsistent".into()));
+        }
+        Ok(table)
     }
 
     pub(super) fn bytes(&self) -> usize {

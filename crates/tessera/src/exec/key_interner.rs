@@ -12,7 +12,8 @@ use arrow::datatypes::{DataType, Int64Type};
 use arrow::row::{RowConverter, Rows, SortField};
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
-use crate::error::Result;
+use crate::error::{Result, TesseraError};
+use crate::state::codec::{StateReader, StateWriter};
 
 /// Integer keys in `[0, DENSE_KEYS)` are looked up by value (at most 256 KiB of ids).
 const DENSE_KEYS: i64 = 1 << 16;
@@ -233,6 +234,64 @@ impl SharedKeys {
 
     pub fn bytes(&self) -> usize {
         self.lock().interner.bytes()
+    }
+
+    /// Writes the keys in id order: their count, then the key columns as Arrow IPC.
+    pub fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
+        let inner = self.lock();
+        let n = inner.interner.len();
+        w.len(n);
+        let ids: Vec<u32> = (0..n as u32).collect();
+        let columns = inner.interner.columns(&ids)?;
+        if columns.is_empty() {
+            return Ok(());
+        }
+        let fields: Vec<arrow::datatypes::Field> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| arrow::datatypes::Field::new(format!("k{i}"), c.data_type().clone(), true))
+            .collect();
+        let batch =
+            arrow::record_batch::RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), columns)?;
+        let mut bytes = Vec::new();
+        let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema())?;
+        writer.write(&batch)?;
+        writer.finish()?;
+        drop(writer);
+        w.bytes(&bytes);
+        Ok(())
+    }
+
+    /// Interns the keys a [`snapshot`](Self::snapshot) wrote into this empty interner: each
+    /// gets its saved id.
+    pub fn restore(&self, r: &mut StateReader) -> Result<()> {
+        let n = r.len(0)?;
+        let mut inner = self.lock();
+        if !inner.interner.is_empty() {
+            return Err(TesseraError::Internal("restoring keys into a used interner".into()));
+        }
+        let columns = if inner.interner.types.is_empty() {
+            Vec::new()
+        } else {
+            let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(r.bytes()?), None)?;
+            let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+            let batch = arrow::compute::concat_batches(
+                &batches
+                    .first()
+                    .map(|b| b.schema())
+                    .ok_or_else(|| TesseraError::Checkpoint("the state snapshot's keys are missing".into()))?,
+                &batches,
+            )?;
+            if batch.num_rows() != n {
+                return Err(TesseraError::Checkpoint("the state snapshot's keys do not add up".into()));
+            }
+            batch.columns().to_vec()
+        };
+        let ids = inner.interner.intern(&columns, n)?;
+        if ids.iter().enumerate().any(|(i, &id)| id as usize != i) {
+            return Err(TesseraError::Checkpoint("the state snapshot holds a key twice".into()));
+        }
+        Ok(())
     }
 }
 

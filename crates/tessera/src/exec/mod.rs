@@ -23,8 +23,9 @@ use arrow::array::{Array, BooleanArray};
 use arrow::compute::filter_record_batch;
 use arrow::record_batch::RecordBatch;
 
-use crate::error::Result;
+use crate::error::{Result, TesseraError};
 use crate::plan::{StatelessPlan, WindowAggregatePlan};
+use crate::state::codec::{StateReader, StateWriter};
 pub use filter_project::{filter_and_project, FilterProjectExec};
 use key_interner::{key_signature, SharedKeys};
 pub use window_aggregate::{WindowAggregateExec, WindowNodeSpec};
@@ -87,7 +88,7 @@ pub struct Output {
 }
 
 /// Counters every operator keeps; the runtime sums them into the run's statistics.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OperatorMetrics {
     pub rows_in: u64,
     pub rows_out: u64,
@@ -98,6 +99,24 @@ pub struct OperatorMetrics {
 }
 
 impl OperatorMetrics {
+    /// Writes the counters (not `state_bytes`, a gauge).
+    pub fn encode(&self, w: &mut StateWriter) {
+        for v in [self.rows_in, self.rows_out, self.late_events, self.store_reads, self.store_writes] {
+            w.u64(v);
+        }
+    }
+
+    pub fn decode(r: &mut StateReader) -> Result<Self> {
+        Ok(OperatorMetrics {
+            rows_in: r.u64()?,
+            rows_out: r.u64()?,
+            late_events: r.u64()?,
+            state_bytes: 0,
+            store_reads: r.u64()?,
+            store_writes: r.u64()?,
+        })
+    }
+
     pub fn add(&mut self, other: &OperatorMetrics) {
         self.rows_in += other.rows_in;
         self.rows_out += other.rows_out;
@@ -118,6 +137,10 @@ pub trait StreamOperator: Send {
     fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()>;
     /// End of input: emits everything still open.
     fn finish(&mut self, out: &mut Output) -> Result<()>;
+    /// Writes the operator's state and counters, for a checkpoint.
+    fn snapshot(&self, w: &mut StateWriter);
+    /// Takes the state a [`snapshot`](Self::snapshot) of an operator of the same plan wrote.
+    fn restore(&mut self, r: &mut StateReader) -> Result<()>;
     /// Counters per output slot; `state_bytes` (reported on slot 0) excludes interned keys,
     /// which [`KeySpaces`] reports.
     fn metrics(&self) -> Vec<OperatorMetrics>;
@@ -157,6 +180,31 @@ impl KeySpaces {
 
     pub fn bytes(&self) -> usize {
         self.spaces.iter().map(|s| s.shared.bytes()).sum()
+    }
+
+    /// Writes every interner's keys in id order.
+    pub fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
+        w.len(self.spaces.len());
+        for space in &self.spaces {
+            w.str(&space.signature);
+            space.shared.snapshot(w)?;
+        }
+        Ok(())
+    }
+
+    /// Re-interns saved keys, so every key gets its saved id back.
+    pub fn restore(&self, r: &mut StateReader) -> Result<()> {
+        let n = r.len(1)?;
+        if n != self.spaces.len() {
+            return Err(TesseraError::Checkpoint("the snapshot's key spaces do not match the plan's".into()));
+        }
+        for space in &self.spaces {
+            if r.str()? != space.signature {
+                return Err(TesseraError::Checkpoint("the snapshot's group keys do not match the plan's".into()));
+            }
+            space.shared.restore(r)?;
+        }
+        Ok(())
     }
 
     /// Interns the keys of every row of `batch` for the operators that read whole batches, so

@@ -30,6 +30,8 @@ use crate::error::{Result, TesseraError};
 use crate::optimizer::window_strategy::NodeInput;
 use crate::optimizer::{GroupMember, WindowGroup};
 use crate::plan::{BranchPlan, QueryPlan};
+use crate::state::checkpoint::{Checkpointer, SourcePosition};
+use crate::state::codec::{StateReader, StateWriter};
 
 /// How many workers compute, and how rows reach them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +65,7 @@ pub struct Progress {
 pub type ProgressFn<'a> = dyn Fn(Progress) + Send + Sync + 'a;
 
 /// What running one source's queries produced.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SourceRun {
     /// Workers used.
     pub workers: usize,
@@ -181,6 +183,30 @@ impl Worker {
         Ok(())
     }
 
+    /// The state of every operator and the interned keys.
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        let mut w = StateWriter::default();
+        self.key_spaces.snapshot(&mut w)?;
+        w.len(self.operators.len());
+        for (_, operator) in &self.operators {
+            operator.snapshot(&mut w);
+        }
+        Ok(w.into_bytes())
+    }
+
+    /// Takes back the state of a [`snapshot`](Self::snapshot) of a worker of the same plan.
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        let mut r = StateReader::new(bytes);
+        self.key_spaces.restore(&mut r)?;
+        if r.len(1)? != self.operators.len() {
+            return Err(TesseraError::Checkpoint("the snapshot's operators do not match the plan's".into()));
+        }
+        for (_, operator) in &mut self.operators {
+            operator.restore(&mut r)?;
+        }
+        r.finish()
+    }
+
     /// Flushes every operator; the metrics of every output slot, by query.
     fn finish(&mut self, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<Vec<(usize, OperatorMetrics)>> {
         for (queries, operator) in &mut self.operators {
@@ -256,7 +282,31 @@ impl Partitioner {
 
 /// A stamped batch from the reader thread, with the watermark after it and the reader's
 /// progress.
-type Stamped = (Arc<EventBatch>, i64, (u64, Option<u64>));
+/// A stamped batch, the watermark and the largest event time after it, and the reader's
+/// progress.
+type Stamped = (Arc<EventBatch>, i64, i64, (u64, Option<u64>));
+
+/// How one source is run.
+pub struct SourceOptions<'a> {
+    pub parallelism: Parallelism,
+    pub progress: Option<&'a ProgressFn<'a>>,
+    pub checkpoints: Option<SourceCheckpoints<'a>>,
+}
+
+impl SourceOptions<'_> {
+    /// `parallelism` workers, no progress reports, no checkpoints.
+    pub fn workers(parallelism: Parallelism) -> Self {
+        SourceOptions { parallelism, progress: None, checkpoints: None }
+    }
+}
+
+/// Checkpointing of the source being run: where to save, and the position to resume from.
+pub struct SourceCheckpoints<'a> {
+    pub checkpointer: &'a mut Checkpointer,
+    /// Index of the source in run order.
+    pub source: usize,
+    pub resume: Option<(SourcePosition, Vec<u8>)>,
+}
 
 /// Runs `queries` (index in the script, plan) over `source` until its input ends; `groups` are
 /// the planned window groups of these queries.
@@ -267,10 +317,10 @@ pub fn run_source(
     reader: &mut dyn BatchReader,
     queries: &[(usize, &QueryPlan)],
     groups: &[&WindowGroup],
-    parallelism: Parallelism,
     sink: &mut dyn ResultSink,
-    progress: Option<&ProgressFn<'_>>,
+    options: SourceOptions<'_>,
 ) -> Result<SourceRun> {
+    let SourceOptions { parallelism, progress, mut checkpoints } = options;
     let specs = plan_operators(queries, groups);
     let query_count = queries.iter().map(|(q, _)| q + 1).max().unwrap_or(0);
     for (query, plan) in queries {
@@ -281,19 +331,42 @@ pub fn run_source(
         query_metrics: vec![OperatorMetrics::default(); query_count],
         ..Default::default()
     };
-    let workers = parallelism.workers(specs.len());
+    // Checkpoints are cut between batches of one worker (the reading thread still decodes
+    // ahead on the other core).
+    let workers = if checkpoints.is_some() { 1 } else { parallelism.workers(specs.len()) };
     run.workers = workers;
+    let resume = checkpoints.as_mut().and_then(|c| c.resume.take());
+    let (skip_batches, max_event_time) = resume.as_ref().map_or((0, i64::MIN), |(p, _)| (p.batches, p.max_event_time));
+    if let Some((position, _)) = &resume {
+        run.events_in = position.events_in;
+        run.state_bytes_peak = position.state_bytes_peak;
+        for (q, rows) in position.query_rows_out.iter().enumerate().take(query_count) {
+            run.query_rows_out[q] = *rows;
+        }
+    }
     // With one worker, the reading thread also interns group keys ahead of the operators when
     // the worker falls behind (batches queue up): the worker's interners are shared with it, so
     // two cores split the work of one worker. When reading is the slower side it does not.
-    let inline_worker = if workers == 1 { Some(Worker::new(&specs, &source.event_time.data_type)?) } else { None };
+    let mut inline_worker = if workers == 1 { Some(Worker::new(&specs, &source.event_time.data_type)?) } else { None };
+    if let (Some(worker), Some((_, snapshot))) = (inline_worker.as_mut(), &resume) {
+        worker.restore(snapshot)?;
+    }
     let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::scope(|scope| -> Result<SourceRun> {
         let (batch_tx, batch_rx) = sync_channel::<Stamped>(4);
         let key_spaces = inline_worker.as_ref().map(|w| Arc::clone(&w.key_spaces));
         let queued_by_reader = Arc::clone(&queued);
         let reading = scope.spawn(move || -> Result<u64> {
-            let mut stamp = Stamper { max_event_time: i64::MIN, delay: source.event_time.watermark_delay };
+            let mut stamp = Stamper { max_event_time, delay: source.event_time.watermark_delay };
+            // Resuming: the operators' state already holds these batches.
+            for _ in 0..skip_batches {
+                if reader.next_batch()?.is_none() {
+                    return Err(TesseraError::Checkpoint(format!(
+                        "source {} ended before the checkpoint's position ({skip_batches} batches): the input changed",
+                        source.name
+                    )));
+                }
+            }
             while let Some(batch) = reader.next_batch()? {
                 let mut stamped = stamp.stamp(batch, source)?;
                 if let Some(spaces) = key_spaces.as_ref().filter(|_| queued_by_reader.load(Ordering::Relaxed) >= 2) {
@@ -301,14 +374,15 @@ pub fn run_source(
                 }
                 let input = Arc::new(stamped);
                 queued_by_reader.fetch_add(1, Ordering::Relaxed);
-                if batch_tx.send((input, stamp.watermark(), reader.progress())).is_err() {
+                if batch_tx.send((input, stamp.watermark(), stamp.max_event_time, reader.progress())).is_err() {
                     break; // the operators stopped; their error ends the run
                 }
             }
             Ok(reader.bad_rows())
         });
         let computed = if let Some(worker) = inline_worker {
-            compute_inline(worker, &specs, batch_rx, &queued, sink, progress, &mut run)
+            let checkpoints = checkpoints.map(|c| (c, skip_batches));
+            compute_inline(worker, &specs, batch_rx, &queued, sink, progress, &mut run, checkpoints)
         } else {
             compute_parallel(&specs, source, workers, batch_rx, sink, progress, &mut run)
         };
@@ -336,7 +410,9 @@ fn report(progress: Option<&ProgressFn<'_>>, (done, total): (u64, Option<u64>), 
     }
 }
 
-/// One worker on the calling thread.
+/// One worker on the calling thread; with `checkpoints` (and the batches already consumed)
+/// it saves a checkpoint between batches when one is due.
+#[allow(clippy::too_many_arguments)]
 fn compute_inline(
     mut worker: Worker,
     specs: &[OperatorSpec],
@@ -345,14 +421,31 @@ fn compute_inline(
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
     run: &mut SourceRun,
+    mut checkpoints: Option<(SourceCheckpoints<'_>, u64)>,
 ) -> Result<()> {
-    for (input, watermark, read) in batches {
+    for (input, watermark, max_event_time, read) in batches {
         queued.fetch_sub(1, Ordering::Relaxed);
         run.events_in += input.len() as u64;
         let parts = (0..specs.len()).map(|op| (op, Arc::clone(&input))).collect();
         worker.handle(parts, watermark, &mut |e| write(run, e, sink))?;
         run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
         report(progress, read, run.events_in);
+        if let Some((c, batches_done)) = checkpoints.as_mut() {
+            *batches_done += 1;
+            if c.checkpointer.due() {
+                let position = SourcePosition {
+                    source: c.source,
+                    batches: *batches_done,
+                    max_event_time,
+                    events_in: run.events_in,
+                    query_rows_out: run.query_rows_out.clone(),
+                    state_bytes_peak: run.state_bytes_peak,
+                };
+                let snapshot = worker.snapshot()?;
+                let sink_position = sink.checkpoint()?;
+                c.checkpointer.write(position, &snapshot, sink_position)?;
+            }
+        }
     }
     for (query, metrics) in worker.finish(&mut |e| write(run, e, sink))? {
         run.query_metrics[query].add(&metrics);
@@ -428,7 +521,7 @@ fn compute_parallel(
         // shared batches: no hashing or copying of rows. Otherwise rows are split by key hash.
         let whole_operators = specs.len() >= workers;
         let dispatch = (|| -> Result<()> {
-            for (input, watermark, read) in batches {
+            for (input, watermark, _, read) in batches {
                 run.events_in += input.len() as u64;
                 let mut per_worker: Vec<Vec<(usize, Arc<EventBatch>)>> = vec![Vec::new(); workers];
                 let mut cache = Vec::new();

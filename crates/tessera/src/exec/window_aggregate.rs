@@ -31,6 +31,7 @@ use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOpera
 use crate::error::{Result, TesseraError};
 use crate::optimizer::window_strategy::NodeInput;
 use crate::plan::{AggregateColumn, WindowAggregatePlan};
+use crate::state::codec::{StateReader, StateWriter};
 use crate::window::slicing::Slicing;
 use crate::window::{floor_div, WindowSpec};
 
@@ -501,6 +502,60 @@ impl StreamOperator for WindowAggregateExec {
 
     fn finish(&mut self, out: &mut Output) -> Result<()> {
         self.close_windows(i64::MAX, out)
+    }
+
+    fn snapshot(&self, w: &mut StateWriter) {
+        let tables = |w: &mut StateWriter, map: &BTreeMap<i64, GroupTable>| {
+            w.len(map.len());
+            for (&k, table) in map {
+                w.i64(k);
+                table.encode(w);
+            }
+        };
+        w.u64(self.store_reads);
+        w.u64(self.store_writes);
+        w.len(self.emitter.slots.len());
+        self.emitter.slots.iter().for_each(|slot| slot.metrics.encode(w));
+        tables(w, &self.slices);
+        w.len(self.nodes.len());
+        for node in &self.nodes {
+            for v in [node.next_window, node.closed_through, node.keep_from] {
+                w.i64(v);
+            }
+            tables(w, &node.open);
+            tables(w, &node.closed);
+        }
+    }
+
+    /// The sliding aggregators are not saved: they rebuild from the slices.
+    fn restore(&mut self, r: &mut StateReader) -> Result<()> {
+        let shape = Arc::clone(&self.shape);
+        let tables = |r: &mut StateReader| -> Result<BTreeMap<i64, GroupTable>> {
+            let n = r.len(9)?;
+            (0..n).map(|_| Ok((r.i64()?, GroupTable::decode(&shape, r)?))).collect()
+        };
+        let mismatch = || TesseraError::Checkpoint("the state snapshot does not match the plan's windows".into());
+        self.store_reads = r.u64()?;
+        self.store_writes = r.u64()?;
+        if r.len(1)? != self.emitter.slots.len() {
+            return Err(mismatch());
+        }
+        for slot in &mut self.emitter.slots {
+            slot.metrics = OperatorMetrics::decode(r)?;
+        }
+        self.slices = tables(r)?;
+        if r.len(1)? != self.nodes.len() {
+            return Err(mismatch());
+        }
+        for node in &mut self.nodes {
+            node.next_window = r.i64()?;
+            node.closed_through = r.i64()?;
+            node.keep_from = r.i64()?;
+            node.open = tables(r)?;
+            node.closed = tables(r)?;
+            node.sliding = TwoStacks::default();
+        }
+        Ok(())
     }
 
     fn metrics(&self) -> Vec<OperatorMetrics> {

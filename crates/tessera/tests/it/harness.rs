@@ -8,7 +8,7 @@ use arrow::record_batch::RecordBatch;
 use tessera::connectors::memory::MemoryReader;
 use tessera::connectors::sink::MemorySink;
 use tessera::engine::Script;
-use tessera::exec::pipeline::{run_source, Parallelism, SourceRun};
+use tessera::exec::pipeline::{run_source, Parallelism, SourceOptions, SourceRun};
 use tessera::optimizer::window_strategy::Strategy;
 
 /// The results of one run: rows per query, late rows per query, and the run's counters.
@@ -35,7 +35,14 @@ pub fn run_batches(
     let mut sink = MemorySink::default();
     let mut reader = MemoryReader::new(batches);
     let groups: Vec<_> = groups.iter().collect();
-    let run = run_source(&source, &mut reader, &queries, &groups, Parallelism::Fixed(parallelism), &mut sink, None)?;
+    let run = run_source(
+        &source,
+        &mut reader,
+        &queries,
+        &groups,
+        &mut sink,
+        SourceOptions::workers(Parallelism::Fixed(parallelism)),
+    )?;
     Ok(Outcome { rows: sink.rows, late: sink.late, run })
 }
 

@@ -4,5 +4,6 @@ mod errors;
 mod fuzz;
 mod harness;
 mod properties;
+mod recovery;
 mod reference;
 mod slt;

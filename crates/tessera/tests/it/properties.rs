@@ -13,7 +13,7 @@ use super::harness::{rows, run_batches, same_rows};
 use super::reference::{evaluate, Agg, Event};
 use tessera::optimizer::window_strategy::Strategy as WindowStrategy;
 
-fn event_strategy() -> impl Strategy<Value = Vec<Event>> {
+pub fn event_strategy() -> impl Strategy<Value = Vec<Event>> {
     let step =
         (0i64..4, 0i64..10, prop::option::weighted(0.9, 0i64..5), prop::option::weighted(0.85, -40i64..40), 0u8..20);
     (-60i64..60, prop::collection::vec(step, 0..150)).prop_map(|(start, steps)| {
@@ -30,7 +30,7 @@ fn event_strategy() -> impl Strategy<Value = Vec<Event>> {
     })
 }
 
-fn batches(events: &[Event], batch_size: usize) -> Vec<RecordBatch> {
+pub fn batches(events: &[Event], batch_size: usize) -> Vec<RecordBatch> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, true),
         Field::new("tag", DataType::Utf8, true),
@@ -96,7 +96,7 @@ proptest! {
 }
 
 /// `None` (auto) or one of the strategies.
-fn window_strategy() -> impl proptest::strategy::Strategy<Value = Option<WindowStrategy>> {
+pub fn window_strategy() -> impl proptest::strategy::Strategy<Value = Option<WindowStrategy>> {
     prop::option::weighted(0.85, prop::sample::select(WindowStrategy::ALL.to_vec()))
 }
 

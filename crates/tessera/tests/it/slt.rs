@@ -11,7 +11,7 @@ use sqllogictest::{DBOutput, DefaultColumnType};
 use tessera::connectors::sink::MemorySink;
 use tessera::connectors::{open_source, ReadOptions};
 use tessera::engine::Script;
-use tessera::exec::pipeline::{run_source, Parallelism};
+use tessera::exec::pipeline::{run_source, Parallelism, SourceOptions};
 
 use super::harness::rows;
 
@@ -102,9 +102,15 @@ impl StreamDb {
         let index = script.queries.len() - 1;
         let groups = script.window_groups();
         let groups: Vec<_> = groups.iter().filter(|g| g.members.iter().any(|m| m.query == index)).collect();
-        let run =
-            run_source(&source, reader.as_mut(), &[(index, query)], &groups, Parallelism::Fixed(1), &mut sink, None)
-                .map_err(|e| SltError(e.to_string()))?;
+        let run = run_source(
+            &source,
+            reader.as_mut(),
+            &[(index, query)],
+            &groups,
+            &mut sink,
+            SourceOptions::workers(Parallelism::Fixed(1)),
+        )
+        .map_err(|e| SltError(e.to_string()))?;
         self.last_late_events = run.query_metrics[index].late_events;
         let types = query.output_schema.fields().iter().map(|f| column_type(f.data_type())).collect();
         let rows = rows(&sink.rows[index]).into_iter().map(|r| r.iter().map(|v| v.render()).collect()).collect();
