@@ -125,7 +125,7 @@ impl Script {
                 Statement::Set { name, value, location } => {
                     settings.set(&name, &value).map_err(|m| script_text.error(m, location))?;
                 }
-                Statement::Query { query, .. } => queries.push(bind_query(&catalog, &script_text, &query)?),
+                Statement::Query { query, emit, .. } => queries.push(bind_query(&catalog, &script_text, &query, emit)?),
             }
         }
         Ok(Script { catalog, queries, settings })

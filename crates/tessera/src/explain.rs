@@ -12,6 +12,7 @@ use crate::engine::Script;
 use crate::optimizer::share_windows::exact_min_cost;
 use crate::optimizer::window_strategy::{NodeInput, Strategy};
 use crate::optimizer::WindowGroup;
+use crate::plan::EmitMode;
 use crate::window::cost::CostModel;
 use crate::window::slicing::Slicing;
 
@@ -78,6 +79,7 @@ pub fn explain_json(script: &Script) -> Value {
                 // factor windows, to show how far Algorithm 2 (`wcg_factor`) is from it.
                 "exact_wcg_factor": exact,
                 "partial_cost": mine.iter().map(|g| g.plan.partial_cost).sum::<f64>(),
+                "emit": if plan.emit == EmitMode::Changes { "changes" } else { "on_window_close" },
                 "chosen_strategy": if chosen_strategy.is_empty() { "stateless".to_string() } else { chosen_strategy.join("+") },
                 "forced": script.settings.window_strategy.is_some(),
                 "eta": script.settings.eta,
@@ -139,6 +141,9 @@ pub fn explain_text(explained: &Value) -> String {
     for (i, q) in explained["queries"].as_array().into_iter().flatten().enumerate() {
         text.push_str(&format!("query {}: {}\n", i + 1, q["sql"].as_str().unwrap_or("")));
         text.push_str(&format!("  source: {}\n", q["source"].as_str().unwrap_or("")));
+        if q["emit"] == "changes" {
+            text.push_str("  emit: changes (after every input batch, the changed rows of open windows)\n");
+        }
         let windows = q["windows"].as_array().cloned().unwrap_or_default();
         if windows.is_empty() {
             text.push_str("  stateless: filter and project each row\n");

@@ -20,7 +20,22 @@ pub struct QueryPlan {
     /// Lower-cased name of the source every branch reads.
     pub source: String,
     pub branches: Vec<BranchPlan>,
+    /// The columns the query writes (with `EMIT CHANGES`, an `op` column first).
     pub output_schema: SchemaRef,
+    pub emit: EmitMode,
+}
+
+/// When a window query writes its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EmitMode {
+    /// `EMIT ON WINDOW CLOSE` (the default): one final row per group and window, once the
+    /// watermark passes the window's end.
+    #[default]
+    OnWindowClose,
+    /// `EMIT CHANGES`: after every input batch, the current row of every group and open window
+    /// the batch changed, as an upsert changelog (`op` is `+I` for a group's first row in a
+    /// window, `+U` for an update of it).
+    Changes,
 }
 
 /// One `SELECT` over one source.
@@ -56,7 +71,9 @@ pub struct WindowAggregatePlan {
     pub having: Option<ExprRef>,
     /// The SELECT list, on the aggregate's result.
     pub projection: Vec<ExprRef>,
+    /// The SELECT list's columns (without the `op` column of `EMIT CHANGES`).
     pub output_schema: SchemaRef,
+    pub emit: EmitMode,
 }
 
 impl WindowAggregatePlan {
@@ -65,7 +82,7 @@ impl WindowAggregatePlan {
     pub fn input_signature(&self) -> String {
         let aggregates: Vec<String> =
             self.aggregates.iter().map(|a| format!("{:?}({:?}) as {:?}", a.function, a.arg, a.kind)).collect();
-        format!("{:?}|{:?}|{aggregates:?}", self.filter, self.keys)
+        format!("{:?}|{:?}|{aggregates:?}|{:?}", self.filter, self.keys, self.emit)
     }
 
     /// The types of the group keys (other than the window), in order.

@@ -420,9 +420,19 @@ impl GroupStates {
     /// Merges slot `i` of `other` into slot `dst[i]` of `self` for every slot of `other`.
     /// Both states must be of the same function and domain.
     pub fn merge(&mut self, other: &GroupStates, dst: &[u32]) -> Result<()> {
+        self.merge_slots(other, dst.iter().copied().enumerate())
+    }
+
+    /// Merges slot `src[j]` of `other` into slot `dst[j]` of `self`, for every `j`.
+    pub fn merge_selected(&mut self, other: &GroupStates, src: &[u32], dst: &[u32]) -> Result<()> {
+        self.merge_slots(other, src.iter().map(|&s| s as usize).zip(dst.iter().copied()))
+    }
+
+    /// Merges slot `i` of `other` into slot `d` of `self` for every pair `(i, d)`.
+    fn merge_slots(&mut self, other: &GroupStates, pairs: impl Iterator<Item = (usize, u32)>) -> Result<()> {
         match (self, other) {
             (GroupStates::MinMaxInt { max, values, seen }, GroupStates::MinMaxInt { values: ov, seen: os, .. }) => {
-                for (i, &d) in dst.iter().enumerate() {
+                for (i, d) in pairs {
                     let d = d as usize;
                     if os[i] && (!seen[d] || (*max && ov[i] > values[d]) || (!*max && ov[i] < values[d])) {
                         values[d] = ov[i];
@@ -431,7 +441,7 @@ impl GroupStates {
                 }
             }
             (GroupStates::MinMaxFloat { max, values, seen }, GroupStates::MinMaxFloat { values: ov, seen: os, .. }) => {
-                for (i, &d) in dst.iter().enumerate() {
+                for (i, d) in pairs {
                     let d = d as usize;
                     if os[i] && (!seen[d] || float_better(ov[i], values[d], *max)) {
                         values[d] = ov[i];
@@ -440,7 +450,7 @@ impl GroupStates {
                 }
             }
             (GroupStates::MinMaxUtf8 { max, values }, GroupStates::MinMaxUtf8 { values: ov, .. }) => {
-                for (i, &d) in dst.iter().enumerate() {
+                for (i, d) in pairs {
                     if let Some(v) = &ov[i] {
                         let replace = match &values[d as usize] {
                             None => true,
@@ -453,19 +463,19 @@ impl GroupStates {
                 }
             }
             (GroupStates::SumInt { sums, counts, .. }, GroupStates::SumInt { sums: os, counts: oc, .. }) => {
-                for (i, &d) in dst.iter().enumerate() {
+                for (i, d) in pairs {
                     sums[d as usize] += os[i];
                     counts[d as usize] += oc[i];
                 }
             }
             (GroupStates::SumFloat { sums, counts, .. }, GroupStates::SumFloat { sums: os, counts: oc, .. }) => {
-                for (i, &d) in dst.iter().enumerate() {
+                for (i, d) in pairs {
                     sums[d as usize] += os[i];
                     counts[d as usize] += oc[i];
                 }
             }
             (GroupStates::Count { counts }, GroupStates::Count { counts: oc }) => {
-                for (i, &d) in dst.iter().enumerate() {
+                for (i, d) in pairs {
                     counts[d as usize] += oc[i];
                 }
             }
@@ -473,7 +483,7 @@ impl GroupStates {
                 GroupStates::Moments { counts, means, m2s, .. },
                 GroupStates::Moments { counts: oc, means: om, m2s: o2, .. },
             ) => {
-                for (i, &d) in dst.iter().enumerate() {
+                for (i, d) in pairs {
                     let d = d as usize;
                     if oc[i] == 0 {
                         continue;
@@ -487,12 +497,12 @@ impl GroupStates {
                 }
             }
             (GroupStates::Median { values }, GroupStates::Median { values: ov }) => {
-                for (i, &d) in dst.iter().enumerate() {
+                for (i, d) in pairs {
                     values[d as usize].extend_from_slice(&ov[i]);
                 }
             }
             (GroupStates::Distinct { sketches }, GroupStates::Distinct { sketches: os }) => {
-                for (i, &d) in dst.iter().enumerate() {
+                for (i, d) in pairs {
                     sketches[d as usize].merge(&os[i]);
                 }
             }

@@ -76,6 +76,25 @@ impl GroupTable {
         Ok(())
     }
 
+    /// Merges the states `other` holds for `keys` (ids, without repeats); returns how many
+    /// of them it held.
+    pub(super) fn merge_keys_from(
+        &mut self,
+        other: &GroupTable,
+        keys: &[u32],
+        scratch: &mut Vec<u32>,
+    ) -> Result<usize> {
+        let (present, src): (Vec<u32>, Vec<u32>) = keys
+            .iter()
+            .filter_map(|&k| other.slot_of_key.get(k as usize).filter(|&&s| s != NO_SLOT).map(|&s| (k, s)))
+            .unzip();
+        self.slots_for(present.iter().copied(), scratch);
+        for (mine, theirs) in self.states.iter_mut().zip(&other.states) {
+            mine.merge_selected(theirs, &src, scratch)?;
+        }
+        Ok(present.len())
+    }
+
     pub(super) fn encode(&self, w: &mut StateWriter) {
         w.u32s(&self.keys);
         self.states.iter().for_each(|s| s.encode(w));

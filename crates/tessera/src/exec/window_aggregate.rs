@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array};
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, StringArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
@@ -30,7 +30,8 @@ use super::two_stacks::TwoStacks;
 use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::error::{Result, TesseraError};
 use crate::optimizer::window_strategy::NodeInput;
-use crate::plan::{AggregateColumn, WindowAggregatePlan};
+use crate::plan::{AggregateColumn, EmitMode, WindowAggregatePlan};
+use crate::sql::binder::changelog_schema;
 use crate::state::codec::{StateReader, StateWriter};
 use crate::window::slicing::Slicing;
 use crate::window::{floor_div, WindowSpec};
@@ -61,6 +62,8 @@ struct Node {
     keep_from: i64,
     /// The sliding aggregator over the slices (input `Slices { sliding: true }`).
     sliding: TwoStacks,
+    /// `EMIT CHANGES`: per open instance, the (slot, key) pairs whose row stands written.
+    emitted: BTreeMap<i64, hashbrown::HashSet<(usize, u32)>>,
 }
 
 impl Node {
@@ -77,6 +80,8 @@ impl Node {
 /// An output slot (query branch): its SELECT list and HAVING, and its counters.
 struct Slot {
     plan: Arc<WindowAggregatePlan>,
+    /// `EMIT CHANGES`: the written columns, `op` first.
+    changelog: Option<SchemaRef>,
     metrics: OperatorMetrics,
 }
 
@@ -116,6 +121,76 @@ impl Emitter {
         m: i64,
         table: &GroupTable,
     ) -> Result<RecordBatch> {
+        let aggregated = self.aggregate(plan, window, m, table)?;
+        filter_and_project(&aggregated, plan.having.as_ref(), &plan.projection, &plan.output_schema)
+    }
+
+    /// `EMIT CHANGES`: the current rows of instance `m` for the keys of `table` (the changed
+    /// ones), as upserts: `+I` for a group's first row in the instance, `+U` after that, and
+    /// `-D` when a group written before no longer passes HAVING. `written` holds the (slot,
+    /// key) pairs whose row stands.
+    fn emit_changes(
+        &mut self,
+        node_slots: &[usize],
+        window: WindowSpec,
+        m: i64,
+        table: &GroupTable,
+        written: &mut hashbrown::HashSet<(usize, u32)>,
+        out: &mut Output,
+    ) -> Result<()> {
+        for &slot in node_slots {
+            let plan = &self.slots[slot].plan;
+            let aggregated = self.aggregate(plan, window, m, table)?;
+            let passes = match &plan.having {
+                Some(having) => {
+                    let mask = having.evaluate(&aggregated)?.into_array(aggregated.num_rows())?;
+                    let mask = arrow::array::AsArray::as_boolean_opt(&mask)
+                        .ok_or_else(|| TesseraError::Plan(format!("HAVING `{having}` is not a boolean expression")))?
+                        .clone();
+                    (0..mask.len()).map(|i| mask.is_valid(i) && mask.value(i)).collect()
+                }
+                None => vec![true; table.keys.len()],
+            };
+            let mut keep = Vec::with_capacity(passes.len());
+            let mut ops = Vec::new();
+            for (&key, pass) in table.keys.iter().zip(passes) {
+                let op = match (pass, written.contains(&(slot, key))) {
+                    (true, false) => Some("+I"),
+                    (true, true) => Some("+U"),
+                    (false, true) => Some("-D"),
+                    (false, false) => None,
+                };
+                if pass {
+                    written.insert((slot, key));
+                } else {
+                    written.remove(&(slot, key));
+                }
+                keep.push(op.is_some());
+                ops.extend(op);
+            }
+            let kept = arrow::compute::filter_record_batch(&aggregated, &BooleanArray::from(keep))?;
+            let projected = filter_and_project(&kept, None, &plan.projection, &plan.output_schema)?;
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from(ops))];
+            columns.extend(projected.columns().iter().cloned());
+            let schema = self.slots[slot].changelog.clone().expect("a changelog schema in EMIT CHANGES");
+            let batch = RecordBatch::try_new(schema, columns)?;
+            self.slots[slot].metrics.rows_out += batch.num_rows() as u64;
+            if batch.num_rows() > 0 {
+                out.rows.push((slot, batch));
+            }
+        }
+        Ok(())
+    }
+
+    /// The aggregate's result for instance `m` of `window`: keys, window bounds and the
+    /// aggregates' final values, before HAVING and the SELECT list.
+    fn aggregate(
+        &self,
+        plan: &WindowAggregatePlan,
+        window: WindowSpec,
+        m: i64,
+        table: &GroupTable,
+    ) -> Result<RecordBatch> {
         let n = table.keys.len();
         let key_columns = self.keys.columns(&table.keys)?;
         let bound = |value: i64| -> Result<ArrayRef> {
@@ -132,8 +207,7 @@ impl Emitter {
                 AggregateColumn::Aggregate(i) => plan.aggregates[*i].finalize(&table.states[*i]),
             })
             .collect::<Result<Vec<_>>>()?;
-        let aggregated = RecordBatch::try_new(nullable(&plan.aggregate_schema), columns)?;
-        filter_and_project(&aggregated, plan.having.as_ref(), &plan.projection, &plan.output_schema)
+        Ok(RecordBatch::try_new(nullable(&plan.aggregate_schema), columns)?)
     }
 }
 
@@ -148,6 +222,8 @@ pub struct WindowAggregateExec {
     slicing: Slicing,
     /// Slices with data (for nodes reading slices), by index in `slicing`.
     slices: BTreeMap<i64, GroupTable>,
+    /// `EMIT CHANGES`: the keys of the rows each slice took since rows were last written.
+    changed: Option<BTreeMap<i64, Vec<u32>>>,
     store_reads: u64,
     store_writes: u64,
     scratch: Vec<u32>,
@@ -166,6 +242,7 @@ impl WindowAggregateExec {
             .first()
             .cloned()
             .ok_or_else(|| TesseraError::Internal("a window aggregate without outputs".into()))?;
+        let changes = shape.emit == EmitMode::Changes;
         let roots: Vec<WindowSpec> =
             nodes.iter().filter(|n| !matches!(n.input, NodeInput::Window(_))).map(|n| n.spec).collect();
         let mut built: Vec<Node> = nodes
@@ -181,6 +258,7 @@ impl WindowAggregateExec {
                 closed: BTreeMap::new(),
                 keep_from: i64::MIN,
                 sliding: TwoStacks::default(),
+                emitted: BTreeMap::new(),
             })
             .collect();
         for (i, n) in nodes.iter().enumerate() {
@@ -194,13 +272,21 @@ impl WindowAggregateExec {
         Ok(WindowAggregateExec {
             nodes: built,
             emitter: Emitter {
-                slots: slots.into_iter().map(|plan| Slot { plan, metrics: OperatorMetrics::default() }).collect(),
+                slots: slots
+                    .into_iter()
+                    .map(|plan| Slot {
+                        changelog: changes.then(|| changelog_schema(&plan.output_schema)),
+                        plan,
+                        metrics: OperatorMetrics::default(),
+                    })
+                    .collect(),
                 keys,
                 event_time_type,
             },
             shape,
             slicing: Slicing::shared(&roots),
             slices: BTreeMap::new(),
+            changed: changes.then(BTreeMap::new),
             store_reads: 0,
             store_writes: 0,
             scratch: Vec::new(),
@@ -251,7 +337,7 @@ impl WindowAggregateExec {
         values: &[Option<ArrayRef>],
         late_rows: &mut [Vec<u32>],
     ) -> Result<()> {
-        let WindowAggregateExec { nodes, shape, slicing, slices, scratch, .. } = self;
+        let WindowAggregateExec { nodes, shape, slicing, slices, scratch, changed, .. } = self;
         let times = &input.event_times;
         let mut updates = 0u64;
         let mut add = |table: &mut GroupTable, run: std::ops::Range<usize>| {
@@ -294,6 +380,9 @@ impl WindowAggregateExec {
                     }
                 }
             }
+            if let Some(changed) = changed.as_mut() {
+                changed.entry(slice).or_default().extend_from_slice(&key_ids[run.clone()]);
+            }
             if to_slice {
                 add(slices.entry(slice).or_insert_with(|| GroupTable::new(shape)), run.clone());
                 for node in nodes.iter_mut() {
@@ -321,6 +410,7 @@ impl WindowAggregateExec {
                 if spec.end(candidate) > watermark {
                     break;
                 }
+                self.write_changes(Some((i, candidate)), out)?;
                 self.close_instance(i, candidate, out)?;
                 m = candidate + 1;
             }
@@ -357,9 +447,15 @@ impl WindowAggregateExec {
     /// Merges instance `m` of node `i` from its input, emits it to the node's slots and keeps
     /// it for the node's children.
     fn close_instance(&mut self, i: usize, m: i64, out: &mut Output) -> Result<()> {
-        let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, store_reads, .. } = self;
+        let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, store_reads, changed, .. } = self;
         let (parents, rest) = nodes.split_at_mut(i);
         let node = &mut rest[0];
+        if changed.is_some() {
+            // Its rows were written as they changed.
+            node.open.remove(&m);
+            node.emitted.remove(&m);
+            return Ok(());
+        }
         let spec = node.spec;
         let mut merged = GroupTable::new(shape);
         let mut reads = 0u64;
@@ -422,6 +518,56 @@ impl WindowAggregateExec {
         Ok(())
     }
 
+    /// `EMIT CHANGES`: writes the current rows of the changed keys of every open instance
+    /// (`only`: of one node's instance, about to close) and, for all, forgets the changes.
+    fn write_changes(&mut self, only: Option<(usize, i64)>, out: &mut Output) -> Result<()> {
+        let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, store_reads, changed, .. } = self;
+        let Some(changed) = changed.as_mut().filter(|c| !c.is_empty()) else { return Ok(()) };
+        for (i, node) in nodes.iter_mut().enumerate() {
+            if node.slots.is_empty() || only.is_some_and(|(n, _)| n != i) {
+                continue;
+            }
+            // The open instances containing a changed slice, with the changed keys.
+            let mut instances: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+            for (&k, keys) in changed.iter() {
+                let (mut first, mut last) = node.spec.windows_containing(slicing.start(k));
+                first = first.max(node.next_window);
+                if let Some((_, m)) = only {
+                    (first, last) = (first.max(m), last.min(m));
+                }
+                for m in first..=last {
+                    instances.entry(m).or_default().extend_from_slice(keys);
+                }
+            }
+            for (m, mut keys) in instances {
+                keys.sort_unstable();
+                keys.dedup();
+                let mut table = GroupTable::new(shape);
+                match node.input {
+                    NodeInput::Stream => {
+                        if let Some(open) = node.open.get(&m) {
+                            *store_reads += table.merge_keys_from(open, &keys, scratch)? as u64;
+                        }
+                    }
+                    NodeInput::Slices { .. } => {
+                        for (_, part) in slices.range(slicing.slices_between(node.spec.start(m), node.spec.end(m))) {
+                            *store_reads += table.merge_keys_from(part, &keys, scratch)? as u64;
+                        }
+                    }
+                    NodeInput::Window(_) => {
+                        return Err(TesseraError::Internal("EMIT CHANGES over a covering window's instances".into()))
+                    }
+                }
+                let written = node.emitted.entry(m).or_default();
+                emitter.emit_changes(&node.slots, node.spec, m, &table, written, out)?;
+            }
+        }
+        if only.is_none() {
+            changed.clear();
+        }
+        Ok(())
+    }
+
     /// Drops slices before the first one an open instance reads, and kept instances no open
     /// child instance reads.
     fn drop_unneeded_state(&mut self) {
@@ -479,7 +625,7 @@ impl StreamOperator for WindowAggregateExec {
         match &shape.filter {
             None => {
                 let key_ids = self.emitter.keys.ids_for(input, &shape.keys)?;
-                self.process_filtered(input, &key_ids, out)
+                self.process_filtered(input, &key_ids, out)?;
             }
             Some(predicate) => {
                 let mask = predicate.evaluate(&input.rows)?.into_array(input.len())?;
@@ -488,9 +634,10 @@ impl StreamOperator for WindowAggregateExec {
                     .clone();
                 let filtered = input.filter(&mask)?;
                 let key_ids = self.emitter.keys.intern(&filtered.rows, &shape.keys)?;
-                self.process_filtered(&filtered, &key_ids, out)
+                self.process_filtered(&filtered, &key_ids, out)?;
             }
         }
+        self.write_changes(None, out)
     }
 
     fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
@@ -524,6 +671,15 @@ impl StreamOperator for WindowAggregateExec {
             }
             tables(w, &node.open);
             tables(w, &node.closed);
+            w.len(node.emitted.len());
+            for (&m, written) in &node.emitted {
+                w.i64(m);
+                w.len(written.len());
+                for &(slot, key) in written {
+                    w.u32(slot as u32);
+                    w.u32(key);
+                }
+            }
         }
     }
 
@@ -554,6 +710,15 @@ impl StreamOperator for WindowAggregateExec {
             node.open = tables(r)?;
             node.closed = tables(r)?;
             node.sliding = TwoStacks::default();
+            let instances = r.len(16)?;
+            node.emitted = (0..instances)
+                .map(|_| {
+                    let m = r.i64()?;
+                    let n = r.len(8)?;
+                    let written = (0..n).map(|_| Ok((r.u32()? as usize, r.u32()?))).collect::<Result<_>>()?;
+                    Ok((m, written))
+                })
+                .collect::<Result<_>>()?;
         }
         Ok(())
     }

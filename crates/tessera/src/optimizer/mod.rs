@@ -8,7 +8,7 @@ pub mod window_strategy;
 use std::sync::Arc;
 
 use crate::aggregate::common_sharing;
-use crate::plan::{BranchPlan, QueryPlan, WindowAggregatePlan};
+use crate::plan::{BranchPlan, EmitMode, QueryPlan, WindowAggregatePlan};
 use window_strategy::{plan_window_group, Strategy, WindowGroupPlan};
 
 /// A window branch of a query in a group.
@@ -52,6 +52,16 @@ pub fn window_groups(queries: &[QueryPlan], eta: f64, forced: Option<Strategy>) 
         .map(|(source, _, members)| {
             let windows: Vec<_> = members.iter().map(|(_, p)| p.window).collect();
             let sharing = common_sharing(members[0].1.aggregates.iter().map(|a| a.function));
+            // EMIT CHANGES needs every open window's value: the cheapest plan that has it, even
+            // over a forced coverage-graph strategy.
+            let changes = members[0].1.emit == EmitMode::Changes;
+            let forced = match forced {
+                Some(strategy) if !changes || strategy.emits_changes() => Some(strategy),
+                _ if changes => {
+                    Some(plan_window_group(&windows, sharing, eta, None).costs.cheapest_where(Strategy::emits_changes))
+                }
+                _ => None,
+            };
             let plan = plan_window_group(&windows, sharing, eta, forced);
             let members = members
                 .into_iter()

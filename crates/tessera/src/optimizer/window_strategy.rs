@@ -64,6 +64,13 @@ impl Strategy {
     pub fn is_shared(self) -> bool {
         !matches!(self, Strategy::Baseline | Strategy::UnsharedPaired)
     }
+
+    /// Whether the plan can write `EMIT CHANGES` rows: an open instance's current value comes
+    /// from the stream or the slices, not from a covering window's instances, which exist only
+    /// once closed.
+    pub fn emits_changes(self) -> bool {
+        !matches!(self, Strategy::Wcg | Strategy::WcgFactor)
+    }
 }
 
 /// The modeled cost of every strategy over the same period.
@@ -91,7 +98,16 @@ impl StrategyCosts {
 
     /// The cheapest strategy (ties go to the earlier one in [`Strategy::ALL`]).
     pub fn cheapest(&self) -> Strategy {
-        Strategy::ALL.into_iter().fold(Strategy::ALL[0], |best, s| if self.get(s) < self.get(best) { s } else { best })
+        self.cheapest_where(|_| true)
+    }
+
+    /// The cheapest strategy that `allowed` accepts (there is always one: the baseline).
+    pub fn cheapest_where(&self, allowed: impl Fn(Strategy) -> bool) -> Strategy {
+        Strategy::ALL
+            .into_iter()
+            .filter(|&s| allowed(s) || s == Strategy::Baseline)
+            .reduce(|best, s| if self.get(s) < self.get(best) { s } else { best })
+            .expect("the baseline is always allowed")
     }
 }
 

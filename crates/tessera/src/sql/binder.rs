@@ -28,7 +28,7 @@ use super::{duration_in_units, ScriptText};
 use crate::aggregate::{AggregateFunction, AggregateSpec, ValueKind};
 use crate::catalog::{Catalog, SourceDef};
 use crate::error::{Result, TesseraError};
-use crate::plan::{AggregateColumn, BranchPlan, ExprRef, QueryPlan, StatelessPlan, WindowAggregatePlan};
+use crate::plan::{AggregateColumn, BranchPlan, EmitMode, ExprRef, QueryPlan, StatelessPlan, WindowAggregatePlan};
 use crate::window::WindowSpec;
 
 pub const WINDOW_START: &str = "window_start";
@@ -133,7 +133,7 @@ fn windowed_schema(source: &SourceDef) -> SchemaRef {
 }
 
 /// Binds one query statement.
-pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query) -> Result<QueryPlan> {
+pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query, emit: EmitMode) -> Result<QueryPlan> {
     if query.with.is_some() {
         return Err(script.at_span("WITH (common table expressions) is not supported yet", query.span()));
     }
@@ -178,14 +178,32 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query) ->
         } else {
             output_schema = Some(schema);
         }
+        let branch = match (branch, emit) {
+            (branch, EmitMode::OnWindowClose) => branch,
+            (BranchPlan::WindowAggregate(plan), EmitMode::Changes) => {
+                BranchPlan::WindowAggregate(Arc::new(WindowAggregatePlan { emit, ..(*plan).clone() }))
+            }
+            (BranchPlan::Stateless(_), EmitMode::Changes) => {
+                return Err(script.at_span(
+                    "EMIT CHANGES applies to window aggregates: a query without a window already emits every row",
+                    select.span(),
+                ))
+            }
+        };
         branches.push(branch);
     }
-    Ok(QueryPlan {
-        sql: query.to_string(),
-        source: source.unwrap_or_default(),
-        branches,
-        output_schema: output_schema.unwrap_or_else(|| Arc::new(Schema::empty())),
-    })
+    let mut output_schema = output_schema.unwrap_or_else(|| Arc::new(Schema::empty()));
+    if emit == EmitMode::Changes {
+        output_schema = changelog_schema(&output_schema);
+    }
+    Ok(QueryPlan { sql: query.to_string(), source: source.unwrap_or_default(), branches, output_schema, emit })
+}
+
+/// The columns of an `EMIT CHANGES` query: `op` (`+I` or `+U`), then the SELECT list.
+pub fn changelog_schema(columns: &SchemaRef) -> SchemaRef {
+    let mut fields = vec![Arc::new(arrow::datatypes::Field::new("op", arrow::datatypes::DataType::Utf8, false))];
+    fields.extend(columns.fields().iter().cloned());
+    Arc::new(Schema::new(fields))
 }
 
 /// The `SELECT`s a query's branches are bound from, in order: the arms of its `UNION ALL`, each
@@ -649,6 +667,7 @@ fn bind_window_aggregate(
         having,
         projection,
         output_schema: Arc::clone(&output_schema),
+        emit: EmitMode::OnWindowClose,
     };
     Ok((BranchPlan::WindowAggregate(Arc::new(plan)), output_schema))
 }

@@ -17,6 +17,7 @@ use datafusion_sql::sqlparser::tokenizer::Token;
 
 use crate::catalog::SourceDef;
 use crate::error::{Location, Result};
+use crate::plan::EmitMode;
 pub use diagnostic::ScriptText;
 pub use interval::{delay_in_units, duration_in_units};
 
@@ -34,6 +35,7 @@ pub enum Statement {
     Query {
         query: Box<ast::Query>,
         location: Option<Location>,
+        emit: EmitMode,
     },
 }
 
@@ -60,7 +62,8 @@ pub fn parse_script(text: &str, base_dir: &Path) -> Result<Vec<Statement>> {
             parse_set(&mut parser, &script, location)?
         } else {
             let query = parser.parse_query().map_err(|e| script.parser_error(e))?;
-            Statement::Query { query, location }
+            let emit = parse_emit(&mut parser, &script)?;
+            Statement::Query { query, location, emit }
         };
         statements.push(statement);
         let end = parser.peek_token();
@@ -69,6 +72,28 @@ pub fn parse_script(text: &str, base_dir: &Path) -> Result<Vec<Statement>> {
         }
     }
     Ok(statements)
+}
+
+/// `EMIT CHANGES` or `EMIT ON WINDOW CLOSE` after a query (the default when absent).
+fn parse_emit(parser: &mut Parser, script: &ScriptText) -> Result<EmitMode> {
+    if !is_word(&parser.peek_token().token, "EMIT") {
+        return Ok(EmitMode::OnWindowClose);
+    }
+    parser.next_token();
+    if is_word(&parser.peek_token().token, "CHANGES") {
+        parser.next_token();
+        return Ok(EmitMode::Changes);
+    }
+    for word in ["ON", "WINDOW", "CLOSE"] {
+        let token = parser.next_token();
+        if !is_word(&token.token, word) {
+            return Err(script.at_span(
+                format!("expected `EMIT CHANGES` or `EMIT ON WINDOW CLOSE`, found `{}`", token.token),
+                token.span,
+            ));
+        }
+    }
+    Ok(EmitMode::OnWindowClose)
 }
 
 fn is_word(token: &Token, word: &str) -> bool {

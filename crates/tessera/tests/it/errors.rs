@@ -76,4 +76,11 @@ fn streaming_restrictions_are_explained() {
     let err = error_of("SET window_strategy = 'fastest';");
     assert!(err.contains("unknown window_strategy 'fastest'"), "{err}");
     assert!(err.contains("'shared_paired', 'shared_sliding', 'baseline', 'unshared_paired'"), "{err}");
+    let err = error_of(
+        "SELECT window_start, COUNT(*) FROM TUMBLE(readings, ts, INTERVAL '1' MINUTE) GROUP BY window_start EMIT SOMETIMES;",
+    );
+    assert!(err.contains("expected `EMIT CHANGES` or `EMIT ON WINDOW CLOSE`, found `SOMETIMES`"), "{err}");
+    assert!(err.contains("column 105"), "{err}");
+    let err = error_of("SELECT ts FROM readings WHERE ts > 0 EMIT CHANGES;");
+    assert!(err.contains("EMIT CHANGES applies to window aggregates"), "{err}");
 }

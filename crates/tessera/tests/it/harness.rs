@@ -101,13 +101,19 @@ fn value(column: &ArrayRef, row: usize) -> Value {
 
 /// All rows of the batches, sorted.
 pub fn rows(batches: &[RecordBatch]) -> Vec<Vec<Value>> {
+    let mut out = rows_in_order(batches);
+    out.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    out
+}
+
+/// The rows of `batches` in the order they were written.
+pub fn rows_in_order(batches: &[RecordBatch]) -> Vec<Vec<Value>> {
     let mut out = Vec::new();
     for batch in batches {
         for row in 0..batch.num_rows() {
             out.push(batch.columns().iter().map(|c| value(c, row)).collect::<Vec<_>>());
         }
     }
-    out.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     out
 }
 

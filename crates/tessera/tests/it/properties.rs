@@ -9,7 +9,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use proptest::prelude::*;
 
-use super::harness::{rows, run_batches, same_rows};
+use super::harness::{rows, rows_in_order, run_batches, same_rows, Value};
 use super::reference::{evaluate, Agg, Event};
 use tessera::optimizer::window_strategy::Strategy as WindowStrategy;
 
@@ -207,5 +207,78 @@ proptest! {
         let (ra, rb) = (sorted(rows(&a.rows[0])), sorted(rows(&b.rows[0])));
         prop_assert!(same_rows(&ra, &rb), "compact: {ra:?}\nunion:   {rb:?}");
         prop_assert_eq!(a.run.query_metrics[0].late_events, b.run.query_metrics[0].late_events);
+    }
+}
+
+/// Folds an `EMIT CHANGES` changelog (`op` first, then the key and window columns, then the
+/// aggregates) into the rows that stand at the end, checking that every `+I` starts a row,
+/// every `+U` and `-D` changes a standing one, and every written row is `valid`.
+fn fold_changelog(changes: &[Vec<Value>], valid: &dyn Fn(&[Value]) -> bool) -> Result<Vec<Vec<Value>>, String> {
+    let mut standing: std::collections::BTreeMap<String, Vec<Value>> = std::collections::BTreeMap::new();
+    for row in changes {
+        let (op, columns) = (&row[0], row[1..].to_vec());
+        let key = format!("{:?}", &columns[..3]);
+        match op {
+            Value::Text(op) if op == "+I" && !standing.contains_key(&key) => {}
+            Value::Text(op) if (op == "+U" || op == "-D") && standing.contains_key(&key) => {}
+            _ => return Err(format!("{op:?} out of order for {key}")),
+        }
+        if *op == Value::Text("-D".into()) {
+            standing.remove(&key);
+            continue;
+        }
+        if !valid(&columns) {
+            return Err(format!("{columns:?} is no window's value after any batch"));
+        }
+        standing.insert(key, columns);
+    }
+    let mut rows: Vec<Vec<Value>> = standing.into_values().collect();
+    rows.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    Ok(rows)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 80, ..ProptestConfig::default() })]
+
+    /// `EMIT CHANGES` writes, after each batch, rows that are the reference's value of their
+    /// window over the input so far, and its changelog folds into the final rows; with HAVING,
+    /// groups that stop passing are deleted, and the fold equals `EMIT ON WINDOW CLOSE`.
+    #[test]
+    fn emit_changes_writes_current_rows_that_fold_into_the_final_ones(
+        events in event_strategy(),
+        slide in 1i64..6,
+        extra in 0i64..20,
+        delay in 0i64..6,
+        batch_size in 1usize..30,
+        strategy in window_strategy(),
+    ) {
+        let range = slide + extra;
+        let aggs = [Agg::Min, Agg::Sum, Agg::CountRows, Agg::Avg];
+        let select: Vec<String> = aggs.iter().map(|a| a.sql("v")).collect();
+        let window = format!("HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{range}' SECOND)");
+        let query = format!("SELECT k, window_start, window_end, {} FROM {window} GROUP BY k, window_start, window_end", select.join(", "));
+        let mut text = source_ddl(delay);
+        text.push_str(&format!("{query} EMIT CHANGES;\n"));
+        text.push_str(&format!("{query} HAVING SUM(v) < 0 EMIT CHANGES;\n"));
+        text.push_str(&format!("{query} HAVING SUM(v) < 0;\n"));
+        let outcome = run_batches(&text, batches(&events, batch_size), 1, strategy).expect("engine run");
+        // Every row written is some window's value after some batch.
+        let mut valid = Vec::new();
+        let mut end = 0;
+        while end < events.len() {
+            end = (end + batch_size).min(events.len());
+            valid.extend(evaluate(&events[..end], range, slide, delay, &aggs).0);
+        }
+        let is_valid = |row: &[Value]| valid.iter().any(|v: &Vec<Value>| same_rows(std::slice::from_ref(v), &[row.to_vec()]));
+        let folded = fold_changelog(&rows_in_order(&outcome.rows[0]), &is_valid);
+        prop_assert!(folded.is_ok(), "{:?}", folded);
+        let (expected, late) = evaluate(&events, range, slide, delay, &aggs);
+        let folded = folded.unwrap();
+        prop_assert!(same_rows(&folded, &expected), "{strategy:?}\nfolded:    {folded:?}\nreference: {expected:?}");
+        prop_assert_eq!(outcome.run.query_metrics[0].late_events, late);
+        let with_having = fold_changelog(&rows_in_order(&outcome.rows[1]), &|_| true);
+        prop_assert!(with_having.is_ok(), "{:?}", with_having);
+        let on_close = rows(&outcome.rows[2]);
+        prop_assert!(same_rows(&with_having.unwrap(), &on_close));
     }
 }
