@@ -174,8 +174,11 @@ pub struct RunStats {
     pub elapsed_ms: u64,
     pub events_per_second: f64,
     pub state_bytes_peak: u64,
+    /// State reads (of partial aggregates, per row updated and per partial combined to emit).
     pub store_reads: u64,
     pub store_writes: u64,
+    /// The reads of `store_reads` that combine partial aggregates to emit rows.
+    pub emit_reads: u64,
     /// Workers that computed (the most any source used).
     pub parallelism: usize,
     pub queries: Vec<QueryStats>,
@@ -329,6 +332,7 @@ fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &S
         stats.late_events += m.late_events;
         stats.store_reads += m.store_reads;
         stats.store_writes += m.store_writes;
+        stats.emit_reads += m.emit_reads;
     }
 }
 

@@ -94,14 +94,17 @@ pub struct OperatorMetrics {
     pub rows_out: u64,
     pub late_events: u64,
     pub state_bytes: u64,
+    /// Reads of state: rows updating partial aggregates, and partial aggregates combined
+    /// to emit rows (`emit_reads`, counted in `store_reads` too).
     pub store_reads: u64,
     pub store_writes: u64,
+    pub emit_reads: u64,
 }
 
 impl OperatorMetrics {
     /// Writes the counters (not `state_bytes`, a gauge).
     pub fn encode(&self, w: &mut StateWriter) {
-        for v in [self.rows_in, self.rows_out, self.late_events, self.store_reads, self.store_writes] {
+        for v in [self.rows_in, self.rows_out, self.late_events, self.store_reads, self.store_writes, self.emit_reads] {
             w.u64(v);
         }
     }
@@ -114,6 +117,7 @@ impl OperatorMetrics {
             state_bytes: 0,
             store_reads: r.u64()?,
             store_writes: r.u64()?,
+            emit_reads: r.u64()?,
         })
     }
 
@@ -124,6 +128,7 @@ impl OperatorMetrics {
         self.state_bytes += other.state_bytes;
         self.store_reads += other.store_reads;
         self.store_writes += other.store_writes;
+        self.emit_reads += other.emit_reads;
     }
 }
 

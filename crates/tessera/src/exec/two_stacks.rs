@@ -39,7 +39,8 @@ impl TwoStacks {
     }
 
     /// The merge of the slices `first..=last` with data (`slices`), `None` if all are empty;
-    /// `merged_keys` counts the group states merged. Instances come in order (`first` and
+    /// `slice_reads` counts the slices' group states read (each slice is read when pushed and
+    /// when flipped; combining the stacks' own aggregates reads no slice). Instances come in order (`first` and
     /// `last` never decrease; a window ending before the last one pushed is rebuilt).
     pub(super) fn window<'a>(
         &'a mut self,
@@ -48,7 +49,7 @@ impl TwoStacks {
         slices: &BTreeMap<i64, GroupTable>,
         new_table: &dyn Fn() -> GroupTable,
         scratch: &mut Vec<u32>,
-        merged_keys: &mut u64,
+        slice_reads: &mut u64,
     ) -> Result<Option<Cow<'a, GroupTable>>> {
         if self.pushed_through.is_some_and(|p| last < p) {
             *self = TwoStacks::default();
@@ -58,7 +59,7 @@ impl TwoStacks {
             if self.front.last().is_some_and(|(k, _)| *k < first) {
                 self.front.pop();
             } else if self.front.is_empty() && self.back.first().is_some_and(|&k| k < first) {
-                self.flip(first, slices, new_table, scratch, merged_keys)?;
+                self.flip(first, slices, new_table, scratch, slice_reads)?;
             } else {
                 break;
             }
@@ -69,7 +70,7 @@ impl TwoStacks {
             for (&k, table) in slices.range(from..=last) {
                 self.back.push(k);
                 self.back_merged.get_or_insert_with(new_table).merge_from(table, scratch)?;
-                *merged_keys += table.keys.len() as u64;
+                *slice_reads += table.keys.len() as u64;
             }
         }
         self.pushed_through = Some(self.pushed_through.map_or(last, |p| p.max(last)));
@@ -80,7 +81,6 @@ impl TwoStacks {
             (Some((_, front)), Some(back)) => {
                 let mut both = front.clone();
                 both.merge_from(back, scratch)?;
-                *merged_keys += back.keys.len() as u64;
                 Some(Cow::Owned(both))
             }
         })
@@ -94,7 +94,7 @@ impl TwoStacks {
         slices: &BTreeMap<i64, GroupTable>,
         new_table: &dyn Fn() -> GroupTable,
         scratch: &mut Vec<u32>,
-        merged_keys: &mut u64,
+        slice_reads: &mut u64,
     ) -> Result<()> {
         let back = std::mem::take(&mut self.back);
         self.back_merged = None;
@@ -102,7 +102,7 @@ impl TwoStacks {
             let Some(table) = slices.get(&k) else { continue };
             let mut suffix = self.front.last().map_or_else(new_table, |(_, newer)| newer.clone());
             suffix.merge_from(table, scratch)?;
-            *merged_keys += table.keys.len() as u64;
+            *slice_reads += table.keys.len() as u64;
             self.front.push((k, suffix));
         }
         Ok(())

@@ -224,8 +224,11 @@ pub struct WindowAggregateExec {
     slices: BTreeMap<i64, GroupTable>,
     /// `EMIT CHANGES`: the keys of the rows each slice took since rows were last written.
     changed: Option<BTreeMap<i64, Vec<u32>>>,
+    /// State reads and writes of rows updating partial aggregates (one of each per row and
+    /// instance or slice updated), and reads of partial aggregates combined to emit rows.
     store_reads: u64,
     store_writes: u64,
+    emit_reads: u64,
     scratch: Vec<u32>,
 }
 
@@ -289,6 +292,7 @@ impl WindowAggregateExec {
             changed: changes.then(BTreeMap::new),
             store_reads: 0,
             store_writes: 0,
+            emit_reads: 0,
             scratch: Vec::new(),
         })
     }
@@ -447,7 +451,7 @@ impl WindowAggregateExec {
     /// Merges instance `m` of node `i` from its input, emits it to the node's slots and keeps
     /// it for the node's children.
     fn close_instance(&mut self, i: usize, m: i64, out: &mut Output) -> Result<()> {
-        let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, store_reads, changed, .. } = self;
+        let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, emit_reads, changed, .. } = self;
         let (parents, rest) = nodes.split_at_mut(i);
         let node = &mut rest[0];
         if changed.is_some() {
@@ -468,7 +472,7 @@ impl WindowAggregateExec {
                 let range = slicing.slices_between(spec.start(m), spec.end(m));
                 let new_table = || GroupTable::new(shape);
                 let window =
-                    node.sliding.window(*range.start(), *range.end(), slices, &new_table, scratch, store_reads)?;
+                    node.sliding.window(*range.start(), *range.end(), slices, &new_table, scratch, emit_reads)?;
                 let Some(window) = window else { return Ok(()) };
                 emitter.emit(&node.slots, spec, m, &window, out)?;
                 if !node.children.is_empty() {
@@ -482,7 +486,7 @@ impl WindowAggregateExec {
                     (None, _) => return Ok(()),
                     // One slice and nobody reading the instance: emit straight from the slice.
                     (Some((_, only)), None) if node.children.is_empty() => {
-                        *store_reads += only.keys.len() as u64;
+                        *emit_reads += only.keys.len() as u64;
                         return emitter.emit(&node.slots, spec, m, only, out);
                     }
                     (first, second) => {
@@ -510,7 +514,7 @@ impl WindowAggregateExec {
                 merged
             }
         };
-        *store_reads += reads;
+        *emit_reads += reads;
         emitter.emit(&node.slots, spec, m, &table, out)?;
         if !node.children.is_empty() {
             node.closed.insert(m, table);
@@ -521,7 +525,7 @@ impl WindowAggregateExec {
     /// `EMIT CHANGES`: writes the current rows of the changed keys of every open instance
     /// (`only`: of one node's instance, about to close) and, for all, forgets the changes.
     fn write_changes(&mut self, only: Option<(usize, i64)>, out: &mut Output) -> Result<()> {
-        let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, store_reads, changed, .. } = self;
+        let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, emit_reads, changed, .. } = self;
         let Some(changed) = changed.as_mut().filter(|c| !c.is_empty()) else { return Ok(()) };
         for (i, node) in nodes.iter_mut().enumerate() {
             if node.slots.is_empty() || only.is_some_and(|(n, _)| n != i) {
@@ -539,25 +543,64 @@ impl WindowAggregateExec {
                     instances.entry(m).or_default().extend_from_slice(keys);
                 }
             }
-            for (m, mut keys) in instances {
+            for keys in instances.values_mut() {
                 keys.sort_unstable();
                 keys.dedup();
-                let mut table = GroupTable::new(shape);
-                match node.input {
-                    NodeInput::Stream => {
+            }
+            let new_table = || GroupTable::new(shape);
+            let mut tables: Vec<(i64, GroupTable)> = Vec::with_capacity(instances.len());
+            match node.input {
+                NodeInput::Stream => {
+                    for (&m, keys) in &instances {
+                        let mut table = new_table();
                         if let Some(open) = node.open.get(&m) {
-                            *store_reads += table.merge_keys_from(open, &keys, scratch)? as u64;
+                            *emit_reads += table.merge_keys_from(open, keys, scratch)? as u64;
                         }
-                    }
-                    NodeInput::Slices { .. } => {
-                        for (_, part) in slices.range(slicing.slices_between(node.spec.start(m), node.spec.end(m))) {
-                            *store_reads += table.merge_keys_from(part, &keys, scratch)? as u64;
-                        }
-                    }
-                    NodeInput::Window(_) => {
-                        return Err(TesseraError::Internal("EMIT CHANGES over a covering window's instances".into()))
+                        tables.push((m, table));
                     }
                 }
+                NodeInput::Slices { .. } => {
+                    let (Some((&first, _)), Some((&last, _))) =
+                        (instances.first_key_value(), instances.last_key_value())
+                    else {
+                        continue;
+                    };
+                    // Each slice the instances span is read once, for the changed keys; a
+                    // sliding sweep over those partials gives every instance's value.
+                    let mut changed_keys: Vec<u32> = instances.values().flatten().copied().collect();
+                    changed_keys.sort_unstable();
+                    changed_keys.dedup();
+                    let span = slicing.slice_of(node.spec.start(first))..=slicing.slice_of(node.spec.end(last) - 1);
+                    let mut partials = BTreeMap::new();
+                    for (&k, slice) in slices.range(span) {
+                        let mut partial = new_table();
+                        *emit_reads += partial.merge_keys_from(slice, &changed_keys, scratch)? as u64;
+                        partials.insert(k, partial);
+                    }
+                    let mut sweep = TwoStacks::default();
+                    let mut partial_reads = 0;
+                    for (&m, keys) in &instances {
+                        let range = slicing.slices_between(node.spec.start(m), node.spec.end(m));
+                        let mut table = new_table();
+                        let window = sweep.window(
+                            *range.start(),
+                            *range.end(),
+                            &partials,
+                            &new_table,
+                            scratch,
+                            &mut partial_reads,
+                        )?;
+                        if let Some(window) = window {
+                            table.merge_keys_from(&window, keys, scratch)?;
+                        }
+                        tables.push((m, table));
+                    }
+                }
+                NodeInput::Window(_) => {
+                    return Err(TesseraError::Internal("EMIT CHANGES over a covering window's instances".into()))
+                }
+            }
+            for (m, table) in tables {
                 let written = node.emitted.entry(m).or_default();
                 emitter.emit_changes(&node.slots, node.spec, m, &table, written, out)?;
             }
@@ -661,6 +704,7 @@ impl StreamOperator for WindowAggregateExec {
         };
         w.u64(self.store_reads);
         w.u64(self.store_writes);
+        w.u64(self.emit_reads);
         w.len(self.emitter.slots.len());
         self.emitter.slots.iter().for_each(|slot| slot.metrics.encode(w));
         tables(w, &self.slices);
@@ -693,6 +737,7 @@ impl StreamOperator for WindowAggregateExec {
         let mismatch = || TesseraError::Checkpoint("the state snapshot does not match the plan's windows".into());
         self.store_reads = r.u64()?;
         self.store_writes = r.u64()?;
+        self.emit_reads = r.u64()?;
         if r.len(1)? != self.emitter.slots.len() {
             return Err(mismatch());
         }
@@ -728,8 +773,9 @@ impl StreamOperator for WindowAggregateExec {
             + self.nodes.iter().map(Node::bytes).sum::<usize>();
         let mut metrics: Vec<OperatorMetrics> = self.emitter.slots.iter().map(|s| s.metrics).collect();
         metrics[0].state_bytes = state as u64;
-        metrics[0].store_reads += self.store_reads;
+        metrics[0].store_reads += self.store_reads + self.emit_reads;
         metrics[0].store_writes += self.store_writes;
+        metrics[0].emit_reads += self.emit_reads;
         metrics
     }
 }

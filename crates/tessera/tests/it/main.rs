@@ -7,3 +7,4 @@ mod properties;
 mod recovery;
 mod reference;
 mod slt;
+mod store_costs;
