@@ -133,6 +133,8 @@ class Case:
         self.aggregates = [(f"a{n}", t, d, kind) for n, (t, d, kind) in enumerate(aggregates, start=1)]
         self.where = rng.choice(WHERE_CLAUSES) if rng.random() < 0.25 else None
         self.having = rng.choice(HAVING_CLAUSES) if rng.random() < 0.2 else None
+        # A quarter of the cases write an EMIT CHANGES changelog, folded into its final rows.
+        self.emit_changes = random.Random(seed ^ 0xE417).random() < 0.25
 
     @staticmethod
     def interval(seconds, in_minutes):
@@ -157,6 +159,8 @@ class Case:
         query += f"\nGROUP BY {', '.join(self.group_by)}"
         if self.having:
             query += f"\nHAVING {self.having}"
+        if self.emit_changes:
+            query += "\nEMIT CHANGES"
         return (
             f"-- duckdb-diff case, seed {self.seed}\n"
             f"CREATE SOURCE s (k BIGINT, v DOUBLE, i BIGINT, ts BIGINT, {watermark})\n"
@@ -279,7 +283,9 @@ def parse_tessera(path, columns):
             raise ValueError(f"line {line_no}: {len(record)} fields, expected {len(columns)}: {record}")
         row = []
         for field, (name, kind) in zip(record, columns):
-            if field == "":
+            if kind == "op":
+                row.append(field)
+            elif field == "":
                 row.append(None)
             elif kind in ("key", "int", "distinct"):
                 if not INT_RE.match(field):
@@ -289,6 +295,21 @@ def parse_tessera(path, columns):
                 row.append(float(field))
         rows.append(tuple(row))
     return rows
+
+
+def fold_changelog(rows, num_keys):
+    """The rows standing at the end of an EMIT CHANGES changelog (`op` first, then the group
+    columns): `+I` starts a group's row, `+U` replaces it, `-D` deletes it."""
+    standing = {}
+    for line_no, (op, *row) in enumerate(rows, start=2):
+        key = tuple(row[:num_keys])
+        if (op == "+I") == (key in standing) or op not in ("+I", "+U", "-D"):
+            raise ValueError(f"line {line_no}: {op} for group {key} out of order")
+        if op == "-D":
+            del standing[key]
+        else:
+            standing[key] = tuple(row)
+    return list(standing.values())
 
 
 def values_match(kind, ours, theirs):
@@ -389,7 +410,10 @@ def run_case(tessera, case, workdir):
 
     columns = case.columns()
     try:
-        tessera_rows = parse_tessera(out_path, columns)
+        if case.emit_changes:
+            tessera_rows = fold_changelog(parse_tessera(out_path, [("op", "op")] + columns), len(case.group_columns))
+        else:
+            tessera_rows = parse_tessera(out_path, columns)
     except ValueError as e:
         return [f"tessera output {out_path}: {e}"]
     con = duckdb.connect()

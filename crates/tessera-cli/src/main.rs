@@ -242,6 +242,22 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
         stats.bad_rows,
         stats.parallelism,
     );
+    if let Some(dir) = &args.state_dir {
+        if stats.resumed_events > 0 {
+            text.push_str(&format!(
+                "\n  resumed from the checkpoint in {} at {} events (restored in {:.2} s)",
+                dir.display(),
+                stats.resumed_events,
+                stats.recovery_ms as f64 / 1000.0
+            ));
+        }
+        text.push_str(&format!(
+            "\n  {} checkpoints written to {} ({:.2} s)",
+            stats.checkpoints,
+            dir.display(),
+            stats.checkpoint_ms as f64 / 1000.0
+        ));
+    }
     if stats.bad_rows > 0 {
         text.push_str(&format!("\n  skipped rows are in {}", args.dead_letter.display()));
     }

@@ -179,6 +179,13 @@ pub struct RunStats {
     pub store_writes: u64,
     /// The reads of `store_reads` that combine partial aggregates to emit rows.
     pub emit_reads: u64,
+    /// Checkpoints written (with a state directory), and the milliseconds they took.
+    pub checkpoints: u64,
+    pub checkpoint_ms: u64,
+    /// Resuming from a checkpoint: the events it held, and the milliseconds spent restoring
+    /// the state and re-reading the input up to it.
+    pub resumed_events: u64,
+    pub recovery_ms: u64,
     /// Workers that computed (the most any source used).
     pub parallelism: usize,
     pub queries: Vec<QueryStats>,
@@ -306,6 +313,7 @@ pub fn run_script_with_readers(
     }
     if completed {
         // A finished run: nothing was read and nothing is written again.
+        stats.resumed_events = stats.events_in;
         stats.elapsed_ms = started.elapsed().as_millis() as u64;
         return Ok(stats);
     }
@@ -314,13 +322,19 @@ pub fn run_script_with_readers(
         checkpointer.complete(sink.checkpoint()?)?;
     }
     stats.elapsed_ms = started.elapsed().as_millis() as u64;
-    stats.events_per_second = stats.events_in as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    // This run's rate: the events a resumed checkpoint held were counted before.
+    stats.events_per_second =
+        (stats.events_in - stats.resumed_events) as f64 / started.elapsed().as_secs_f64().max(1e-9);
     Ok(stats)
 }
 
 /// Adds what running one source produced to the run's statistics.
 fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &SourceRun) {
     stats.events_in += run.events_in;
+    stats.checkpoints += run.checkpoints;
+    stats.checkpoint_ms += run.checkpoint_ms;
+    stats.resumed_events += run.resumed_events;
+    stats.recovery_ms += run.recovery_ms;
     stats.parallelism = stats.parallelism.max(run.workers);
     stats.bad_rows += run.bad_rows;
     stats.state_bytes_peak = stats.state_bytes_peak.max(run.state_bytes_peak);

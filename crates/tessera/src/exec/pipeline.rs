@@ -75,6 +75,14 @@ pub struct SourceRun {
     /// Per query (by index in the script): rows out, and summed operator metrics.
     pub query_rows_out: Vec<u64>,
     pub query_metrics: Vec<OperatorMetrics>,
+    /// Checkpoints written while reading this source, and the time they took.
+    pub checkpoints: u64,
+    pub checkpoint_ms: u64,
+    /// Resuming: the events the checkpoint held, and the time until the first new batch
+    /// reached the operators (restoring the state and re-reading the input up to the
+    /// checkpoint).
+    pub resumed_events: u64,
+    pub recovery_ms: u64,
 }
 
 /// One operator, as planned: what it evaluates, and the query each of its output slots
@@ -321,6 +329,7 @@ pub fn run_source(
     options: SourceOptions<'_>,
 ) -> Result<SourceRun> {
     let SourceOptions { parallelism, progress, mut checkpoints } = options;
+    let started = std::time::Instant::now();
     let specs = plan_operators(queries, groups);
     let query_count = queries.iter().map(|(q, _)| q + 1).max().unwrap_or(0);
     for (query, plan) in queries {
@@ -338,6 +347,7 @@ pub fn run_source(
     let resume = checkpoints.as_mut().and_then(|c| c.resume.take());
     let (skip_batches, max_event_time) = resume.as_ref().map_or((0, i64::MIN), |(p, _)| (p.batches, p.max_event_time));
     if let Some((position, _)) = &resume {
+        run.resumed_events = position.events_in;
         run.events_in = position.events_in;
         run.state_bytes_peak = position.state_bytes_peak;
         for (q, rows) in position.query_rows_out.iter().enumerate().take(query_count) {
@@ -381,7 +391,7 @@ pub fn run_source(
             Ok(reader.bad_rows())
         });
         let computed = if let Some(worker) = inline_worker {
-            let checkpoints = checkpoints.map(|c| (c, skip_batches));
+            let checkpoints = checkpoints.map(|c| (c, skip_batches, started));
             compute_inline(worker, &specs, batch_rx, &queued, sink, progress, &mut run, checkpoints)
         } else {
             compute_parallel(&specs, source, workers, batch_rx, sink, progress, &mut run)
@@ -421,18 +431,22 @@ fn compute_inline(
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
     run: &mut SourceRun,
-    mut checkpoints: Option<(SourceCheckpoints<'_>, u64)>,
+    mut checkpoints: Option<(SourceCheckpoints<'_>, u64, std::time::Instant)>,
 ) -> Result<()> {
     for (input, watermark, max_event_time, read) in batches {
         queued.fetch_sub(1, Ordering::Relaxed);
+        if let Some((_, _, started)) = checkpoints.as_ref().filter(|_| run.resumed_events > 0 && run.recovery_ms == 0) {
+            run.recovery_ms = started.elapsed().as_millis().max(1) as u64;
+        }
         run.events_in += input.len() as u64;
         let parts = (0..specs.len()).map(|op| (op, Arc::clone(&input))).collect();
         worker.handle(parts, watermark, &mut |e| write(run, e, sink))?;
         run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
         report(progress, read, run.events_in);
-        if let Some((c, batches_done)) = checkpoints.as_mut() {
+        if let Some((c, batches_done, _)) = checkpoints.as_mut() {
             *batches_done += 1;
             if c.checkpointer.due() {
+                let checkpoint_started = std::time::Instant::now();
                 let position = SourcePosition {
                     source: c.source,
                     batches: *batches_done,
@@ -444,6 +458,8 @@ fn compute_inline(
                 let snapshot = worker.snapshot()?;
                 let sink_position = sink.checkpoint()?;
                 c.checkpointer.write(position, &snapshot, sink_position)?;
+                run.checkpoints += 1;
+                run.checkpoint_ms += checkpoint_started.elapsed().as_millis() as u64;
             }
         }
     }

@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 
 use super::group_table::GroupTable;
 use crate::error::Result;
+use crate::plan::WindowAggregatePlan;
+use crate::state::codec::{StateReader, StateWriter};
 
 #[derive(Default)]
 pub(super) struct TwoStacks {
@@ -106,6 +108,32 @@ impl TwoStacks {
             self.front.push((k, suffix));
         }
         Ok(())
+    }
+
+    /// Writes the stacks (saved rather than rebuilt, so a resumed run merges in the same order
+    /// and its floating-point results are the same to the bit).
+    pub(super) fn encode(&self, w: &mut StateWriter) {
+        w.i64s(&self.back);
+        w.bool(self.back_merged.is_some());
+        if let Some(table) = &self.back_merged {
+            table.encode(w);
+        }
+        w.len(self.front.len());
+        for (k, table) in &self.front {
+            w.i64(*k);
+            table.encode(w);
+        }
+        w.bool(self.pushed_through.is_some());
+        w.i64(self.pushed_through.unwrap_or(0));
+    }
+
+    pub(super) fn decode(plan: &WindowAggregatePlan, r: &mut StateReader) -> Result<Self> {
+        let back = r.i64s()?;
+        let back_merged = if r.bool()? { Some(GroupTable::decode(plan, r)?) } else { None };
+        let n = r.len(9)?;
+        let front = (0..n).map(|_| Ok((r.i64()?, GroupTable::decode(plan, r)?))).collect::<Result<_>>()?;
+        let pushed_through = if r.bool()? { Some(r.i64()?) } else { r.i64().map(|_| None)? };
+        Ok(TwoStacks { back, back_merged, front, pushed_through })
     }
 
     pub(super) fn bytes(&self) -> usize {

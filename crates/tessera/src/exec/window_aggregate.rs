@@ -715,6 +715,7 @@ impl StreamOperator for WindowAggregateExec {
             }
             tables(w, &node.open);
             tables(w, &node.closed);
+            node.sliding.encode(w);
             w.len(node.emitted.len());
             for (&m, written) in &node.emitted {
                 w.i64(m);
@@ -727,7 +728,6 @@ impl StreamOperator for WindowAggregateExec {
         }
     }
 
-    /// The sliding aggregators are not saved: they rebuild from the slices.
     fn restore(&mut self, r: &mut StateReader) -> Result<()> {
         let shape = Arc::clone(&self.shape);
         let tables = |r: &mut StateReader| -> Result<BTreeMap<i64, GroupTable>> {
@@ -754,7 +754,7 @@ impl StreamOperator for WindowAggregateExec {
             node.keep_from = r.i64()?;
             node.open = tables(r)?;
             node.closed = tables(r)?;
-            node.sliding = TwoStacks::default();
+            node.sliding = TwoStacks::decode(&shape, r)?;
             let instances = r.len(16)?;
             node.emitted = (0..instances)
                 .map(|_| {
