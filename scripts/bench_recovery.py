@@ -3,7 +3,7 @@
 
 Runs the script plainly and with `--state-dir` at `--interval` seconds between checkpoints,
 alternating, and reports the median wall times and their ratio. Then, `--kills` times, starts
-a checkpointed run, kills it with SIGKILL at about half of the plain run's time, restarts it
+a checkpointed run, kills it with SIGKILL late in the run (after a checkpoint), restarts it
 and reports the restarted run's recovery time (restoring the state and re-reading the input
 up to the checkpoint, from --stats-json) and wall time; the restarted output must equal the
 plain run's rows.
@@ -76,16 +76,18 @@ def main():
         print(f"plain: {p:.3f} s; checkpoints every {args.interval} s: {c:.3f} s "
               f"({statistics.median(checkpoints)} checkpoints taking {statistics.median(checkpoint_s):.3f} s): {c / p:.3f}x")
         expected = sorted_lines(plain_out)
+        # Late enough in the run for a checkpoint to exist.
+        kill_at = max(0.8 * p, 1.3 * args.interval)
         for k in range(args.kills):
             shutil.rmtree(state, ignore_errors=True)
             child = subprocess.Popen(checkpointed)
-            time.sleep(p / 2)
+            time.sleep(kill_at)
             child.send_signal(signal.SIGKILL)
             child.wait()
             restart = timed(checkpointed)
             report = json.load(open(stats))
             same = sorted_lines(out) == expected
-            print(f"kill {k + 1} at {p / 2:.2f} s: restart resumed at {report['resumed_events']} events, "
+            print(f"kill {k + 1} at {kill_at:.2f} s: restart resumed at {report['resumed_events']} events, "
                   f"recovery {report['recovery_ms'] / 1000:.3f} s, restarted run {restart:.3f} s, output equal: {same}")
             if not same:
                 sys.exit(1)
