@@ -4,7 +4,7 @@
 W1: MIN(temperature) per device over tumbling 10, 20, 30, 40 minutes (four window queries).
 W2: SUM and COUNT per device over HOP 1 minute / 30 minutes.
 w1_<strategy>: W1 run with --set window_strategy=<strategy> (baseline, unshared_paired,
-shared_paired, wcg, wcg_factor); plain w1 lets the optimizer choose.
+shared_paired, shared_sliding, wcg, wcg_factor); plain w1 lets the optimizer choose.
 
 For each workload and input format it reports the median wall time of `tessera run` (whole
 process, results written to a CSV file), tessera's compute-only time (`tessera bench`: input

@@ -146,6 +146,49 @@ struct Worker {
 enum Emitted {
     Rows(usize, RecordBatch),
     Late(usize, RecordBatch),
+    /// A worker's state at a checkpoint barrier (it sent every row it emitted before).
+    Snapshot {
+        state: Vec<u8>,
+        position: Arc<SourcePosition>,
+    },
+}
+
+/// The checkpoint snapshot of a run: the state of every worker, in order.
+fn combine_snapshots(workers: &[Vec<u8>]) -> Vec<u8> {
+    let mut w = StateWriter::default();
+    w.len(workers.len());
+    workers.iter().for_each(|state| w.bytes(state));
+    w.into_bytes()
+}
+
+/// The state of each of `workers` workers in a checkpoint snapshot.
+fn split_snapshot(snapshot: &[u8], workers: usize) -> Result<Vec<&[u8]>> {
+    let mut r = StateReader::new(snapshot);
+    let saved = r.len(8)?;
+    if saved != workers {
+        return Err(TesseraError::Checkpoint(format!(
+            "the checkpoint was written by {saved} workers and this run has {workers}: resume with --parallelism {saved}"
+        )));
+    }
+    let parts = (0..saved).map(|_| r.bytes()).collect::<Result<Vec<_>>>()?;
+    r.finish()?;
+    Ok(parts)
+}
+
+/// Saves a checkpoint: makes the sink's output durable and writes the snapshot and manifest.
+fn save_checkpoint(
+    checkpointer: &mut Checkpointer,
+    position: SourcePosition,
+    snapshot: &[u8],
+    sink: &mut dyn ResultSink,
+    run_checkpoints: (&mut u64, &mut u64),
+) -> Result<()> {
+    let started = std::time::Instant::now();
+    let sink_position = sink.checkpoint()?;
+    checkpointer.write(position, snapshot, sink_position)?;
+    *run_checkpoints.0 += 1;
+    *run_checkpoints.1 += started.elapsed().as_millis() as u64;
+    Ok(())
 }
 
 impl Worker {
@@ -342,7 +385,7 @@ pub fn run_source(
     };
     // Checkpoints are cut between batches of one worker (the reading thread still decodes
     // ahead on the other core).
-    let workers = if checkpoints.is_some() { 1 } else { parallelism.workers(specs.len()) };
+    let workers = parallelism.workers(specs.len());
     run.workers = workers;
     let resume = checkpoints.as_mut().and_then(|c| c.resume.take());
     let (skip_batches, max_event_time) = resume.as_ref().map_or((0, i64::MIN), |(p, _)| (p.batches, p.max_event_time));
@@ -359,7 +402,7 @@ pub fn run_source(
     // two cores split the work of one worker. When reading is the slower side it does not.
     let mut inline_worker = if workers == 1 { Some(Worker::new(&specs, &source.event_time.data_type)?) } else { None };
     if let (Some(worker), Some((_, snapshot))) = (inline_worker.as_mut(), &resume) {
-        worker.restore(snapshot)?;
+        worker.restore(split_snapshot(snapshot, 1)?[0])?;
     }
     let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::scope(|scope| -> Result<SourceRun> {
@@ -390,11 +433,13 @@ pub fn run_source(
             }
             Ok(reader.bad_rows())
         });
+        let checkpoints = checkpoints.map(|c| Resumable { checkpoints: c, batches_done: skip_batches, started });
         let computed = if let Some(worker) = inline_worker {
-            let checkpoints = checkpoints.map(|c| (c, skip_batches, started));
             compute_inline(worker, &specs, batch_rx, &queued, sink, progress, &mut run, checkpoints)
         } else {
-            compute_parallel(&specs, source, workers, batch_rx, sink, progress, &mut run)
+            let saved = resume.as_ref().map(|(_, snapshot)| snapshot.as_slice());
+            let io = Io { batches: batch_rx, sink, progress };
+            compute_parallel(&specs, source, workers, io, &mut run, checkpoints, saved)
         };
         let read = reading.join().map_err(|_| TesseraError::Internal("the reader thread panicked".into()))?;
         // A read error explains a failure downstream better than the failure itself.
@@ -404,13 +449,15 @@ pub fn run_source(
     })
 }
 
-fn write(run: &mut SourceRun, emitted: Emitted, sink: &mut dyn ResultSink) -> Result<()> {
+/// Writes rows to the sink, counting them per query in `rows_out`.
+fn write(rows_out: &mut [u64], emitted: Emitted, sink: &mut dyn ResultSink) -> Result<()> {
     match emitted {
         Emitted::Rows(q, batch) => {
-            run.query_rows_out[q] += batch.num_rows() as u64;
+            rows_out[q] += batch.num_rows() as u64;
             sink.write_rows(q, &batch)
         }
         Emitted::Late(q, batch) => sink.write_late(q, &batch),
+        Emitted::Snapshot { .. } => Err(TesseraError::Internal("a worker state where rows were expected".into())),
     }
 }
 
@@ -420,8 +467,38 @@ fn report(progress: Option<&ProgressFn<'_>>, (done, total): (u64, Option<u64>), 
     }
 }
 
-/// One worker on the calling thread; with `checkpoints` (and the batches already consumed)
-/// it saves a checkpoint between batches when one is due.
+/// Checkpointing as the operators run: where to save, the input batches the operators
+/// consumed, and when the run started (for the recovery time).
+struct Resumable<'a> {
+    checkpoints: SourceCheckpoints<'a>,
+    batches_done: u64,
+    started: std::time::Instant,
+}
+
+impl Resumable<'_> {
+    /// Counts a consumed batch; at the first one after a resume, notes the recovery time.
+    fn consumed(&mut self, run: &mut SourceRun) {
+        if run.resumed_events > 0 && run.recovery_ms == 0 {
+            run.recovery_ms = self.started.elapsed().as_millis().max(1) as u64;
+        }
+        self.batches_done += 1;
+    }
+
+    /// Where the source stands after the batches consumed.
+    fn position(&self, run: &SourceRun, max_event_time: i64) -> SourcePosition {
+        SourcePosition {
+            source: self.checkpoints.source,
+            batches: self.batches_done,
+            max_event_time,
+            events_in: run.events_in,
+            query_rows_out: run.query_rows_out.clone(),
+            state_bytes_peak: run.state_bytes_peak,
+        }
+    }
+}
+
+/// One worker on the calling thread; with `checkpoints` it saves a checkpoint between batches
+/// when one is due.
 #[allow(clippy::too_many_arguments)]
 fn compute_inline(
     mut worker: Worker,
@@ -431,113 +508,182 @@ fn compute_inline(
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
     run: &mut SourceRun,
-    mut checkpoints: Option<(SourceCheckpoints<'_>, u64, std::time::Instant)>,
+    mut checkpoints: Option<Resumable<'_>>,
 ) -> Result<()> {
     for (input, watermark, max_event_time, read) in batches {
         queued.fetch_sub(1, Ordering::Relaxed);
-        if let Some((_, _, started)) = checkpoints.as_ref().filter(|_| run.resumed_events > 0 && run.recovery_ms == 0) {
-            run.recovery_ms = started.elapsed().as_millis().max(1) as u64;
-        }
         run.events_in += input.len() as u64;
         let parts = (0..specs.len()).map(|op| (op, Arc::clone(&input))).collect();
-        worker.handle(parts, watermark, &mut |e| write(run, e, sink))?;
+        worker.handle(parts, watermark, &mut |e| write(&mut run.query_rows_out, e, sink))?;
         run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
         report(progress, read, run.events_in);
-        if let Some((c, batches_done, _)) = checkpoints.as_mut() {
-            *batches_done += 1;
-            if c.checkpointer.due() {
-                let checkpoint_started = std::time::Instant::now();
-                let position = SourcePosition {
-                    source: c.source,
-                    batches: *batches_done,
-                    max_event_time,
-                    events_in: run.events_in,
-                    query_rows_out: run.query_rows_out.clone(),
-                    state_bytes_peak: run.state_bytes_peak,
-                };
-                let snapshot = worker.snapshot()?;
-                let sink_position = sink.checkpoint()?;
-                c.checkpointer.write(position, &snapshot, sink_position)?;
-                run.checkpoints += 1;
-                run.checkpoint_ms += checkpoint_started.elapsed().as_millis() as u64;
+        if let Some(c) = checkpoints.as_mut() {
+            c.consumed(run);
+            if c.checkpoints.checkpointer.due() {
+                let position = c.position(run, max_event_time);
+                let snapshot = combine_snapshots(&[worker.snapshot()?]);
+                let counters = (&mut run.checkpoints, &mut run.checkpoint_ms);
+                save_checkpoint(c.checkpoints.checkpointer, position, &snapshot, sink, counters)?;
             }
         }
     }
-    for (query, metrics) in worker.finish(&mut |e| write(run, e, sink))? {
+    for (query, metrics) in worker.finish(&mut |e| write(&mut run.query_rows_out, e, sink))? {
         run.query_metrics[query].add(&metrics);
     }
     Ok(())
 }
 
+/// Where a parallel run's batches come from and its results go.
+struct Io<'a, 'p> {
+    batches: Receiver<Stamped>,
+    sink: &'a mut dyn ResultSink,
+    progress: Option<&'a ProgressFn<'p>>,
+}
+
+/// What a worker thread is sent.
+enum WorkerMessage {
+    Batch(Vec<(usize, Arc<EventBatch>)>, i64),
+    /// A checkpoint barrier: send the state to the sink, after every row emitted so far.
+    Snapshot(Arc<SourcePosition>),
+}
+
 /// Workers on their own threads, fed whole operators or key-hash partitions; results go to
-/// the sink from a helper thread.
+/// the sink from a helper thread. With `checkpoints`, the dispatching thread sends every worker
+/// a barrier between two batches when a checkpoint is due; each worker sends its state to the
+/// sink thread behind the rows it emitted before, and the sink thread saves the checkpoint
+/// once it has every worker's. `saved` is the snapshot to resume from.
 fn compute_parallel(
     specs: &[OperatorSpec],
     source: &SourceDef,
     workers: usize,
-    batches: Receiver<Stamped>,
-    sink: &mut dyn ResultSink,
-    progress: Option<&ProgressFn<'_>>,
+    io: Io<'_, '_>,
     run: &mut SourceRun,
+    checkpoints: Option<Resumable<'_>>,
+    saved: Option<&[u8]>,
 ) -> Result<()> {
-    let query_count = run.query_rows_out.len();
+    let Io { batches, sink, progress } = io;
     let mut pool = Vec::new();
     for _ in 0..workers {
         pool.push(Worker::new(specs, &source.event_time.data_type)?);
     }
+    if let Some(saved) = saved {
+        for (worker, state) in pool.iter_mut().zip(split_snapshot(saved, workers)?) {
+            worker.restore(state)?;
+        }
+    }
     let state_gauges: Vec<Arc<AtomicU64>> = pool.iter().map(|w| Arc::clone(&w.state_bytes)).collect();
-    type WorkerMessage = Option<(Vec<(usize, Arc<EventBatch>)>, i64)>;
-    let (sink_tx, sink_rx) = sync_channel::<std::result::Result<Emitted, TesseraError>>(64);
+    // The sink thread saves checkpoints; the dispatching thread decides when.
+    let (mut counter, checkpointer) = match checkpoints {
+        Some(Resumable { checkpoints, batches_done, started }) => {
+            let SourceCheckpoints { checkpointer, source, .. } = checkpoints;
+            let interval = checkpointer.interval();
+            (Some((source, batches_done, started, interval, std::time::Instant::now())), Some(checkpointer))
+        }
+        None => (None, None),
+    };
+    // Each message says which worker sent it.
+    let (sink_tx, sink_rx) = sync_channel::<(usize, std::result::Result<Emitted, TesseraError>)>(64);
     std::thread::scope(|scope| -> Result<()> {
-        let mut senders: Vec<SyncSender<WorkerMessage>> = Vec::new();
+        let mut senders: Vec<SyncSender<Option<WorkerMessage>>> = Vec::new();
         let mut handles = Vec::new();
-        for mut worker in pool {
-            let (tx, rx): (SyncSender<WorkerMessage>, Receiver<WorkerMessage>) = sync_channel(4);
+        for (index, mut worker) in pool.into_iter().enumerate() {
+            let (tx, rx): (SyncSender<Option<WorkerMessage>>, Receiver<Option<WorkerMessage>>) = sync_channel(4);
             senders.push(tx);
             let sink_tx = sink_tx.clone();
             handles.push(scope.spawn(move || -> Result<Vec<(usize, OperatorMetrics)>> {
                 let mut emit =
-                    |e: Emitted| sink_tx.send(Ok(e)).map_err(|_| TesseraError::Internal("sink closed".into()));
+                    |e: Emitted| sink_tx.send((index, Ok(e))).map_err(|_| TesseraError::Internal("sink closed".into()));
                 let result = (|| -> Result<Vec<(usize, OperatorMetrics)>> {
-                    while let Ok(Some((parts, watermark))) = rx.recv() {
-                        worker.handle(parts, watermark, &mut emit)?;
+                    while let Ok(Some(message)) = rx.recv() {
+                        match message {
+                            WorkerMessage::Batch(parts, watermark) => worker.handle(parts, watermark, &mut emit)?,
+                            WorkerMessage::Snapshot(position) => {
+                                emit(Emitted::Snapshot { state: worker.snapshot()?, position })?
+                            }
+                        }
                     }
                     worker.finish(&mut emit)
                 })();
                 // The error travels to the sink thread, which ends the run with it.
                 result.or_else(|e| {
-                    sink_tx.send(Err(e)).map(|_| Vec::new()).map_err(|_| TesseraError::Internal("sink closed".into()))
+                    sink_tx
+                        .send((index, Err(e)))
+                        .map(|_| Vec::new())
+                        .map_err(|_| TesseraError::Internal("sink closed".into()))
                 })
             }));
         }
         drop(sink_tx);
-        let sink_thread = scope.spawn(move || -> Result<Vec<u64>> {
-            let mut rows_out = vec![0u64; query_count];
+        let mut rows_out = run.query_rows_out.clone();
+        let sink_thread = scope.spawn(move || -> Result<(Vec<u64>, u64, u64)> {
+            let mut checkpointer = checkpointer;
+            let (mut saved, mut saved_ms) = (0, 0);
+            let mut states: Vec<Option<Vec<u8>>> = vec![None; workers];
+            // Aligned barriers: what a worker sends after its state, until every worker's state
+            // is in and the checkpoint saved, belongs after the checkpoint.
+            let mut held: Vec<std::collections::VecDeque<Emitted>> = (0..workers).map(|_| Default::default()).collect();
             let mut failure = None;
-            for message in sink_rx {
+            for (sender, message) in sink_rx {
                 if failure.is_some() {
                     continue;
                 }
-                let written = match message {
-                    Ok(Emitted::Rows(q, batch)) => {
-                        rows_out[q] += batch.num_rows() as u64;
-                        sink.write_rows(q, &batch)
+                let mut queue = match message {
+                    Ok(emitted) => std::collections::VecDeque::from([(sender, emitted)]),
+                    Err(e) => {
+                        failure = Some(e);
+                        continue;
                     }
-                    Ok(Emitted::Late(q, batch)) => sink.write_late(q, &batch),
-                    Err(e) => Err(e),
                 };
-                failure = written.err();
+                while let Some((w, emitted)) = queue.pop_front() {
+                    if states[w].is_some() {
+                        held[w].push_back(emitted);
+                        continue;
+                    }
+                    let written = match emitted {
+                        Emitted::Snapshot { state, position } => {
+                            states[w] = Some(state);
+                            match (states.iter().all(Option::is_some), checkpointer.as_deref_mut()) {
+                                (true, Some(checkpointer)) => {
+                                    let all: Vec<Vec<u8>> = states.iter_mut().filter_map(Option::take).collect();
+                                    let position =
+                                        SourcePosition { query_rows_out: rows_out.clone(), ..(*position).clone() };
+                                    let snapshot = combine_snapshots(&all);
+                                    for (v, messages) in held.iter_mut().enumerate() {
+                                        queue.extend(messages.drain(..).map(|m| (v, m)));
+                                    }
+                                    save_checkpoint(
+                                        checkpointer,
+                                        position,
+                                        &snapshot,
+                                        sink,
+                                        (&mut saved, &mut saved_ms),
+                                    )
+                                }
+                                _ => Ok(()),
+                            }
+                        }
+                        rows => write(&mut rows_out, rows, sink),
+                    };
+                    if let Err(e) = written {
+                        failure = Some(e);
+                        break;
+                    }
+                }
             }
-            failure.map_or(Ok(rows_out), Err)
+            failure.map_or(Ok((rows_out, saved, saved_ms)), Err)
         });
 
-        let mut partitioner =
-            Partitioner { workers, random_state: RandomState::with_seed(0), hashes: Vec::new(), batches_seen: 0 };
+        let mut partitioner = Partitioner {
+            workers,
+            random_state: RandomState::with_seed(0),
+            hashes: Vec::new(),
+            batches_seen: counter.as_ref().map_or(0, |c| c.1 as usize),
+        };
         // With at least as many operators as workers, each worker runs whole operators on
         // shared batches: no hashing or copying of rows. Otherwise rows are split by key hash.
         let whole_operators = specs.len() >= workers;
         let dispatch = (|| -> Result<()> {
-            for (input, watermark, _, read) in batches {
+            for (input, watermark, max_event_time, read) in batches {
                 run.events_in += input.len() as u64;
                 let mut per_worker: Vec<Vec<(usize, Arc<EventBatch>)>> = vec![Vec::new(); workers];
                 let mut cache = Vec::new();
@@ -554,13 +700,35 @@ fn compute_parallel(
                 }
                 partitioner.batches_seen += 1;
                 for (sender, parts) in senders.iter().zip(per_worker) {
-                    if sender.send(Some((parts, watermark))).is_err() {
+                    if sender.send(Some(WorkerMessage::Batch(parts, watermark))).is_err() {
                         return Ok(()); // the worker failed; its error reaches the sink
                     }
                 }
                 let state: u64 = state_gauges.iter().map(|g| g.load(Ordering::Relaxed)).sum();
                 run.state_bytes_peak = run.state_bytes_peak.max(state);
                 report(progress, read, run.events_in);
+                if let Some((source, batches_done, started, interval, last)) = counter.as_mut() {
+                    if run.resumed_events > 0 && run.recovery_ms == 0 {
+                        run.recovery_ms = started.elapsed().as_millis().max(1) as u64;
+                    }
+                    *batches_done += 1;
+                    if last.elapsed() >= *interval {
+                        *last = std::time::Instant::now();
+                        let position = Arc::new(SourcePosition {
+                            source: *source,
+                            batches: *batches_done,
+                            max_event_time,
+                            events_in: run.events_in,
+                            query_rows_out: Vec::new(),
+                            state_bytes_peak: run.state_bytes_peak,
+                        });
+                        for sender in &senders {
+                            if sender.send(Some(WorkerMessage::Snapshot(Arc::clone(&position)))).is_err() {
+                                return Ok(());
+                            }
+                        }
+                    }
+                }
             }
             Ok(())
         })();
@@ -574,7 +742,10 @@ fn compute_parallel(
         }
         let sink_result = sink_thread.join().map_err(|_| TesseraError::Internal("the sink thread panicked".into()))?;
         dispatch?;
-        run.query_rows_out = sink_result?;
+        let (rows_out, saved, saved_ms) = sink_result?;
+        run.query_rows_out = rows_out;
+        run.checkpoints += saved;
+        run.checkpoint_ms += saved_ms;
         for result in worker_results {
             for (query, metrics) in result? {
                 run.query_metrics[query].add(&metrics);

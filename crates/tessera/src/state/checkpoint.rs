@@ -142,6 +142,10 @@ impl Checkpointer {
         Ok(Resume { manifest, snapshot })
     }
 
+    pub fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
     /// Whether a checkpoint is due.
     pub fn due(&self) -> bool {
         self.last.elapsed() >= self.config.interval

@@ -1,5 +1,5 @@
-//! Checkpoints and recovery in process: a run that fails after a random number of batches,
-//! having checkpointed after every batch, and is then resumed from its state directory, ends
+//! Checkpoints and recovery in process: a run on one to three workers that fails after a random
+//! number of batches, having checkpointed after every batch, and is then resumed from its state directory, ends
 //! with exactly the rows of an uninterrupted run — for every aggregate (the snapshot encodes
 //! each partial state), string keys and values, every window strategy, late events and
 //! `EMIT CHANGES` (which rows of an open window were written).
@@ -55,12 +55,13 @@ fn run(
     input: &[RecordBatch],
     state: Option<&Path>,
     fail_after: Option<usize>,
+    workers: usize,
     sink: &mut MemorySink,
 ) -> tessera::Result<tessera::engine::RunStats> {
     let mut script = Script::compile(text, Path::new("."))?;
     script.settings.window_strategy = strategy;
     let options = RunOptions {
-        parallelism: Parallelism::Fixed(1),
+        parallelism: Parallelism::Fixed(workers),
         checkpoints: state.map(|dir| CheckpointConfig { dir: dir.to_path_buf(), interval: Duration::ZERO }),
         ..RunOptions::default()
     };
@@ -82,6 +83,7 @@ proptest! {
         crashes in prop::collection::vec(0usize..12, 1..4),
         strategy in window_strategy(),
         two_keys in any::<bool>(),
+        workers in 1usize..4,
     ) {
         let range = slide + extra;
         let mut aggregates: Vec<String> = Agg::ALL.iter().map(|a| a.sql("v")).collect();
@@ -101,16 +103,16 @@ proptest! {
         );
         let input = batches(&events, batch_size);
         let mut expected = MemorySink::default();
-        run(&text, strategy, &input, None, None, &mut expected).expect("uninterrupted run");
+        run(&text, strategy, &input, None, None, workers, &mut expected).expect("uninterrupted run");
         let dir = tempfile::tempdir().expect("temp dir");
         let mut resumed = MemorySink::default();
         for crash in crashes {
             // Each attempt resumes from the last checkpoint and crashes a few batches later.
-            if run(&text, strategy, &input, Some(dir.path()), Some(crash), &mut resumed).is_ok() {
+            if run(&text, strategy, &input, Some(dir.path()), Some(crash), workers, &mut resumed).is_ok() {
                 break;
             }
         }
-        let stats = run(&text, strategy, &input, Some(dir.path()), None, &mut resumed).expect("resumed run");
+        let stats = run(&text, strategy, &input, Some(dir.path()), None, workers, &mut resumed).expect("resumed run");
         prop_assert_eq!(stats.events_in, events.len() as u64);
         for q in 0..3 {
             let (want, got) = (rows(&expected.rows[q]), rows(&resumed.rows[q]));
