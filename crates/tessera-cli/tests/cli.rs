@@ -298,6 +298,9 @@ fn killed_and_resumed_runs_write_every_row_once() {
         "state",
         "--checkpoint-interval",
         "0.02",
+        // Rows split by key over two workers: checkpoints cut by barriers.
+        "--parallelism",
+        "2",
     ];
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as u64;
     let mut rng = seed | 1;
@@ -337,4 +340,10 @@ fn killed_and_resumed_runs_write_every_row_once() {
     let refused = tessera(&other, dir.path());
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
     assert!(text(&refused.stderr).contains("written for another plan"), "{}", text(&refused.stderr));
+    // So is a checkpoint of other input.
+    let mut data = std::fs::OpenOptions::new().append(true).open(dir.path().join("data.csv")).expect("data");
+    writeln!(data, "1,20.0,1700999999").expect("append");
+    let changed = tessera(&args, dir.path());
+    assert_eq!(changed.status.code(), Some(1), "{}", text(&changed.stderr));
+    assert!(text(&changed.stderr).contains("another plan or input"), "{}", text(&changed.stderr));
 }

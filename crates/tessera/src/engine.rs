@@ -263,6 +263,14 @@ pub fn run_script_with_readers(
     let mut checkpointer = None;
     let mut resume = None;
     if let Some(config) = &options.checkpoints {
+        if let Some(query) = script.queries.iter().find(|q| {
+            script.catalog.source(&q.source).is_some_and(|s| matches!(s.location, crate::catalog::Location::Stdin))
+        }) {
+            return Err(TesseraError::Option(format!(
+                "checkpoints need file sources: `{}` reads stdin, which cannot be read again on resume",
+                query.source
+            )));
+        }
         let (opened, found) = Checkpointer::open(config.clone(), plan_fingerprint(script, &groups))?;
         checkpointer = Some(opened);
         resume = found;
@@ -350,12 +358,18 @@ fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &S
     }
 }
 
-/// Identifies what a checkpoint's state means: the tessera version, the sources, the
+/// Identifies what a checkpoint's state means: the tessera version, the sources (and their
+/// files' length and modification time: a checkpoint of other input is refused), the
 /// settings, the queries and the plan of every window group.
 fn plan_fingerprint(script: &Script, groups: &[WindowGroup]) -> String {
     let mut text = format!("tessera {}\n{:?}\n", env!("CARGO_PKG_VERSION"), script.settings);
     for query in &script.queries {
-        text.push_str(&format!("{}\n{:?}\n", query.sql, script.catalog.source(&query.source)));
+        let source = script.catalog.source(&query.source);
+        text.push_str(&format!("{}\n{source:?}\n", query.sql));
+        if let Some(crate::catalog::Location::File(path)) = source.map(|s| &s.location) {
+            let file = std::fs::metadata(path).ok().map(|m| (m.len(), m.modified().ok()));
+            text.push_str(&format!("{file:?}\n"));
+        }
     }
     for group in groups {
         text.push_str(&format!("{} {:?}\n", group.plan.strategy.name(), group.plan.nodes));

@@ -120,8 +120,8 @@ impl Checkpointer {
         })?;
         if manifest.format != FORMAT || manifest.fingerprint != fingerprint {
             return Err(TesseraError::Checkpoint(format!(
-                "the checkpoint in {} was written for another plan (tessera {}, plan {}; this run: tessera {}, plan {fingerprint}): \
-                 resume it with the same script and settings, or give another --state-dir",
+                "the checkpoint in {} was written for another plan or input (tessera {}, plan {}; this run: tessera {}, plan {fingerprint}): \
+                 resume it with the same script, settings and input files, or give another --state-dir",
                 dir.display(),
                 manifest.tessera_version,
                 manifest.fingerprint,
