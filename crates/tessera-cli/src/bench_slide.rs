@@ -9,7 +9,7 @@ use serde_json::json;
 use tessera::optimizer::window_strategy::Strategy;
 use tessera::TesseraError;
 
-use crate::bench_wcg::{stream, time_strategy};
+use crate::bench_wcg::{create_report, parse_list, stream, time_strategy};
 
 #[derive(clap::Args, Debug)]
 pub struct SlideArgs {
@@ -45,25 +45,15 @@ pub struct SlideArgs {
 const PLANS: [Strategy; 3] = [Strategy::Baseline, Strategy::SharedPaired, Strategy::SharedSliding];
 
 pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
-    let ratios: Vec<i64> = args
-        .ratios
-        .split(',')
-        .map(|r| r.trim().parse::<i64>().ok().filter(|v| *v > 0))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| TesseraError::Option(format!("--ratios expects positive integers, got '{}'", args.ratios)))?;
-    let plans: Vec<Strategy> =
+    let ratios = parse_list("--ratios", &args.ratios, |r: &i64| *r > 0, "positive integers")?;
+    let plans =
         args.plans.split(',').map(|p| Strategy::parse(p.trim())).collect::<Option<Vec<_>>>().ok_or_else(|| {
             TesseraError::Option(format!("--plans expects window_strategy names, got '{}'", args.plans))
         })?;
     if args.slide <= 0 {
         return Err(TesseraError::Option("--slide must be positive".into()));
     }
-    let mut json_out = match &args.json {
-        Some(path) => Some(
-            std::fs::File::create(path).map_err(|e| TesseraError::io(format!("cannot write {}", path.display()), e))?,
-        ),
-        None => None,
-    };
+    let mut json_out = create_report(args.json.as_deref())?;
     let batches = stream(args.events, args.eta, args.keys);
     println!(
         "{} events, {} per second, {} keys, slide {} s; M events/s (state reads / writes per event)",

@@ -71,18 +71,8 @@ struct Summary {
 }
 
 pub fn bench_wcg(args: &WcgArgs) -> Result<(), TesseraError> {
-    let etas: Vec<f64> = args
-        .eta
-        .split(',')
-        .map(|e| e.trim().parse::<f64>().ok().filter(|v| *v > 0.0))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| TesseraError::Option(format!("--eta expects positive numbers, got '{}'", args.eta)))?;
-    let mut json = match &args.json {
-        Some(path) => Some(
-            std::fs::File::create(path).map_err(|e| TesseraError::io(format!("cannot write {}", path.display()), e))?,
-        ),
-        None => None,
-    };
+    let etas = parse_list("--eta", &args.eta, |e: &f64| *e > 0.0, "positive numbers")?;
+    let mut json = create_report(args.json.as_deref())?;
     println!(
         "| generator | windows | kind | eta | sets | BL | UP | SP | WCG | WCG-FW | chosen cheapest | WCG-FW gap to exact (mean/max) | measured sets | measured UP/SP/WCG/WCG-FW vs BL | Spearman (mean) |"
     );
@@ -234,6 +224,27 @@ fn measure_strategies(
         times.push(median);
     }
     Ok(times)
+}
+
+/// A comma-separated option: every item parsed and `valid`, or an error naming the option.
+pub fn parse_list<T: std::str::FromStr>(
+    option: &str,
+    text: &str,
+    valid: impl Fn(&T) -> bool,
+    expected: &str,
+) -> Result<Vec<T>, TesseraError> {
+    text.split(',')
+        .map(|item| item.trim().parse::<T>().ok().filter(|v| valid(v)))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| TesseraError::Option(format!("{option} expects {expected}, got '{text}'")))
+}
+
+/// The JSON-lines report file, if one was asked for.
+pub fn create_report(path: Option<&std::path::Path>) -> Result<Option<std::fs::File>, TesseraError> {
+    path.map(|path| {
+        std::fs::File::create(path).map_err(|e| TesseraError::io(format!("cannot write {}", path.display()), e))
+    })
+    .transpose()
 }
 
 /// The median compute time of `repeat` runs of the script `text` with `strategy` forced, one
