@@ -229,6 +229,24 @@ fn explain_shows_windows_and_costs() {
     assert!(dot.starts_with("digraph tessera {"), "{dot}");
     assert!(dot.contains("q0_stream -> q0_w1 [label=\"x10\"];"), "{dot}");
     assert!(dot.contains("range 10s, slide 10s"), "{dot}");
+
+    // A WINDOWS(...) form names the windows.
+    std::fs::write(
+        dir.path().join("named.sql"),
+        format!(
+            "{SOURCE}SELECT device_id, window_name, window_start, window_end, MIN(temperature) AS lo
+             FROM WINDOWS(readings, ts, short => TUMBLE(INTERVAL '10' SECOND), long => TUMBLE(INTERVAL '20' SECOND))
+             GROUP BY device_id, window_name, window_start, window_end;"
+        ),
+    )
+    .expect("script");
+    let out = tessera(&["explain", "named.sql", "--format", "json", "--set", "window_strategy=wcg"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> =
+        plan["queries"][0]["windows"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["short", "long"]);
+    assert_eq!(plan["queries"][0]["edges"][1], serde_json::json!({ "from": "short", "to": "long", "multiplier": 2 }));
 }
 
 #[test]

@@ -32,8 +32,9 @@ pub fn explain_json(script: &Script) -> Value {
             let mut costs = json!({});
             let mut chosen_strategy: Vec<&str> = Vec::new();
             let mut exact = json!({ "cost": 0.0, "complete": true, "candidates": 0 });
+            let names = node_names(q, &mine);
             for (g, group) in mine.iter().enumerate() {
-                let name = |n: usize| if mine.len() == 1 { format!("w{}", n + 1) } else { format!("g{}w{}", g + 1, n + 1) };
+                let name = |n: usize| names[g][n].clone();
                 let plan = &group.plan;
                 for (n, node) in plan.nodes.iter().enumerate() {
                     windows.push(json!({
@@ -88,6 +89,45 @@ pub fn explain_json(script: &Script) -> Value {
         })
         .collect();
     json!({ "queries": queries })
+}
+
+/// The names of the nodes of query `q`'s groups: the `WINDOWS(...)` name of the query's branch
+/// a node computes, else `w1`, `w2`, ... (`g1w1`, ... with several groups). If that would name
+/// two nodes alike, every node gets its numbered name.
+fn node_names(q: usize, groups: &[&WindowGroup]) -> Vec<Vec<String>> {
+    let numbered = |g: usize, n: usize| {
+        if groups.len() == 1 {
+            format!("w{}", n + 1)
+        } else {
+            format!("g{}w{}", g + 1, n + 1)
+        }
+    };
+    let named: Vec<Vec<String>> = groups
+        .iter()
+        .enumerate()
+        .map(|(g, group)| {
+            (0..group.plan.nodes.len())
+                .map(|n| {
+                    let mut labels = group
+                        .members
+                        .iter()
+                        .filter(|m| m.query == q && m.node == n)
+                        .filter_map(|m| m.plan.window_name.clone());
+                    match (labels.next(), labels.next()) {
+                        (Some(label), None) => label,
+                        _ => numbered(g, n),
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let mut all: Vec<&String> = named.iter().flatten().collect();
+    all.sort();
+    all.dedup();
+    if all.len() == named.iter().map(Vec::len).sum::<usize>() && !all.iter().any(|n| *n == "stream" || *n == "slices") {
+        return named;
+    }
+    groups.iter().enumerate().map(|(g, group)| (0..group.plan.nodes.len()).map(|n| numbered(g, n)).collect()).collect()
 }
 
 fn add_cost(costs: &mut Value, key: &str, value: f64) {

@@ -74,6 +74,8 @@ pub struct WindowAggregatePlan {
     /// The SELECT list's columns (without the `op` column of `EMIT CHANGES`).
     pub output_schema: SchemaRef,
     pub emit: EmitMode,
+    /// The window's name in a `WINDOWS(...)` form (EXPLAIN shows it).
+    pub window_name: Option<String>,
 }
 
 impl WindowAggregatePlan {

@@ -66,7 +66,7 @@ pub fn compile_flink(script: &Script) -> Result<String> {
         let Some(ast::Statement::Query(q)) = parsed.first() else {
             return Err(TesseraError::Internal(format!("cannot re-read query {}", query.sql)));
         };
-        selects.push(branch_selects(q, &text)?);
+        selects.push(branch_selects(q, &text)?.into_iter().map(|(select, _)| select).collect());
     }
     // Per query, the SQL of each branch in order.
     let mut branch_sql: Vec<Vec<Option<String>>> =

@@ -151,8 +151,17 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query, em
     let mut source: Option<String> = None;
     let mut branches = Vec::new();
     let mut output_schema: Option<SchemaRef> = None;
-    for select in &selects {
+    for (select, window_name) in &selects {
         let (branch, schema, source_name) = bind_select(&context, script, select)?;
+        let branch = match branch {
+            BranchPlan::WindowAggregate(plan) if window_name.is_some() => {
+                BranchPlan::WindowAggregate(Arc::new(WindowAggregatePlan {
+                    window_name: window_name.clone(),
+                    ..(*plan).clone()
+                }))
+            }
+            other => other,
+        };
         match &source {
             None => source = Some(source_name),
             Some(first) if *first != source_name => {
@@ -207,8 +216,8 @@ pub fn changelog_schema(columns: &SchemaRef) -> SchemaRef {
 }
 
 /// The `SELECT`s a query's branches are bound from, in order: the arms of its `UNION ALL`, each
-/// compact `WINDOWS(...)` form expanded into one per window.
-pub fn branch_selects(query: &ast::Query, script: &ScriptText) -> Result<Vec<ast::Select>> {
+/// compact `WINDOWS(...)` form expanded into one per window (with the window's name).
+pub fn branch_selects(query: &ast::Query, script: &ScriptText) -> Result<Vec<(ast::Select, Option<String>)>> {
     let mut written = Vec::new();
     collect_union_branches(&query.body, script, &mut written)?;
     let mut selects = Vec::new();
@@ -668,6 +677,7 @@ fn bind_window_aggregate(
         projection,
         output_schema: Arc::clone(&output_schema),
         emit: EmitMode::OnWindowClose,
+        window_name: None,
     };
     Ok((BranchPlan::WindowAggregate(Arc::new(plan)), output_schema))
 }

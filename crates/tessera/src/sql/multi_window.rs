@@ -23,14 +23,15 @@ use crate::error::Result;
 /// The column naming the window a row belongs to.
 pub const WINDOW_NAME: &str = "window_name";
 
-/// The branches `select` stands for: itself, or one per window of its `WINDOWS(...)`.
-pub fn expand(select: ast::Select, script: &ScriptText) -> Result<Vec<ast::Select>> {
+/// The branches `select` stands for: itself, or one per window of its `WINDOWS(...)` with the
+/// window's name.
+pub fn expand(select: ast::Select, script: &ScriptText) -> Result<Vec<(ast::Select, Option<String>)>> {
     let Some(TableFactor::Table { name, args: Some(call), .. }) = select.from.first().map(|f| &f.relation) else {
-        return Ok(vec![select]);
+        return Ok(vec![(select, None)]);
     };
-    let Some(function) = name.0.last().and_then(|part| part.as_ident()) else { return Ok(vec![select]) };
+    let Some(function) = name.0.last().and_then(|part| part.as_ident()) else { return Ok(vec![(select, None)]) };
     if !function.value.eq_ignore_ascii_case("WINDOWS") {
-        return Ok(vec![select]);
+        return Ok(vec![(select, None)]);
     }
     let usage = "WINDOWS(source, time_column, [name =>] TUMBLE(size) | HOP(slide, size), ...)";
     if call.args.len() < 3 {
@@ -63,8 +64,8 @@ pub fn expand(select: ast::Select, script: &ScriptText) -> Result<Vec<ast::Selec
             call.args = call.args[..2].iter().cloned().chain(window_args.args.iter().cloned()).collect();
         }
         name_window(&mut branch, &window_name);
-        names.push(window_name);
-        branches.push(branch);
+        names.push(window_name.clone());
+        branches.push((branch, Some(window_name)));
     }
     Ok(branches)
 }
