@@ -103,6 +103,7 @@ pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
                         "aggregates": aggregates, "ratio": ratio, "slide": args.slide, "plan": plan.name(),
                         "events": stats.events_in, "seconds": seconds, "events_per_second": rate,
                         "reads_per_event": reads, "writes_per_event": writes, "rows_out": stats.rows_out,
+                        "state_bytes_peak": stats.state_bytes_peak,
                     });
                     writeln!(file, "{line}").map_err(|e| TesseraError::io("cannot write the JSON report", e))?;
                 }

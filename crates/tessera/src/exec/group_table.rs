@@ -10,11 +10,41 @@ use crate::state::codec::{StateReader, StateWriter};
 
 const NO_SLOT: u32 = u32::MAX;
 
+/// Key ids below this always fit a dense index.
+const DENSE_FLOOR: usize = 4096;
+
+/// Where each key id's slot is: a dense array indexed by key id while the table holds a fair
+/// share of the ids up to its largest one, a hash map when it holds few keys with large ids
+/// (sparse keys over many slices would otherwise pay an array of every key per slice).
+#[derive(Clone)]
+enum SlotIndex {
+    /// `NO_SLOT` where a key has no state here.
+    Dense(Vec<u32>),
+    Sparse {
+        slots: hashbrown::HashMap<u32, u32>,
+        max_key: u32,
+    },
+}
+
+/// Whether a dense index up to `key` is worth it for a table of `keys` keys.
+fn dense_fits(key: u32, keys: usize) -> bool {
+    (key as usize) < DENSE_FLOOR.max(8 * (keys + 1))
+}
+
+/// The slot of `key` in a sparse index, creating it.
+fn sparse_slot(slots: &mut hashbrown::HashMap<u32, u32>, max_key: &mut u32, keys: &mut Vec<u32>, key: u32) -> u32 {
+    *max_key = (*max_key).max(key);
+    *slots.entry(key).or_insert_with(|| {
+        keys.push(key);
+        keys.len() as u32 - 1
+    })
+}
+
 /// Partial states of every group seen in one slice (or, while emitting, one window).
 #[derive(Clone)]
 pub(super) struct GroupTable {
-    /// Slot of each interned key id, `NO_SLOT` if the key has no state here.
-    slot_of_key: Vec<u32>,
+    /// Slot of each interned key id.
+    index: SlotIndex,
     /// Key id of each slot.
     pub(super) keys: Vec<u32>,
     /// One state column per aggregate.
@@ -24,26 +54,58 @@ pub(super) struct GroupTable {
 impl GroupTable {
     pub(super) fn new(plan: &WindowAggregatePlan) -> Self {
         GroupTable {
-            slot_of_key: Vec::new(),
+            index: SlotIndex::Dense(Vec::new()),
             keys: Vec::new(),
             states: plan.aggregates.iter().map(|a| a.new_states()).collect(),
+        }
+    }
+
+    /// The slot of `key`, if it has state here.
+    fn slot_of(&self, key: u32) -> Option<u32> {
+        match &self.index {
+            SlotIndex::Dense(dense) => dense.get(key as usize).copied().filter(|&s| s != NO_SLOT),
+            SlotIndex::Sparse { slots, .. } => slots.get(&key).copied(),
         }
     }
 
     /// Slots for `key_ids`, creating missing ones.
     fn slots_for(&mut self, key_ids: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
         out.clear();
+        let GroupTable { index, keys, .. } = self;
         for key in key_ids {
-            let k = key as usize;
-            if k >= self.slot_of_key.len() {
-                self.slot_of_key.resize(k + 1, NO_SLOT);
-            }
-            let mut slot = self.slot_of_key[k];
-            if slot == NO_SLOT {
-                slot = self.keys.len() as u32;
-                self.slot_of_key[k] = slot;
-                self.keys.push(key);
-            }
+            let slot = match index {
+                SlotIndex::Dense(dense) if (key as usize) < dense.len() || dense_fits(key, keys.len()) => {
+                    let k = key as usize;
+                    if k >= dense.len() {
+                        dense.resize(k + 1, NO_SLOT);
+                    }
+                    if dense[k] == NO_SLOT {
+                        dense[k] = keys.len() as u32;
+                        keys.push(key);
+                    }
+                    dense[k]
+                }
+                SlotIndex::Dense(dense) => {
+                    let slots = dense.iter().enumerate().filter(|(_, &s)| s != NO_SLOT).map(|(k, &s)| (k as u32, s));
+                    let mut slots: hashbrown::HashMap<u32, u32> = slots.collect();
+                    let mut max_key = slots.keys().copied().max().unwrap_or(0);
+                    let slot = sparse_slot(&mut slots, &mut max_key, keys, key);
+                    *index = SlotIndex::Sparse { slots, max_key };
+                    slot
+                }
+                SlotIndex::Sparse { slots, max_key } => {
+                    let slot = sparse_slot(slots, max_key, keys, key);
+                    // Turn dense once the keys fill a fair share of the ids up to the largest.
+                    if dense_fits(*max_key, keys.len()) {
+                        let mut dense = vec![NO_SLOT; *max_key as usize + 1];
+                        for (&k, &s) in slots.iter() {
+                            dense[k as usize] = s;
+                        }
+                        *index = SlotIndex::Dense(dense);
+                    }
+                    slot
+                }
+            };
             out.push(slot);
         }
         let n = self.keys.len();
@@ -84,10 +146,8 @@ impl GroupTable {
         keys: &[u32],
         scratch: &mut Vec<u32>,
     ) -> Result<usize> {
-        let (present, src): (Vec<u32>, Vec<u32>) = keys
-            .iter()
-            .filter_map(|&k| other.slot_of_key.get(k as usize).filter(|&&s| s != NO_SLOT).map(|&s| (k, s)))
-            .unzip();
+        let (present, src): (Vec<u32>, Vec<u32>) =
+            keys.iter().filter_map(|&k| other.slot_of(k).map(|s| (k, s))).unzip();
         self.slots_for(present.iter().copied(), scratch);
         for (mine, theirs) in self.states.iter_mut().zip(&other.states) {
             mine.merge_selected(theirs, &src, scratch)?;
@@ -117,8 +177,57 @@ impl GroupTable {
     }
 
     pub(super) fn bytes(&self) -> usize {
-        self.slot_of_key.capacity() * 4
-            + self.keys.capacity() * 4
-            + self.states.iter().map(GroupStates::bytes).sum::<usize>()
+        let index = match &self.index {
+            SlotIndex::Dense(dense) => dense.capacity() * 4,
+            SlotIndex::Sparse { slots, .. } => slots.capacity() * 9,
+        };
+        index + self.keys.capacity() * 4 + self.states.iter().map(GroupStates::bytes).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::BranchPlan;
+
+    fn plan() -> std::sync::Arc<WindowAggregatePlan> {
+        let script = crate::engine::Script::compile(
+            "CREATE SOURCE s (k BIGINT, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'unused.csv');
+             SELECT k, window_start, window_end, SUM(v) FROM TUMBLE(s, ts, INTERVAL '1' SECOND) GROUP BY k, window_start, window_end;",
+            std::path::Path::new("."),
+        )
+        .expect("script");
+        match &script.queries[0].branches[0] {
+            BranchPlan::WindowAggregate(plan) => plan.clone(),
+            BranchPlan::Stateless(_) => panic!("a window query"),
+        }
+    }
+
+    #[test]
+    fn few_keys_with_large_ids_index_sparsely_and_many_densely() {
+        let plan = plan();
+        let mut table = GroupTable::new(&plan);
+        let mut slots = Vec::new();
+        // Two keys with large ids: a hash map, not an array of a million slots.
+        table.slots_for([1_000_000, 7].into_iter(), &mut slots);
+        assert_eq!(slots, [0, 1]);
+        assert!(matches!(table.index, SlotIndex::Sparse { .. }));
+        assert!(table.bytes() < 10_000, "{}", table.bytes());
+        // Enough keys below the largest id make it dense again, slots unchanged.
+        table.slots_for(100_000..230_000, &mut slots);
+        assert!(matches!(table.index, SlotIndex::Dense(_)));
+        assert_eq!((table.slot_of(1_000_000), table.slot_of(7), table.slot_of(100_000)), (Some(0), Some(1), Some(2)));
+        assert_eq!(table.slot_of(8), None);
+        // Merging a sparse table's keys and a round trip through the codec keep every slot.
+        let mut sparse = GroupTable::new(&plan);
+        sparse.slots_for([900_000, 5].into_iter(), &mut slots);
+        let mut merged = GroupTable::new(&plan);
+        assert_eq!(merged.merge_keys_from(&sparse, &[5, 6, 900_000], &mut slots).unwrap(), 2);
+        assert_eq!(merged.keys, [5, 900_000]);
+        let mut w = StateWriter::default();
+        merged.encode(&mut w);
+        let bytes = w.into_bytes();
+        let back = GroupTable::decode(&plan, &mut StateReader::new(&bytes)).unwrap();
+        assert_eq!((back.slot_of(5), back.slot_of(900_000), back.slot_of(6)), (Some(0), Some(1), None));
     }
 }
