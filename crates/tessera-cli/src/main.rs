@@ -18,7 +18,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tessera::connectors::sink::{FileSink, OutputFormat};
 use tessera::connectors::{OnError, ReadOptions};
-use tessera::engine::{run_script, RunOptions, RunStats, Script};
+use tessera::engine::{run_script, RunOptions, RunStats, Script, StateOptions};
 use tessera::exec::pipeline::{Parallelism, Progress};
 use tessera::state::checkpoint::CheckpointConfig;
 use tessera::TesseraError;
@@ -34,6 +34,34 @@ struct Cli {
 enum Format {
     Csv,
     Jsonl,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum StateBackendArg {
+    Memory,
+    Disk,
+}
+
+/// A size in bytes: a number with an optional KB, MB or GB (powers of 1024).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let upper = text.to_ascii_uppercase();
+    let (number, unit) = match upper.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&text[..i], &upper[i..]),
+        None => (text, ""),
+    };
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" | "KIB" => 1 << 10,
+        "MB" | "MIB" => 1 << 20,
+        "GB" | "GIB" => 1 << 30,
+        other => return Err(format!("unknown unit `{other}` (use KB, MB or GB)")),
+    };
+    let value: f64 = number.trim().parse().map_err(|_| format!("`{text}` is not a size such as 256MB"))?;
+    if !(value >= 0.0 && value.is_finite()) {
+        return Err(format!("`{text}` is not a size such as 256MB"));
+    }
+    Ok((value * scale as f64) as u64)
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -137,6 +165,13 @@ struct RunArgs {
     /// --output: on resume the output files are cut back to the checkpoint).
     #[arg(long, requires = "output")]
     state_dir: Option<PathBuf>,
+    /// Where window state lives: in memory, or in key groups spilled to an LSM store on disk
+    /// beyond --state-memory.
+    #[arg(long, value_enum, default_value = "memory")]
+    state_backend: StateBackendArg,
+    /// Memory for window state with --state-backend disk, e.g. 256MB or 2GB.
+    #[arg(long, default_value = "1GB", value_parser = parse_size)]
+    state_memory: u64,
     /// Seconds between checkpoints (with --state-dir).
     #[arg(long, default_value_t = 10.0, requires = "state_dir")]
     checkpoint_interval: f64,
@@ -192,6 +227,14 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
             ..ReadOptions::default()
         },
         progress: Some(&progress),
+        state: match args.state_backend {
+            StateBackendArg::Memory => StateOptions::Memory,
+            StateBackendArg::Disk => StateOptions::Disk {
+                memory_bytes: args.state_memory,
+                dir: args.state_dir.clone().unwrap_or_else(std::env::temp_dir),
+                group_bits: 16,
+            },
+        },
         checkpoints: match &args.state_dir {
             Some(dir) => Some(CheckpointConfig {
                 dir: dir.clone(),

@@ -9,12 +9,15 @@ use crate::catalog::{Catalog, SourceDef};
 use crate::connectors::sink::ResultSink;
 use crate::connectors::{open_source, BatchReader, ReadOptions};
 use crate::error::{Result, TesseraError};
-use crate::exec::pipeline::{run_source, Parallelism, ProgressFn, SourceCheckpoints, SourceOptions, SourceRun};
+use crate::exec::pipeline::{
+    run_source, Parallelism, ProgressFn, SourceCheckpoints, SourceOptions, SourceRun, StateBackend,
+};
 use crate::optimizer::window_strategy::Strategy;
 use crate::optimizer::{window_groups, WindowGroup};
 use crate::plan::{BranchPlan, QueryPlan};
 use crate::sql::{binder::bind_query, parse_script, ScriptText, Statement};
 use crate::state::checkpoint::{fnv64, CheckpointConfig, Checkpointer};
+use crate::state::spill::SpillStore;
 use crate::window::WindowSpec;
 
 /// Session options set with `SET name = value` in a script.
@@ -140,6 +143,7 @@ pub struct RunOptions<'a> {
     pub progress: Option<&'a ProgressFn<'a>>,
     /// Save checkpoints, and resume from the last one found.
     pub checkpoints: Option<CheckpointConfig>,
+    pub state: StateOptions,
 }
 
 impl Default for RunOptions<'_> {
@@ -149,8 +153,19 @@ impl Default for RunOptions<'_> {
             read: ReadOptions::default(),
             progress: None,
             checkpoints: None,
+            state: StateOptions::Memory,
         }
     }
+}
+
+/// Where window operators keep their state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StateOptions {
+    /// In memory (the default).
+    Memory,
+    /// In key groups of `2^group_bits` key ids, in memory up to `memory_bytes`, the least
+    /// recently used beyond it in an LSM store in a temporary folder under `dir`.
+    Disk { memory_bytes: u64, dir: std::path::PathBuf, group_bits: u32 },
 }
 
 /// Per-query statistics of a run.
@@ -260,6 +275,14 @@ pub fn run_script_with_readers(
             .collect(),
         ..Default::default()
     };
+    let state = match &options.state {
+        StateOptions::Memory => StateBackend::Memory,
+        StateOptions::Disk { memory_bytes, dir, group_bits } => StateBackend::Disk {
+            store: std::sync::Arc::new(SpillStore::open(dir)?),
+            memory_bytes: *memory_bytes,
+            group_bits: *group_bits,
+        },
+    };
     let mut checkpointer = None;
     let mut resume = None;
     if let Some(config) = &options.checkpoints {
@@ -271,7 +294,8 @@ pub fn run_script_with_readers(
                 query.source
             )));
         }
-        let (opened, found) = Checkpointer::open(config.clone(), plan_fingerprint(script, &groups))?;
+        let fingerprint = plan_fingerprint(script, &groups, matches!(state, StateBackend::Disk { .. }));
+        let (opened, found) = Checkpointer::open(config.clone(), fingerprint)?;
         checkpointer = Some(opened);
         resume = found;
     }
@@ -312,7 +336,8 @@ pub fn run_script_with_readers(
                 r.manifest.position.clone().filter(|p| p.source == index).map(|p| (p, r.snapshot.clone()))
             }),
         });
-        let source_options = SourceOptions { parallelism, progress: options.progress, checkpoints };
+        let source_options =
+            SourceOptions { parallelism, progress: options.progress, checkpoints, state: state.clone() };
         let run = run_source(source, reader.as_mut(), &queries, &source_groups, sink, source_options)?;
         add_source_run(&mut stats, &queries, &run);
         if let Some(checkpointer) = checkpointer.as_mut() {
@@ -360,9 +385,10 @@ fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &S
 
 /// Identifies what a checkpoint's state means: the tessera version, the sources (and their
 /// files' length and modification time: a checkpoint of other input is refused), the
-/// settings, the queries and the plan of every window group.
-fn plan_fingerprint(script: &Script, groups: &[WindowGroup]) -> String {
-    let mut text = format!("tessera {}\n{:?}\n", env!("CARGO_PKG_VERSION"), script.settings);
+/// settings, whether state is kept in key groups, the queries and the plan of every window
+/// group.
+fn plan_fingerprint(script: &Script, groups: &[WindowGroup], key_groups: bool) -> String {
+    let mut text = format!("tessera {}\n{:?}\nkey groups: {key_groups}\n", env!("CARGO_PKG_VERSION"), script.settings);
     for query in &script.queries {
         let source = script.catalog.source(&query.source);
         text.push_str(&format!("{}\n{source:?}\n", query.sql));

@@ -151,8 +151,10 @@ impl<W: Write> Write for ClosablePipe<W> {
 fn open_output(path: &Path, format: OutputFormat, keep: u64) -> Result<Output> {
     let error = |e| TesseraError::io(format!("cannot create {}", path.display()), e);
     let mut file = OpenOptions::new().write(true).create(true).truncate(keep == 0).open(path).map_err(error)?;
-    file.set_len(keep).map_err(error)?;
-    file.seek(SeekFrom::Start(keep)).map_err(error)?;
+    if keep > 0 {
+        file.set_len(keep).map_err(error)?;
+        file.seek(SeekFrom::Start(keep)).map_err(error)?;
+    }
     let handle = file.try_clone().map_err(error)?;
     let out: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(1 << 20, file));
     Ok(Output { format, encoder: Some(Encoder::new(format, out, keep == 0)), file: Some(handle), started: keep > 0 })

@@ -69,12 +69,13 @@ impl StreamOperator for FilterProjectExec {
         Ok(())
     }
 
-    fn finish(&mut self, _out: &mut Output) -> Result<()> {
+    fn finish(&mut self, _emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
         Ok(())
     }
 
-    fn snapshot(&self, w: &mut StateWriter) {
+    fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
         self.metrics.encode(w);
+        Ok(())
     }
 
     fn restore(&mut self, r: &mut StateReader) -> Result<()> {

@@ -13,7 +13,7 @@ use arrow::row::{RowConverter, Rows, SortField};
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
 use crate::error::{Result, TesseraError};
-use crate::state::codec::{StateReader, StateWriter};
+use crate::state::codec::{batch_bytes, batch_from_bytes, StateReader, StateWriter};
 
 /// Integer keys in `[0, DENSE_KEYS)` are looked up by value (at most 256 KiB of ids).
 const DENSE_KEYS: i64 = 1 << 16;
@@ -253,12 +253,7 @@ impl SharedKeys {
             .collect();
         let batch =
             arrow::record_batch::RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), columns)?;
-        let mut bytes = Vec::new();
-        let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema())?;
-        writer.write(&batch)?;
-        writer.finish()?;
-        drop(writer);
-        w.bytes(&bytes);
+        w.bytes(&batch_bytes(&batch)?);
         Ok(())
     }
 
@@ -273,15 +268,7 @@ impl SharedKeys {
         let columns = if inner.interner.types.is_empty() {
             Vec::new()
         } else {
-            let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(r.bytes()?), None)?;
-            let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
-            let batch = arrow::compute::concat_batches(
-                &batches
-                    .first()
-                    .map(|b| b.schema())
-                    .ok_or_else(|| TesseraError::Checkpoint("the state snapshot's keys are missing".into()))?,
-                &batches,
-            )?;
+            let batch = batch_from_bytes(r.bytes()?)?;
             if batch.num_rows() != n {
                 return Err(TesseraError::Checkpoint("the state snapshot's keys do not add up".into()));
             }

@@ -12,6 +12,7 @@
 
 mod filter_project;
 mod group_table;
+mod key_groups;
 pub mod key_interner;
 pub mod pipeline;
 mod two_stacks;
@@ -25,8 +26,9 @@ use arrow::record_batch::RecordBatch;
 
 use crate::error::{Result, TesseraError};
 use crate::plan::{StatelessPlan, WindowAggregatePlan};
-use crate::state::codec::{StateReader, StateWriter};
+use crate::state::codec::{batch_bytes, batch_from_bytes, StateReader, StateWriter};
 pub use filter_project::{filter_and_project, FilterProjectExec};
+use key_groups::KeyGroupsExec;
 use key_interner::{key_signature, SharedKeys};
 pub use window_aggregate::{WindowAggregateExec, WindowNodeSpec};
 
@@ -59,6 +61,24 @@ impl EventBatch {
             watermarks: self.watermarks.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, w)| *w).collect(),
             key_ids: Vec::new(),
         })
+    }
+
+    /// Writes the rows (Arrow IPC), event times and watermarks; keys interned ahead are not
+    /// kept (they are interned again).
+    pub fn encode(&self, w: &mut StateWriter) -> Result<()> {
+        w.bytes(&batch_bytes(&self.rows)?);
+        w.i64s(&self.event_times);
+        w.i64s(&self.watermarks);
+        Ok(())
+    }
+
+    pub fn decode(r: &mut StateReader) -> Result<Self> {
+        let rows = batch_from_bytes(r.bytes()?)?;
+        let (event_times, watermarks) = (r.i64s()?, r.i64s()?);
+        if event_times.len() != rows.num_rows() || watermarks.len() != rows.num_rows() {
+            return Err(TesseraError::Checkpoint("a saved batch of rows is inconsistent".into()));
+        }
+        Ok(EventBatch { rows, event_times, watermarks, key_ids: Vec::new() })
     }
 
     /// The rows at `indices`, in that order.
@@ -140,10 +160,12 @@ pub trait StreamOperator: Send {
     fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()>;
     /// Emits everything that the watermark closes.
     fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()>;
-    /// End of input: emits everything still open.
-    fn finish(&mut self, out: &mut Output) -> Result<()>;
+    /// End of input: emits everything still open, handing `emit` one part at a time (a window
+    /// at a time, a key group at a time) so the rows of a whole stream's last windows need not
+    /// be in memory at once.
+    fn finish(&mut self, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()>;
     /// Writes the operator's state and counters, for a checkpoint.
-    fn snapshot(&self, w: &mut StateWriter);
+    fn snapshot(&self, w: &mut StateWriter) -> Result<()>;
     /// Takes the state a [`snapshot`](Self::snapshot) of an operator of the same plan wrote.
     fn restore(&mut self, r: &mut StateReader) -> Result<()>;
     /// Counters per output slot; `state_bytes` (reported on slot 0) excludes interned keys,
@@ -246,12 +268,39 @@ pub fn create_operator(
     kind: &OperatorKind,
     event_time_type: &arrow::datatypes::DataType,
     key_spaces: &mut KeySpaces,
+    state: &OperatorState,
 ) -> Result<Box<dyn StreamOperator>> {
     match kind {
         OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new((*plan).clone()))),
         OperatorKind::Windows { nodes, slots } => {
             let keys = key_spaces.get(&slots[0])?;
-            Ok(Box::new(WindowAggregateExec::new(nodes.clone(), slots.clone(), event_time_type.clone(), keys)?))
+            let (nodes, slots, event_time_type) = (nodes.clone(), slots.clone(), event_time_type.clone());
+            match state {
+                OperatorState::Memory => Ok(Box::new(WindowAggregateExec::new(nodes, slots, event_time_type, keys)?)),
+                OperatorState::Spilling { store, id, memory_bytes, group_bits } => {
+                    let shape = Arc::clone(&slots[0]);
+                    let group_keys = Arc::clone(&keys);
+                    let make = Box::new(move || {
+                        WindowAggregateExec::new(
+                            nodes.clone(),
+                            slots.clone(),
+                            event_time_type.clone(),
+                            Arc::clone(&keys),
+                        )
+                    });
+                    let store = Arc::clone(store);
+                    Ok(Box::new(KeyGroupsExec::new(make, shape, group_keys, store, *id, *group_bits, *memory_bytes)?))
+                }
+            }
         }
     }
+}
+
+/// Where a window operator keeps its state.
+pub enum OperatorState {
+    /// In memory.
+    Memory,
+    /// In key groups, in memory up to `memory_bytes` and in `store` beyond (`id` tells this
+    /// operator's groups apart there).
+    Spilling { store: Arc<crate::state::spill::SpillStore>, id: u64, memory_bytes: u64, group_bits: u32 },
 }

@@ -22,7 +22,9 @@ use datafusion_common::hash_utils::{create_hashes, RandomState};
 
 use super::key_interner::key_signature;
 use super::window_aggregate::WindowNodeSpec;
-use super::{create_operator, EventBatch, KeySpaces, OperatorKind, OperatorMetrics, Output, StreamOperator};
+use super::{
+    create_operator, EventBatch, KeySpaces, OperatorKind, OperatorMetrics, OperatorState, Output, StreamOperator,
+};
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
 use crate::connectors::BatchReader;
@@ -32,6 +34,7 @@ use crate::optimizer::{GroupMember, WindowGroup};
 use crate::plan::{BranchPlan, QueryPlan};
 use crate::state::checkpoint::{Checkpointer, SourcePosition};
 use crate::state::codec::{StateReader, StateWriter};
+use crate::state::spill::SpillStore;
 
 /// How many workers compute, and how rows reach them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,11 +195,30 @@ fn save_checkpoint(
 }
 
 impl Worker {
-    fn new(specs: &[OperatorSpec], event_time_type: &DataType) -> Result<Self> {
+    /// Worker `index` of `workers`, running `specs`, keeping window state in `backend`.
+    fn new(
+        specs: &[OperatorSpec],
+        event_time_type: &DataType,
+        backend: &StateBackend,
+        (index, workers): (usize, usize),
+    ) -> Result<Self> {
         let mut key_spaces = KeySpaces::default();
         let operators = specs
             .iter()
-            .map(|s| Ok((s.queries.clone(), create_operator(&s.kind, event_time_type, &mut key_spaces)?)))
+            .enumerate()
+            .map(|(i, s)| {
+                let state = match backend {
+                    StateBackend::Memory => OperatorState::Memory,
+                    StateBackend::Disk { store, memory_bytes, group_bits } => OperatorState::Spilling {
+                        store: Arc::clone(store),
+                        id: ((index as u64) << 32) | i as u64,
+                        // An equal share of the memory for every operator of every worker.
+                        memory_bytes: memory_bytes / (workers * specs.len()).max(1) as u64,
+                        group_bits: *group_bits,
+                    },
+                };
+                Ok((s.queries.clone(), create_operator(&s.kind, event_time_type, &mut key_spaces, &state)?))
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Worker { operators, key_spaces: Arc::new(key_spaces), state_bytes: Arc::new(AtomicU64::new(0)) })
     }
@@ -240,7 +262,7 @@ impl Worker {
         self.key_spaces.snapshot(&mut w)?;
         w.len(self.operators.len());
         for (_, operator) in &self.operators {
-            operator.snapshot(&mut w);
+            operator.snapshot(&mut w)?;
         }
         Ok(w.into_bytes())
     }
@@ -261,9 +283,7 @@ impl Worker {
     /// Flushes every operator; the metrics of every output slot, by query.
     fn finish(&mut self, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<Vec<(usize, OperatorMetrics)>> {
         for (queries, operator) in &mut self.operators {
-            let mut out = Output::default();
-            operator.finish(&mut out)?;
-            Self::flush(queries, out, emit)?;
+            operator.finish(&mut |out| Self::flush(queries, out, emit))?;
         }
         Ok(self
             .operators
@@ -342,13 +362,24 @@ pub struct SourceOptions<'a> {
     pub parallelism: Parallelism,
     pub progress: Option<&'a ProgressFn<'a>>,
     pub checkpoints: Option<SourceCheckpoints<'a>>,
+    pub state: StateBackend,
 }
 
 impl SourceOptions<'_> {
-    /// `parallelism` workers, no progress reports, no checkpoints.
+    /// `parallelism` workers, no progress reports, no checkpoints, state in memory.
     pub fn workers(parallelism: Parallelism) -> Self {
-        SourceOptions { parallelism, progress: None, checkpoints: None }
+        SourceOptions { parallelism, progress: None, checkpoints: None, state: StateBackend::Memory }
     }
+}
+
+/// Where window operators keep their state.
+#[derive(Clone)]
+pub enum StateBackend {
+    /// In memory (the default).
+    Memory,
+    /// Split into key groups of `2^group_bits` key ids, in memory up to `memory_bytes` in all,
+    /// the least recently used beyond it in `store` on disk.
+    Disk { store: Arc<SpillStore>, memory_bytes: u64, group_bits: u32 },
 }
 
 /// Checkpointing of the source being run: where to save, and the position to resume from.
@@ -371,7 +402,7 @@ pub fn run_source(
     sink: &mut dyn ResultSink,
     options: SourceOptions<'_>,
 ) -> Result<SourceRun> {
-    let SourceOptions { parallelism, progress, mut checkpoints } = options;
+    let SourceOptions { parallelism, progress, mut checkpoints, state } = options;
     let started = std::time::Instant::now();
     let specs = plan_operators(queries, groups);
     let query_count = queries.iter().map(|(q, _)| q + 1).max().unwrap_or(0);
@@ -400,7 +431,8 @@ pub fn run_source(
     // With one worker, the reading thread also interns group keys ahead of the operators when
     // the worker falls behind (batches queue up): the worker's interners are shared with it, so
     // two cores split the work of one worker. When reading is the slower side it does not.
-    let mut inline_worker = if workers == 1 { Some(Worker::new(&specs, &source.event_time.data_type)?) } else { None };
+    let mut inline_worker =
+        if workers == 1 { Some(Worker::new(&specs, &source.event_time.data_type, &state, (0, 1))?) } else { None };
     if let (Some(worker), Some((_, snapshot))) = (inline_worker.as_mut(), &resume) {
         worker.restore(split_snapshot(snapshot, 1)?[0])?;
     }
@@ -439,7 +471,7 @@ pub fn run_source(
         } else {
             let saved = resume.as_ref().map(|(_, snapshot)| snapshot.as_slice());
             let io = Io { batches: batch_rx, sink, progress };
-            compute_parallel(&specs, source, workers, io, &mut run, checkpoints, saved)
+            compute_parallel(&specs, source, (workers, &state), io, &mut run, checkpoints, saved)
         };
         let read = reading.join().map_err(|_| TesseraError::Internal("the reader thread panicked".into()))?;
         // A read error explains a failure downstream better than the failure itself.
@@ -555,7 +587,7 @@ enum WorkerMessage {
 fn compute_parallel(
     specs: &[OperatorSpec],
     source: &SourceDef,
-    workers: usize,
+    (workers, state): (usize, &StateBackend),
     io: Io<'_, '_>,
     run: &mut SourceRun,
     checkpoints: Option<Resumable<'_>>,
@@ -563,8 +595,8 @@ fn compute_parallel(
 ) -> Result<()> {
     let Io { batches, sink, progress } = io;
     let mut pool = Vec::new();
-    for _ in 0..workers {
-        pool.push(Worker::new(specs, &source.event_time.data_type)?);
+    for index in 0..workers {
+        pool.push(Worker::new(specs, &source.event_time.data_type, state, (index, workers))?);
     }
     if let Some(saved) = saved {
         for (worker, state) in pool.iter_mut().zip(split_snapshot(saved, workers)?) {

@@ -299,7 +299,7 @@ impl WindowAggregateExec {
 
     /// The earliest end of an instance not closed yet: a row whose watermark reaches it closes
     /// instances.
-    fn next_close(&self) -> i64 {
+    pub(super) fn next_close(&self) -> i64 {
         self.nodes.iter().map(Node::next_close).min().unwrap_or(i64::MAX)
     }
 
@@ -690,11 +690,26 @@ impl StreamOperator for WindowAggregateExec {
         Ok(())
     }
 
-    fn finish(&mut self, out: &mut Output) -> Result<()> {
-        self.close_windows(i64::MAX, out)
+    /// Closes the instances with data in the order of their ends, emitting after each step.
+    fn finish(&mut self, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
+        loop {
+            let next = (0..self.nodes.len())
+                .filter_map(|i| {
+                    let node = &self.nodes[i];
+                    self.next_instance_with_data(i, node.next_window).map(|m| node.spec.end(m))
+                })
+                .min();
+            let mut out = Output::default();
+            let Some(end) = next else {
+                self.close_windows(i64::MAX, &mut out)?;
+                return emit(out);
+            };
+            self.close_windows(end, &mut out)?;
+            emit(out)?;
+        }
     }
 
-    fn snapshot(&self, w: &mut StateWriter) {
+    fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
         let tables = |w: &mut StateWriter, map: &BTreeMap<i64, GroupTable>| {
             w.len(map.len());
             for (&k, table) in map {
@@ -726,6 +741,7 @@ impl StreamOperator for WindowAggregateExec {
                 }
             }
         }
+        Ok(())
     }
 
     fn restore(&mut self, r: &mut StateReader) -> Result<()> {

@@ -4,6 +4,24 @@
 
 use crate::error::{Result, TesseraError};
 
+/// An Arrow batch as IPC stream bytes.
+pub fn batch_bytes(batch: &arrow::record_batch::RecordBatch) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema())?;
+    writer.write(batch)?;
+    writer.finish()?;
+    drop(writer);
+    Ok(bytes)
+}
+
+/// The batch [`batch_bytes`] wrote.
+pub fn batch_from_bytes(bytes: &[u8]) -> Result<arrow::record_batch::RecordBatch> {
+    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(arrow::compute::concat_batches(&schema, &batches)?)
+}
+
 #[derive(Default)]
 pub struct StateWriter {
     buf: Vec<u8>,

@@ -5,3 +5,4 @@
 
 pub mod checkpoint;
 pub mod codec;
+pub mod spill;

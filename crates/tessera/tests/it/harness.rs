@@ -8,7 +8,7 @@ use arrow::record_batch::RecordBatch;
 use tessera::connectors::memory::MemoryReader;
 use tessera::connectors::sink::MemorySink;
 use tessera::engine::Script;
-use tessera::exec::pipeline::{run_source, Parallelism, SourceOptions, SourceRun};
+use tessera::exec::pipeline::{run_source, Parallelism, SourceOptions, SourceRun, StateBackend};
 use tessera::optimizer::window_strategy::Strategy;
 
 /// The results of one run: rows per query, late rows per query, and the run's counters.
@@ -26,6 +26,17 @@ pub fn run_batches(
     parallelism: usize,
     strategy: Option<Strategy>,
 ) -> tessera::Result<Outcome> {
+    run_batches_with_state(script, batches, parallelism, strategy, StateBackend::Memory)
+}
+
+/// Like [`run_batches`], with window state kept in `state`.
+pub fn run_batches_with_state(
+    script: &str,
+    batches: Vec<RecordBatch>,
+    parallelism: usize,
+    strategy: Option<Strategy>,
+    state: StateBackend,
+) -> tessera::Result<Outcome> {
     let mut script = Script::compile(script, Path::new("."))?;
     script.settings.window_strategy = strategy;
     let groups = script.window_groups();
@@ -41,7 +52,7 @@ pub fn run_batches(
         &queries,
         &groups,
         &mut sink,
-        SourceOptions::workers(Parallelism::Fixed(parallelism)),
+        SourceOptions { state, ..SourceOptions::workers(Parallelism::Fixed(parallelism)) },
     )?;
     Ok(Outcome { rows: sink.rows, late: sink.late, run })
 }

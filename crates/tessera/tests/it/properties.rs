@@ -9,7 +9,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use proptest::prelude::*;
 
-use super::harness::{rows, rows_in_order, run_batches, same_rows, Value};
+use super::harness::{rows, rows_in_order, run_batches, run_batches_with_state, same_rows, Value};
 use super::reference::{evaluate, Agg, Event};
 use tessera::optimizer::window_strategy::Strategy as WindowStrategy;
 
@@ -280,5 +280,48 @@ proptest! {
         prop_assert!(with_having.is_ok(), "{:?}", with_having);
         let on_close = rows(&outcome.rows[2]);
         prop_assert!(same_rows(&with_having.unwrap(), &on_close));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 60, ..ProptestConfig::default() })]
+
+    /// Window state spilled to the LSM store: key groups of 1-4 key ids, no memory for them (every
+    /// group is written out after each batch and read back when it takes rows or must close a
+    /// window), under every strategy, both emit modes and parallelism 1-3: the same rows as
+    /// the reference.
+    #[test]
+    fn spilled_key_groups_equal_reference(
+        events in event_strategy(),
+        slide in 1i64..6,
+        extra in 0i64..15,
+        delay in 0i64..5,
+        batch_size in 1usize..30,
+        parallelism in 1usize..4,
+        strategy in window_strategy(),
+        group_bits in 0u32..3,
+        changes in any::<bool>(),
+    ) {
+        let range = slide + extra;
+        let aggs = [Agg::Min, Agg::Sum, Agg::CountRows, Agg::Median];
+        let select: Vec<String> = aggs.iter().map(|a| a.sql("v")).collect();
+        let emit = if changes { " EMIT CHANGES" } else { "" };
+        let text = format!(
+            "{}SELECT k, window_start, window_end, {} FROM HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{range}' SECOND) GROUP BY k, window_start, window_end{emit};",
+            source_ddl(delay),
+            select.join(", ")
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = std::sync::Arc::new(tessera::state::spill::SpillStore::open(dir.path()).expect("store"));
+        let state = tessera::exec::pipeline::StateBackend::Disk { store, memory_bytes: 0, group_bits };
+        let outcome = run_batches_with_state(&text, batches(&events, batch_size), parallelism, strategy, state).expect("engine run");
+        let (expected, late) = evaluate(&events, range, slide, delay, &aggs);
+        let actual = if changes {
+            fold_changelog(&rows_in_order(&outcome.rows[0]), &|_| true).expect("a changelog")
+        } else {
+            rows(&outcome.rows[0])
+        };
+        prop_assert!(same_rows(&actual, &expected), "{strategy:?} bits {group_bits}\nengine:    {actual:?}\nreference: {expected:?}");
+        prop_assert_eq!(outcome.run.query_metrics[0].late_events, late);
     }
 }

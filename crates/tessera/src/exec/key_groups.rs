@@ -1,0 +1,295 @@
+//! `KeyGroupsExec`: a window operator whose state may exceed memory. Its keys are split into
+//! key groups by interned id (ids `[g * 2^bits, (g + 1) * 2^bits)`), each group a complete
+//! [`WindowAggregateExec`] over its keys' rows. Groups stay in memory while their state fits
+//! `--state-memory`; beyond it the least recently used are encoded (the checkpoint codec) into
+//! the spill store on disk. Rows for a spilled group wait in memory and are applied when the
+//! group is loaded: when their number grows, when one of the group's windows is due to close
+//! (its next close is remembered), or at the end, so rows with random keys do not load every
+//! group on every batch. `EMIT CHANGES` loads every group a batch touches, so its rows are
+//! written after that batch.
+//!
+//! Results are those of one operator over all keys: a group closes its windows at the
+//! watermarks its rows carry, and at the batch's watermark like any operator.
+
+use std::sync::Arc;
+
+use super::key_interner::SharedKeys;
+use super::window_aggregate::WindowAggregateExec;
+use super::{EventBatch, OperatorMetrics, Output, StreamOperator};
+use crate::error::{Result, TesseraError};
+use crate::plan::{EmitMode, WindowAggregatePlan};
+use crate::state::codec::{StateReader, StateWriter};
+use crate::state::spill::SpillStore;
+
+/// Rows waiting for a spilled group before it is loaded to take them.
+const PENDING_ROWS: usize = 1 << 16;
+
+struct Group {
+    /// In memory, or `None` when spilled (or not created yet).
+    operator: Option<WindowAggregateExec>,
+    /// Whether the spill store holds the group's state.
+    spilled: bool,
+    /// Rows waiting for the group while spilled.
+    pending: Vec<Arc<EventBatch>>,
+    pending_rows: usize,
+    /// The earliest window end not closed yet (to know when a spilled group must close one).
+    next_close: i64,
+    /// Counters as last seen in memory.
+    metrics: Vec<OperatorMetrics>,
+    state_bytes: u64,
+    last_used: u64,
+}
+
+pub struct KeyGroupsExec {
+    groups: Vec<Group>,
+    /// A new operator for a group.
+    make: Box<dyn Fn() -> Result<WindowAggregateExec> + Send>,
+    shape: Arc<WindowAggregatePlan>,
+    keys: Arc<SharedKeys>,
+    store: Arc<SpillStore>,
+    /// Distinguishes this operator's groups in the store.
+    id: u64,
+    group_bits: u32,
+    memory_budget: u64,
+    slots: usize,
+    clock: u64,
+}
+
+impl KeyGroupsExec {
+    pub fn new(
+        make: Box<dyn Fn() -> Result<WindowAggregateExec> + Send>,
+        shape: Arc<WindowAggregatePlan>,
+        keys: Arc<SharedKeys>,
+        store: Arc<SpillStore>,
+        id: u64,
+        group_bits: u32,
+        memory_budget: u64,
+    ) -> Result<Self> {
+        let slots = make()?.metrics().len();
+        Ok(KeyGroupsExec {
+            groups: Vec::new(),
+            make,
+            shape,
+            keys,
+            store,
+            id,
+            group_bits,
+            memory_budget,
+            slots,
+            clock: 0,
+        })
+    }
+
+    fn store_key(&self, group: usize) -> [u8; 16] {
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&self.id.to_be_bytes());
+        key[8..].copy_from_slice(&(group as u64).to_be_bytes());
+        key
+    }
+
+    fn group(&mut self, g: usize) -> &mut Group {
+        while self.groups.len() <= g {
+            self.groups.push(Group {
+                operator: None,
+                spilled: false,
+                pending: Vec::new(),
+                pending_rows: 0,
+                next_close: i64::MAX,
+                metrics: vec![OperatorMetrics::default(); self.slots],
+                state_bytes: 0,
+                last_used: 0,
+            });
+        }
+        &mut self.groups[g]
+    }
+
+    /// Brings group `g` into memory and applies its waiting rows.
+    fn load(&mut self, g: usize, out: &mut Output) -> Result<()> {
+        self.clock += 1;
+        let clock = self.clock;
+        if self.group(g).operator.is_none() {
+            let mut operator = (self.make)()?;
+            if self.groups[g].spilled {
+                let key = self.store_key(g);
+                let bytes = self
+                    .store
+                    .get(&key)?
+                    .ok_or_else(|| TesseraError::Internal(format!("key group {g} is missing from the spill store")))?;
+                let mut r = StateReader::new(&bytes);
+                operator.restore(&mut r)?;
+                r.finish()?;
+                self.store.remove(&key)?;
+                self.groups[g].spilled = false;
+            }
+            self.groups[g].operator = Some(operator);
+        }
+        let group = &mut self.groups[g];
+        group.last_used = clock;
+        let operator = group.operator.as_mut().expect("loaded above");
+        for batch in std::mem::take(&mut group.pending) {
+            operator.process(&batch, out)?;
+        }
+        group.pending_rows = 0;
+        Ok(())
+    }
+
+    /// Notes a resident group's counters, size and next close.
+    fn observe(&mut self, g: usize) {
+        let group = &mut self.groups[g];
+        if let Some(operator) = &group.operator {
+            group.metrics = operator.metrics();
+            group.state_bytes = group.metrics.first().map_or(0, |m| m.state_bytes);
+            group.next_close = operator.next_close();
+        }
+    }
+
+    /// Spills the least recently used groups until the resident ones fit the budget.
+    fn fit_budget(&mut self) -> Result<()> {
+        loop {
+            let resident: u64 = self.groups.iter().filter(|g| g.operator.is_some()).map(|g| g.state_bytes).sum();
+            if resident <= self.memory_budget {
+                return Ok(());
+            }
+            let Some(g) = (0..self.groups.len())
+                .filter(|&g| self.groups[g].operator.is_some())
+                .min_by_key(|&g| self.groups[g].last_used)
+            else {
+                return Ok(());
+            };
+            let operator = self.groups[g].operator.take().expect("resident");
+            let mut w = StateWriter::default();
+            operator.snapshot(&mut w)?;
+            self.store.put(&self.store_key(g), &w.into_bytes())?;
+            self.groups[g].spilled = true;
+        }
+    }
+}
+
+impl StreamOperator for KeyGroupsExec {
+    fn name(&self) -> &'static str {
+        "KeyGroupsExec"
+    }
+
+    fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()> {
+        let shape = Arc::clone(&self.shape);
+        let ids = self.keys.ids_for(input, &shape.keys)?;
+        let mut rows_of: Vec<Vec<u32>> = Vec::new();
+        for (row, &id) in ids.iter().enumerate() {
+            let g = (id >> self.group_bits) as usize;
+            if rows_of.len() <= g {
+                rows_of.resize(g + 1, Vec::new());
+            }
+            rows_of[g].push(row as u32);
+        }
+        let changes = shape.emit == EmitMode::Changes;
+        for (g, rows) in rows_of.into_iter().enumerate().filter(|(_, rows)| !rows.is_empty()) {
+            let mut part = input.take(&rows)?;
+            part.key_ids = vec![(self.keys.id(), Arc::new(rows.iter().map(|&r| ids[r as usize]).collect()))];
+            // No window holding a waiting row closes before the watermark passes the row.
+            let earliest = part.event_times.iter().copied().min().unwrap_or(i64::MAX);
+            let group = self.group(g);
+            group.next_close = group.next_close.min(earliest);
+            group.pending_rows += part.len();
+            group.pending.push(Arc::new(part));
+            if group.operator.is_some() || changes || group.pending_rows >= PENDING_ROWS {
+                self.load(g, out)?;
+                self.observe(g);
+            }
+        }
+        self.fit_budget()
+    }
+
+    fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
+        for g in 0..self.groups.len() {
+            let group = &self.groups[g];
+            let holds_data = group.operator.is_some() || group.spilled || !group.pending.is_empty();
+            if !holds_data || (group.operator.is_none() && group.next_close > watermark) {
+                continue;
+            }
+            self.load(g, out)?;
+            self.groups[g].operator.as_mut().expect("loaded").advance_watermark(watermark, out)?;
+            self.observe(g);
+            self.fit_budget()?;
+        }
+        Ok(())
+    }
+
+    /// Loads, finishes and drops each group in turn: its state is not needed afterwards.
+    fn finish(&mut self, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
+        for g in 0..self.groups.len() {
+            let mut out = Output::default();
+            self.load(g, &mut out)?;
+            emit(out)?;
+            self.groups[g].operator.as_mut().expect("loaded").finish(emit)?;
+            self.observe(g);
+            self.groups[g].operator = None;
+            self.groups[g].state_bytes = 0;
+        }
+        Ok(())
+    }
+
+    /// Every group: its state (from memory or the spill store), its waiting rows and its next
+    /// close.
+    fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
+        w.len(self.groups.len());
+        for (g, group) in self.groups.iter().enumerate() {
+            let state = match (&group.operator, group.spilled) {
+                (Some(operator), _) => {
+                    let mut own = StateWriter::default();
+                    operator.snapshot(&mut own)?;
+                    own.into_bytes()
+                }
+                (None, true) => self
+                    .store
+                    .get(&self.store_key(g))?
+                    .ok_or_else(|| TesseraError::Internal(format!("key group {g} is missing from the spill store")))?,
+                (None, false) => Vec::new(),
+            };
+            w.bytes(&state);
+            w.i64(group.next_close);
+            w.len(group.pending.len());
+            for batch in &group.pending {
+                batch.encode(w)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Restored groups start spilled, to be loaded when needed.
+    fn restore(&mut self, r: &mut StateReader) -> Result<()> {
+        let n = r.len(17)?;
+        for g in 0..n {
+            let state = r.bytes()?.to_vec();
+            let next_close = r.i64()?;
+            let waiting = r.len(17)?;
+            let pending = (0..waiting).map(|_| EventBatch::decode(r).map(Arc::new)).collect::<Result<Vec<_>>>()?;
+            if !state.is_empty() {
+                self.store.put(&self.store_key(g), &state)?;
+            }
+            let group = self.group(g);
+            group.spilled = !state.is_empty();
+            group.next_close = next_close;
+            group.pending_rows = pending.iter().map(|b| b.len()).sum();
+            group.pending = pending;
+        }
+        Ok(())
+    }
+
+    fn metrics(&self) -> Vec<OperatorMetrics> {
+        let mut total = vec![OperatorMetrics::default(); self.slots];
+        for group in &self.groups {
+            let metrics = match &group.operator {
+                Some(operator) => operator.metrics(),
+                None => group.metrics.clone(),
+            };
+            for (sum, m) in total.iter_mut().zip(&metrics) {
+                sum.add(m);
+            }
+        }
+        // State in memory only; spilled groups are on disk.
+        if let Some(first) = total.first_mut() {
+            first.state_bytes = self.groups.iter().filter(|g| g.operator.is_some()).map(|g| g.state_bytes).sum::<u64>();
+        }
+        total
+    }
+}
