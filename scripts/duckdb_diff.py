@@ -133,8 +133,10 @@ class Case:
         self.aggregates = [(f"a{n}", t, d, kind) for n, (t, d, kind) in enumerate(aggregates, start=1)]
         self.where = rng.choice(WHERE_CLAUSES) if rng.random() < 0.25 else None
         self.having = rng.choice(HAVING_CLAUSES) if rng.random() < 0.2 else None
-        # A quarter of the cases write an EMIT CHANGES changelog, folded into its final rows.
+        # A quarter of the cases write an EMIT CHANGES changelog, folded into its final rows;
+        # a third keep window state in key groups spilled to disk with no memory for them.
         self.emit_changes = random.Random(seed ^ 0xE417).random() < 0.25
+        self.disk_state = random.Random(seed ^ 0xD15C).random() < 0.33
 
     @staticmethod
     def interval(seconds, in_minutes):
@@ -391,6 +393,8 @@ def run_case(tessera, case, workdir):
         f.write(oracle + ";\n")
 
     command = [tessera, "run", script_path, "--output", out_path, "--parallelism", str(case.parallelism), "-q"]
+    if case.disk_state:
+        command += ["--state-backend", "disk", "--state-memory", "0"]
     try:
         done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=TESSERA_TIMEOUT_S)
     except subprocess.TimeoutExpired:

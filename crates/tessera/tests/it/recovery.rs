@@ -2,7 +2,8 @@
 //! number of batches, having checkpointed after every batch, and is then resumed from its state directory, ends
 //! with exactly the rows of an uninterrupted run — for every aggregate (the snapshot encodes
 //! each partial state), string keys and values, every window strategy, late events and
-//! `EMIT CHANGES` (which rows of an open window were written).
+//! `EMIT CHANGES` (which rows of an open window were written), with state in memory or in key
+//! groups spilled to disk.
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use super::reference::Agg;
 use tessera::connectors::memory::MemoryReader;
 use tessera::connectors::sink::MemorySink;
 use tessera::connectors::BatchReader;
-use tessera::engine::{run_script_with_readers, RunOptions, Script};
+use tessera::engine::{run_script_with_readers, RunOptions, Script, StateOptions};
 use tessera::exec::pipeline::Parallelism;
 use tessera::optimizer::window_strategy::Strategy;
 use tessera::state::checkpoint::CheckpointConfig;
@@ -55,7 +56,7 @@ fn run(
     input: &[RecordBatch],
     state: Option<&Path>,
     fail_after: Option<usize>,
-    workers: usize,
+    (workers, disk): (usize, bool),
     sink: &mut MemorySink,
 ) -> tessera::Result<tessera::engine::RunStats> {
     let mut script = Script::compile(text, Path::new("."))?;
@@ -63,6 +64,12 @@ fn run(
     let options = RunOptions {
         parallelism: Parallelism::Fixed(workers),
         checkpoints: state.map(|dir| CheckpointConfig { dir: dir.to_path_buf(), interval: Duration::ZERO }),
+        // On disk: key groups of two key ids, every one spilled after every batch.
+        state: if disk {
+            StateOptions::Disk { memory_bytes: 0, dir: std::env::temp_dir(), group_bits: 1 }
+        } else {
+            StateOptions::Memory
+        },
         ..RunOptions::default()
     };
     run_script_with_readers(&script, &options, sink, &mut |_| {
@@ -84,6 +91,7 @@ proptest! {
         strategy in window_strategy(),
         two_keys in any::<bool>(),
         workers in 1usize..4,
+        disk in any::<bool>(),
     ) {
         let range = slide + extra;
         let mut aggregates: Vec<String> = Agg::ALL.iter().map(|a| a.sql("v")).collect();
@@ -103,16 +111,16 @@ proptest! {
         );
         let input = batches(&events, batch_size);
         let mut expected = MemorySink::default();
-        run(&text, strategy, &input, None, None, workers, &mut expected).expect("uninterrupted run");
+        run(&text, strategy, &input, None, None, (workers, disk), &mut expected).expect("uninterrupted run");
         let dir = tempfile::tempdir().expect("temp dir");
         let mut resumed = MemorySink::default();
         for crash in crashes {
             // Each attempt resumes from the last checkpoint and crashes a few batches later.
-            if run(&text, strategy, &input, Some(dir.path()), Some(crash), workers, &mut resumed).is_ok() {
+            if run(&text, strategy, &input, Some(dir.path()), Some(crash), (workers, disk), &mut resumed).is_ok() {
                 break;
             }
         }
-        let stats = run(&text, strategy, &input, Some(dir.path()), None, workers, &mut resumed).expect("resumed run");
+        let stats = run(&text, strategy, &input, Some(dir.path()), None, (workers, disk), &mut resumed).expect("resumed run");
         prop_assert_eq!(stats.events_in, events.len() as u64);
         for q in 0..3 {
             let (want, got) = (rows(&expected.rows[q]), rows(&resumed.rows[q]));
