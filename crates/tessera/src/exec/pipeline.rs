@@ -465,7 +465,8 @@ pub fn run_source(
             }
             Ok(reader.bad_rows())
         });
-        let checkpoints = checkpoints.map(|c| Resumable { checkpoints: c, batches_done: skip_batches, started });
+        let checkpoints =
+            checkpoints.map(|c| (Consumed { source: c.source, batches: skip_batches, started }, c.checkpointer));
         let computed = if let Some(worker) = inline_worker {
             compute_inline(worker, &specs, batch_rx, &queued, sink, progress, &mut run, checkpoints)
         } else {
@@ -499,28 +500,28 @@ fn report(progress: Option<&ProgressFn<'_>>, (done, total): (u64, Option<u64>), 
     }
 }
 
-/// Checkpointing as the operators run: where to save, the input batches the operators
-/// consumed, and when the run started (for the recovery time).
-struct Resumable<'a> {
-    checkpoints: SourceCheckpoints<'a>,
-    batches_done: u64,
+/// What the operators consumed of a checkpointed source: its index, the input batches, and
+/// when the run started (for the recovery time).
+struct Consumed {
+    source: usize,
+    batches: u64,
     started: std::time::Instant,
 }
 
-impl Resumable<'_> {
+impl Consumed {
     /// Counts a consumed batch; at the first one after a resume, notes the recovery time.
-    fn consumed(&mut self, run: &mut SourceRun) {
+    fn batch(&mut self, run: &mut SourceRun) {
         if run.resumed_events > 0 && run.recovery_ms == 0 {
             run.recovery_ms = self.started.elapsed().as_millis().max(1) as u64;
         }
-        self.batches_done += 1;
+        self.batches += 1;
     }
 
     /// Where the source stands after the batches consumed.
     fn position(&self, run: &SourceRun, max_event_time: i64) -> SourcePosition {
         SourcePosition {
-            source: self.checkpoints.source,
-            batches: self.batches_done,
+            source: self.source,
+            batches: self.batches,
             max_event_time,
             events_in: run.events_in,
             query_rows_out: run.query_rows_out.clone(),
@@ -540,7 +541,7 @@ fn compute_inline(
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
     run: &mut SourceRun,
-    mut checkpoints: Option<Resumable<'_>>,
+    mut checkpoints: Option<(Consumed, &mut Checkpointer)>,
 ) -> Result<()> {
     for (input, watermark, max_event_time, read) in batches {
         queued.fetch_sub(1, Ordering::Relaxed);
@@ -549,13 +550,13 @@ fn compute_inline(
         worker.handle(parts, watermark, &mut |e| write(&mut run.query_rows_out, e, sink))?;
         run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
         report(progress, read, run.events_in);
-        if let Some(c) = checkpoints.as_mut() {
-            c.consumed(run);
-            if c.checkpoints.checkpointer.due() {
-                let position = c.position(run, max_event_time);
+        if let Some((consumed, checkpointer)) = checkpoints.as_mut() {
+            consumed.batch(run);
+            if checkpointer.due() {
+                let position = consumed.position(run, max_event_time);
                 let snapshot = combine_snapshots(&[worker.snapshot()?]);
                 let counters = (&mut run.checkpoints, &mut run.checkpoint_ms);
-                save_checkpoint(c.checkpoints.checkpointer, position, &snapshot, sink, counters)?;
+                save_checkpoint(checkpointer, position, &snapshot, sink, counters)?;
             }
         }
     }
@@ -590,7 +591,7 @@ fn compute_parallel(
     (workers, state): (usize, &StateBackend),
     io: Io<'_, '_>,
     run: &mut SourceRun,
-    checkpoints: Option<Resumable<'_>>,
+    checkpoints: Option<(Consumed, &mut Checkpointer)>,
     saved: Option<&[u8]>,
 ) -> Result<()> {
     let Io { batches, sink, progress } = io;
@@ -605,11 +606,9 @@ fn compute_parallel(
     }
     let state_gauges: Vec<Arc<AtomicU64>> = pool.iter().map(|w| Arc::clone(&w.state_bytes)).collect();
     // The sink thread saves checkpoints; the dispatching thread decides when.
-    let (mut counter, checkpointer) = match checkpoints {
-        Some(Resumable { checkpoints, batches_done, started }) => {
-            let SourceCheckpoints { checkpointer, source, .. } = checkpoints;
-            let interval = checkpointer.interval();
-            (Some((source, batches_done, started, interval, std::time::Instant::now())), Some(checkpointer))
+    let (mut barriers, checkpointer) = match checkpoints {
+        Some((consumed, checkpointer)) => {
+            (Some((consumed, checkpointer.interval(), std::time::Instant::now())), Some(checkpointer))
         }
         None => (None, None),
     };
@@ -709,7 +708,7 @@ fn compute_parallel(
             workers,
             random_state: RandomState::with_seed(0),
             hashes: Vec::new(),
-            batches_seen: counter.as_ref().map_or(0, |c| c.1 as usize),
+            batches_seen: barriers.as_ref().map_or(0, |(consumed, _, _)| consumed.batches as usize),
         };
         // With at least as many operators as workers, each worker runs whole operators on
         // shared batches: no hashing or copying of rows. Otherwise rows are split by key hash.
@@ -739,21 +738,12 @@ fn compute_parallel(
                 let state: u64 = state_gauges.iter().map(|g| g.load(Ordering::Relaxed)).sum();
                 run.state_bytes_peak = run.state_bytes_peak.max(state);
                 report(progress, read, run.events_in);
-                if let Some((source, batches_done, started, interval, last)) = counter.as_mut() {
-                    if run.resumed_events > 0 && run.recovery_ms == 0 {
-                        run.recovery_ms = started.elapsed().as_millis().max(1) as u64;
-                    }
-                    *batches_done += 1;
+                if let Some((consumed, interval, last)) = barriers.as_mut() {
+                    consumed.batch(run);
                     if last.elapsed() >= *interval {
                         *last = std::time::Instant::now();
-                        let position = Arc::new(SourcePosition {
-                            source: *source,
-                            batches: *batches_done,
-                            max_event_time,
-                            events_in: run.events_in,
-                            query_rows_out: Vec::new(),
-                            state_bytes_peak: run.state_bytes_peak,
-                        });
+                        // The sink thread fills in the rows written when it saves.
+                        let position = Arc::new(consumed.position(run, max_event_time));
                         for sender in &senders {
                             if sender.send(Some(WorkerMessage::Snapshot(Arc::clone(&position)))).is_err() {
                                 return Ok(());
