@@ -3,9 +3,12 @@
 //! per-window plan: `baseline`), sub-window slices merged when an instance is emitted (the
 //! sub-window design note's plan: `shared_paired`), and slices combined by the two-stacks
 //! aggregator (`shared_sliding`). It reports throughput and the state reads and writes per
-//! event of each, for an invertible aggregate set (SUM, COUNT) and for MIN.
+//! event of each, for an invertible aggregate set (SUM, COUNT) and for MIN, with the state in
+//! memory or (`--state-backend disk`) spilled to disk beyond `--state-memory`, then also the
+//! key groups read from and written to disk.
 
 use serde_json::json;
+use tessera::engine::StateOptions;
 use tessera::optimizer::window_strategy::Strategy;
 use tessera::TesseraError;
 
@@ -40,6 +43,8 @@ pub struct SlideArgs {
     /// Also write the figures as JSON lines to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub state: crate::StateArgs,
 }
 
 const PLANS: [Strategy; 3] = [Strategy::Baseline, Strategy::SharedPaired, Strategy::SharedSliding];
@@ -55,9 +60,19 @@ pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
     }
     let mut json_out = create_report(args.json.as_deref())?;
     let batches = stream(args.events, args.eta, args.keys);
+    let state = args.state.options(std::env::temp_dir());
+    let disk = state != StateOptions::Memory;
     println!(
-        "{} events, {} per second, {} keys, slide {} s; M events/s (state reads / writes per event)",
-        args.events, args.eta, args.keys, args.slide
+        "{} events, {} per second, {} keys, slide {} s, state {state:?}; M events/s (state reads / writes per event{})",
+        args.events,
+        args.eta,
+        args.keys,
+        args.slide,
+        if disk {
+            "; key groups read / written on disk, spilled groups a closing watermark passed without reading"
+        } else {
+            ""
+        }
     );
     for aggregates in ["SUM(v), COUNT(*)", "MIN(v)"] {
         println!("\n{aggregates}\n");
@@ -82,7 +97,7 @@ pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
                     cells.push("-".to_string());
                     continue;
                 }
-                let (seconds, stats) = time_strategy(&text, plan, &batches, args.repeat)?;
+                let (seconds, stats) = time_strategy(&text, plan, &batches, args.repeat, &state)?;
                 if *rows.get_or_insert(stats.rows_out) != stats.rows_out {
                     return Err(TesseraError::Internal(format!(
                         "{} produced {} rows, another plan {rows:?}, at ratio {ratio}",
@@ -96,14 +111,25 @@ pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
                 if plan == Strategy::SharedSliding {
                     sliding_rate.push((ratio, rate));
                 }
-                cells.push(format!("{:.2} ({reads:.2} / {writes:.2})", rate / 1e6));
+                let spill = &stats.spill;
+                cells.push(if disk {
+                    format!(
+                        "{:.2} ({reads:.2} / {writes:.2}; disk {} / {}, {} from memory)",
+                        rate / 1e6,
+                        spill.group_reads,
+                        spill.group_writes,
+                        spill.lookups_in_memory
+                    )
+                } else {
+                    format!("{:.2} ({reads:.2} / {writes:.2})", rate / 1e6)
+                });
                 if let Some(file) = json_out.as_mut() {
                     use std::io::Write;
                     let line = json!({
                         "aggregates": aggregates, "ratio": ratio, "slide": args.slide, "plan": plan.name(),
                         "events": stats.events_in, "seconds": seconds, "events_per_second": rate,
                         "reads_per_event": reads, "writes_per_event": writes, "rows_out": stats.rows_out,
-                        "state_bytes_peak": stats.state_bytes_peak,
+                        "state_bytes_peak": stats.state_bytes_peak, "spill": stats.spill,
                     });
                     writeln!(file, "{line}").map_err(|e| TesseraError::io("cannot write the JSON report", e))?;
                 }

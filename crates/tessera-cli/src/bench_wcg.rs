@@ -16,7 +16,7 @@ use arrow::record_batch::RecordBatch;
 use tessera::connectors::memory::MemoryReader;
 use tessera::connectors::sink::MemorySink;
 use tessera::connectors::BatchReader;
-use tessera::engine::{run_script_with_readers, RunOptions, RunStats, Script};
+use tessera::engine::{run_script_with_readers, RunOptions, RunStats, Script, StateOptions};
 use tessera::exec::pipeline::Parallelism;
 use tessera::optimizer::share_windows::exact_min_cost;
 use tessera::optimizer::window_strategy::{plan_window_group, Strategy};
@@ -217,7 +217,7 @@ fn measure_strategies(
     let mut times = Vec::new();
     let mut rows = None;
     for strategy in ORDER {
-        let (median, stats) = time_strategy(&text, strategy, &batches, args.repeat)?;
+        let (median, stats) = time_strategy(&text, strategy, &batches, args.repeat, &StateOptions::Memory)?;
         // Every strategy must produce the same rows.
         if *rows.get_or_insert(stats.rows_out) != stats.rows_out {
             return Err(TesseraError::Internal(format!(
@@ -260,10 +260,11 @@ pub fn time_strategy(
     strategy: Strategy,
     batches: &[RecordBatch],
     repeat: usize,
+    state: &StateOptions,
 ) -> Result<(f64, RunStats), TesseraError> {
     let mut script = Script::compile(text, std::path::Path::new("."))?;
     script.settings.window_strategy = Some(strategy);
-    let options = RunOptions { parallelism: Parallelism::Fixed(1), ..RunOptions::default() };
+    let options = RunOptions { parallelism: Parallelism::Fixed(1), state: state.clone(), ..RunOptions::default() };
     let mut runs = Vec::new();
     let mut last = None;
     for _ in 0..repeat.max(1) {

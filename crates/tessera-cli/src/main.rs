@@ -36,10 +36,32 @@ enum Format {
     Jsonl,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum StateBackendArg {
     Memory,
     Disk,
+}
+
+/// Where window state lives (`run` and `bench slide`).
+#[derive(clap::Args, Debug)]
+pub struct StateArgs {
+    /// Where window state lives: in memory, or in key groups spilled to an LSM store on disk
+    /// beyond --state-memory.
+    #[arg(long, value_enum, default_value = "memory")]
+    state_backend: StateBackendArg,
+    /// Memory for window state with --state-backend disk, e.g. 256MB or 2GB.
+    #[arg(long, default_value = "1GB", value_parser = parse_size)]
+    state_memory: u64,
+}
+
+impl StateArgs {
+    /// The state options, spilling (with the disk backend) under `dir`.
+    pub fn options(&self, dir: std::path::PathBuf) -> StateOptions {
+        match self.state_backend {
+            StateBackendArg::Memory => StateOptions::Memory,
+            StateBackendArg::Disk => StateOptions::Disk { memory_bytes: self.state_memory, dir, group_bits: 16 },
+        }
+    }
 }
 
 /// A size in bytes: a number with an optional KB, MB or GB (powers of 1024).
@@ -165,13 +187,8 @@ struct RunArgs {
     /// --output: on resume the output files are cut back to the checkpoint).
     #[arg(long, requires = "output")]
     state_dir: Option<PathBuf>,
-    /// Where window state lives: in memory, or in key groups spilled to an LSM store on disk
-    /// beyond --state-memory.
-    #[arg(long, value_enum, default_value = "memory")]
-    state_backend: StateBackendArg,
-    /// Memory for window state with --state-backend disk, e.g. 256MB or 2GB.
-    #[arg(long, default_value = "1GB", value_parser = parse_size)]
-    state_memory: u64,
+    #[command(flatten)]
+    state: StateArgs,
     /// Seconds between checkpoints (with --state-dir).
     #[arg(long, default_value_t = 10.0, requires = "state_dir")]
     checkpoint_interval: f64,
@@ -227,14 +244,7 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
             ..ReadOptions::default()
         },
         progress: Some(&progress),
-        state: match args.state_backend {
-            StateBackendArg::Memory => StateOptions::Memory,
-            StateBackendArg::Disk => StateOptions::Disk {
-                memory_bytes: args.state_memory,
-                dir: args.state_dir.clone().unwrap_or_else(std::env::temp_dir),
-                group_bits: 16,
-            },
-        },
+        state: args.state.options(args.state_dir.clone().unwrap_or_else(std::env::temp_dir)),
         checkpoints: match &args.state_dir {
             Some(dir) => Some(CheckpointConfig {
                 dir: dir.clone(),
@@ -299,6 +309,17 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
             stats.checkpoints,
             dir.display(),
             stats.checkpoint_ms as f64 / 1000.0
+        ));
+    }
+    let spill = &stats.spill;
+    if spill.group_writes > 0 {
+        text.push_str(&format!(
+            "\n  spilled state: {} key groups written ({:.1} MB), {} read back ({:.1} MB), {} closes answered from memory",
+            spill.group_writes,
+            spill.bytes_written as f64 / 1e6,
+            spill.group_reads,
+            spill.bytes_read as f64 / 1e6,
+            spill.lookups_in_memory
         ));
     }
     if stats.bad_rows > 0 {

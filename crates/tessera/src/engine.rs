@@ -194,6 +194,8 @@ pub struct RunStats {
     pub store_writes: u64,
     /// The reads of `store_reads` that combine partial aggregates to emit rows.
     pub emit_reads: u64,
+    /// The disk backend's traffic to its spill store.
+    pub spill: crate::exec::SpillCounters,
     /// Checkpoints written (with a state directory), and the milliseconds they took.
     pub checkpoints: u64,
     pub checkpoint_ms: u64,
@@ -380,6 +382,7 @@ fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &S
         stats.store_reads += m.store_reads;
         stats.store_writes += m.store_writes;
         stats.emit_reads += m.emit_reads;
+        stats.spill.add(&m.spill);
     }
 }
 

@@ -3,19 +3,22 @@
 //! [`WindowAggregateExec`] over its keys' rows. Groups stay in memory while their state fits
 //! `--state-memory`; beyond it the least recently used are encoded (the checkpoint codec) into
 //! the spill store on disk. Rows for a spilled group wait in memory and are applied when the
-//! group is loaded: when their number grows, when one of the group's windows is due to close
-//! (its next close is remembered), or at the end, so rows with random keys do not load every
-//! group on every batch. `EMIT CHANGES` loads every group a batch touches, so its rows are
+//! group is loaded: when their number grows, when all waiting rows together outgrow half of
+//! `--state-memory` (the group holding the most is loaded), when one of the group's windows is
+//! due to close (its next close is remembered: a watermark that closes none of a spilled
+//! group's windows is answered from memory), or at the end, so rows with random keys do not
+//! load every group on every batch. `EMIT CHANGES` loads every group a batch touches, so its rows are
 //! written after that batch.
 //!
-//! Results are those of one operator over all keys: a group closes its windows at the
+//! A group's operator indexes its states by key id less the group's first id, so its tables
+//! are dense over the group's own ids. Results are those of one operator over all keys: a group closes its windows at the
 //! watermarks its rows carry, and at the batch's watermark like any operator.
 
 use std::sync::Arc;
 
 use super::key_interner::SharedKeys;
 use super::window_aggregate::WindowAggregateExec;
-use super::{EventBatch, OperatorMetrics, Output, StreamOperator};
+use super::{EventBatch, OperatorMetrics, Output, SpillCounters, StreamOperator};
 use crate::error::{Result, TesseraError};
 use crate::plan::{EmitMode, WindowAggregatePlan};
 use crate::state::codec::{StateReader, StateWriter};
@@ -32,6 +35,7 @@ struct Group {
     /// Rows waiting for the group while spilled.
     pending: Vec<Arc<EventBatch>>,
     pending_rows: usize,
+    pending_bytes: u64,
     /// The earliest window end not closed yet (to know when a spilled group must close one).
     next_close: i64,
     /// Counters as last seen in memory.
@@ -42,8 +46,8 @@ struct Group {
 
 pub struct KeyGroupsExec {
     groups: Vec<Group>,
-    /// A new operator for a group.
-    make: Box<dyn Fn() -> Result<WindowAggregateExec> + Send>,
+    /// A new operator for a group, given the group's first key id.
+    make: Box<dyn Fn(u32) -> Result<WindowAggregateExec> + Send>,
     shape: Arc<WindowAggregatePlan>,
     keys: Arc<SharedKeys>,
     store: Arc<SpillStore>,
@@ -53,11 +57,12 @@ pub struct KeyGroupsExec {
     memory_budget: u64,
     slots: usize,
     clock: u64,
+    spill: SpillCounters,
 }
 
 impl KeyGroupsExec {
     pub fn new(
-        make: Box<dyn Fn() -> Result<WindowAggregateExec> + Send>,
+        make: Box<dyn Fn(u32) -> Result<WindowAggregateExec> + Send>,
         shape: Arc<WindowAggregatePlan>,
         keys: Arc<SharedKeys>,
         store: Arc<SpillStore>,
@@ -65,7 +70,7 @@ impl KeyGroupsExec {
         group_bits: u32,
         memory_budget: u64,
     ) -> Result<Self> {
-        let slots = make()?.metrics().len();
+        let slots = make(0)?.metrics().len();
         Ok(KeyGroupsExec {
             groups: Vec::new(),
             make,
@@ -77,6 +82,7 @@ impl KeyGroupsExec {
             memory_budget,
             slots,
             clock: 0,
+            spill: SpillCounters::default(),
         })
     }
 
@@ -94,6 +100,7 @@ impl KeyGroupsExec {
                 spilled: false,
                 pending: Vec::new(),
                 pending_rows: 0,
+                pending_bytes: 0,
                 next_close: i64::MAX,
                 metrics: vec![OperatorMetrics::default(); self.slots],
                 state_bytes: 0,
@@ -108,7 +115,7 @@ impl KeyGroupsExec {
         self.clock += 1;
         let clock = self.clock;
         if self.group(g).operator.is_none() {
-            let mut operator = (self.make)()?;
+            let mut operator = (self.make)((g as u32) << self.group_bits)?;
             if self.groups[g].spilled {
                 let key = self.store_key(g);
                 let bytes = self
@@ -119,6 +126,8 @@ impl KeyGroupsExec {
                 operator.restore(&mut r)?;
                 r.finish()?;
                 self.store.remove(&key)?;
+                self.spill.group_reads += 1;
+                self.spill.bytes_read += bytes.len() as u64;
                 self.groups[g].spilled = false;
             }
             self.groups[g].operator = Some(operator);
@@ -130,6 +139,7 @@ impl KeyGroupsExec {
             operator.process(&batch, out)?;
         }
         group.pending_rows = 0;
+        group.pending_bytes = 0;
         Ok(())
     }
 
@@ -143,8 +153,20 @@ impl KeyGroupsExec {
         }
     }
 
-    /// Spills the least recently used groups until the resident ones fit the budget.
-    fn fit_budget(&mut self) -> Result<()> {
+    /// Keeps the rows waiting for spilled groups within half the budget (loading the group
+    /// that holds the most), then spills the least recently used groups until the resident
+    /// ones fit the budget.
+    fn fit_budget(&mut self, out: &mut Output) -> Result<()> {
+        loop {
+            let waiting: u64 = self.groups.iter().map(|g| g.pending_bytes).sum();
+            if waiting <= self.memory_budget / 2 {
+                break;
+            }
+            let g = (0..self.groups.len()).max_by_key(|&g| self.groups[g].pending_bytes).expect("rows wait");
+            self.spill.pending_flushes += 1;
+            self.load(g, out)?;
+            self.observe(g);
+        }
         loop {
             let resident: u64 = self.groups.iter().filter(|g| g.operator.is_some()).map(|g| g.state_bytes).sum();
             if resident <= self.memory_budget {
@@ -159,7 +181,10 @@ impl KeyGroupsExec {
             let operator = self.groups[g].operator.take().expect("resident");
             let mut w = StateWriter::default();
             operator.snapshot(&mut w)?;
-            self.store.put(&self.store_key(g), &w.into_bytes())?;
+            let bytes = w.into_bytes();
+            self.store.put(&self.store_key(g), &bytes)?;
+            self.spill.group_writes += 1;
+            self.spill.bytes_written += bytes.len() as u64;
             self.groups[g].spilled = true;
         }
     }
@@ -190,26 +215,31 @@ impl StreamOperator for KeyGroupsExec {
             let group = self.group(g);
             group.next_close = group.next_close.min(earliest);
             group.pending_rows += part.len();
+            group.pending_bytes += part.memory_bytes();
             group.pending.push(Arc::new(part));
             if group.operator.is_some() || changes || group.pending_rows >= PENDING_ROWS {
                 self.load(g, out)?;
                 self.observe(g);
             }
         }
-        self.fit_budget()
+        self.fit_budget(out)
     }
 
     fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
         for g in 0..self.groups.len() {
             let group = &self.groups[g];
             let holds_data = group.operator.is_some() || group.spilled || !group.pending.is_empty();
-            if !holds_data || (group.operator.is_none() && group.next_close > watermark) {
+            if !holds_data {
+                continue;
+            }
+            if group.operator.is_none() && group.next_close > watermark {
+                self.spill.lookups_in_memory += u64::from(group.spilled);
                 continue;
             }
             self.load(g, out)?;
             self.groups[g].operator.as_mut().expect("loaded").advance_watermark(watermark, out)?;
             self.observe(g);
-            self.fit_budget()?;
+            self.fit_budget(out)?;
         }
         Ok(())
     }
@@ -270,6 +300,7 @@ impl StreamOperator for KeyGroupsExec {
             group.spilled = !state.is_empty();
             group.next_close = next_close;
             group.pending_rows = pending.iter().map(|b| b.len()).sum();
+            group.pending_bytes = pending.iter().map(|b| b.memory_bytes()).sum();
             group.pending = pending;
         }
         Ok(())
@@ -286,9 +317,14 @@ impl StreamOperator for KeyGroupsExec {
                 sum.add(m);
             }
         }
-        // State in memory only; spilled groups are on disk.
+        // State in memory (with the rows waiting for spilled groups); spilled groups are on disk.
         if let Some(first) = total.first_mut() {
-            first.state_bytes = self.groups.iter().filter(|g| g.operator.is_some()).map(|g| g.state_bytes).sum::<u64>();
+            first.state_bytes = self
+                .groups
+                .iter()
+                .map(|g| if g.operator.is_some() { g.state_bytes } else { 0 } + g.pending_bytes)
+                .sum::<u64>();
+            first.spill = self.spill;
         }
         total
     }

@@ -52,6 +52,11 @@ impl EventBatch {
         self.event_times.is_empty()
     }
 
+    /// The bytes the batch holds: its columns, event times and watermarks.
+    pub fn memory_bytes(&self) -> u64 {
+        (self.rows.get_array_memory_size() + 16 * self.len()) as u64
+    }
+
     /// The rows where `mask` is true (NULL counts as false, as in Arrow's filter).
     pub fn filter(&self, mask: &BooleanArray) -> Result<EventBatch> {
         let keep = |i: usize| mask.is_valid(i) && mask.value(i);
@@ -119,6 +124,36 @@ pub struct OperatorMetrics {
     pub store_reads: u64,
     pub store_writes: u64,
     pub emit_reads: u64,
+    /// Traffic of the disk backend's spill store (not checkpointed: the work this process did).
+    pub spill: SpillCounters,
+}
+
+/// What an operator keeping its state in key groups did with the spill store on disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SpillCounters {
+    /// Key groups written out beyond `--state-memory`, and their encoded bytes.
+    pub group_writes: u64,
+    pub bytes_written: u64,
+    /// Key groups read back, and their bytes.
+    pub group_reads: u64,
+    pub bytes_read: u64,
+    /// Spilled groups a watermark passed without reading them: the in-memory index (each
+    /// group's next window end) showed that none of their windows closes.
+    pub lookups_in_memory: u64,
+    /// Loads forced because the rows waiting for spilled groups outgrew their share of
+    /// `--state-memory`.
+    pub pending_flushes: u64,
+}
+
+impl SpillCounters {
+    pub fn add(&mut self, other: &SpillCounters) {
+        self.group_writes += other.group_writes;
+        self.bytes_written += other.bytes_written;
+        self.group_reads += other.group_reads;
+        self.bytes_read += other.bytes_read;
+        self.lookups_in_memory += other.lookups_in_memory;
+        self.pending_flushes += other.pending_flushes;
+    }
 }
 
 impl OperatorMetrics {
@@ -138,6 +173,7 @@ impl OperatorMetrics {
             store_reads: r.u64()?,
             store_writes: r.u64()?,
             emit_reads: r.u64()?,
+            spill: SpillCounters::default(),
         })
     }
 
@@ -149,6 +185,7 @@ impl OperatorMetrics {
         self.store_reads += other.store_reads;
         self.store_writes += other.store_writes;
         self.emit_reads += other.emit_reads;
+        self.spill.add(&other.spill);
     }
 }
 
@@ -276,16 +313,19 @@ pub fn create_operator(
             let keys = key_spaces.get(&slots[0])?;
             let (nodes, slots, event_time_type) = (nodes.clone(), slots.clone(), event_time_type.clone());
             match state {
-                OperatorState::Memory => Ok(Box::new(WindowAggregateExec::new(nodes, slots, event_time_type, keys)?)),
+                OperatorState::Memory => {
+                    Ok(Box::new(WindowAggregateExec::new(nodes, slots, event_time_type, keys, 0)?))
+                }
                 OperatorState::Spilling { store, id, memory_bytes, group_bits } => {
                     let shape = Arc::clone(&slots[0]);
                     let group_keys = Arc::clone(&keys);
-                    let make = Box::new(move || {
+                    let make = Box::new(move |key_base| {
                         WindowAggregateExec::new(
                             nodes.clone(),
                             slots.clone(),
                             event_time_type.clone(),
                             Arc::clone(&keys),
+                            key_base,
                         )
                     });
                     let store = Arc::clone(store);

@@ -90,10 +90,22 @@ struct Emitter {
     slots: Vec<Slot>,
     /// Interned group keys, shared with other operators that group by the same keys.
     keys: Arc<SharedKeys>,
+    /// Subtracted from interned key ids to index this operator's tables (a key group's first
+    /// id; 0 for an operator of all keys).
+    key_base: u32,
     event_time_type: DataType,
 }
 
 impl Emitter {
+    /// The ids this operator's tables use for interned `ids`.
+    fn local_ids<'a>(&self, ids: &'a [u32]) -> std::borrow::Cow<'a, [u32]> {
+        if self.key_base == 0 {
+            std::borrow::Cow::Borrowed(ids)
+        } else {
+            std::borrow::Cow::Owned(ids.iter().map(|&k| k - self.key_base).collect())
+        }
+    }
+
     fn emit(
         &mut self,
         node_slots: &[usize],
@@ -192,7 +204,11 @@ impl Emitter {
         table: &GroupTable,
     ) -> Result<RecordBatch> {
         let n = table.keys.len();
-        let key_columns = self.keys.columns(&table.keys)?;
+        let key_columns = if self.key_base == 0 {
+            self.keys.columns(&table.keys)?
+        } else {
+            self.keys.columns(&table.keys.iter().map(|&k| k + self.key_base).collect::<Vec<_>>())?
+        };
         let bound = |value: i64| -> Result<ArrayRef> {
             let array: ArrayRef = Arc::new(Int64Array::from_value(value, n));
             Ok(if self.event_time_type == DataType::Int64 { array } else { cast(&array, &self.event_time_type)? })
@@ -240,6 +256,7 @@ impl WindowAggregateExec {
         slots: Vec<Arc<WindowAggregatePlan>>,
         event_time_type: DataType,
         keys: Arc<SharedKeys>,
+        key_base: u32,
     ) -> Result<Self> {
         let shape = slots
             .first()
@@ -284,6 +301,7 @@ impl WindowAggregateExec {
                     })
                     .collect(),
                 keys,
+                key_base,
                 event_time_type,
             },
             shape,
@@ -668,6 +686,7 @@ impl StreamOperator for WindowAggregateExec {
         match &shape.filter {
             None => {
                 let key_ids = self.emitter.keys.ids_for(input, &shape.keys)?;
+                let key_ids = self.emitter.local_ids(&key_ids);
                 self.process_filtered(input, &key_ids, out)?;
             }
             Some(predicate) => {
@@ -677,6 +696,7 @@ impl StreamOperator for WindowAggregateExec {
                     .clone();
                 let filtered = input.filter(&mask)?;
                 let key_ids = self.emitter.keys.intern(&filtered.rows, &shape.keys)?;
+                let key_ids = self.emitter.local_ids(&key_ids);
                 self.process_filtered(&filtered, &key_ids, out)?;
             }
         }

@@ -286,10 +286,11 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 60, ..ProptestConfig::default() })]
 
-    /// Window state spilled to the LSM store: key groups of 1-4 key ids, no memory for them (every
-    /// group is written out after each batch and read back when it takes rows or must close a
-    /// window), under every strategy, both emit modes and parallelism 1-3: the same rows as
-    /// the reference.
+    /// Window state spilled to the LSM store: key groups of 1-4 key ids, no memory or a few
+    /// hundred bytes for them (groups are written out after most batches and read back when
+    /// they take rows, when the rows waiting for them outgrow half the budget, or when they
+    /// must close a window), under every strategy, both emit modes and parallelism 1-3: the
+    /// same rows as the reference.
     #[test]
     fn spilled_key_groups_equal_reference(
         events in event_strategy(),
@@ -300,6 +301,7 @@ proptest! {
         parallelism in 1usize..4,
         strategy in window_strategy(),
         group_bits in 0u32..3,
+        memory_bytes in prop_oneof![Just(0u64), 100u64..3000],
         changes in any::<bool>(),
     ) {
         let range = slide + extra;
@@ -313,7 +315,7 @@ proptest! {
         );
         let dir = tempfile::tempdir().expect("temp dir");
         let store = std::sync::Arc::new(tessera::state::spill::SpillStore::open(dir.path()).expect("store"));
-        let state = tessera::exec::pipeline::StateBackend::Disk { store, memory_bytes: 0, group_bits };
+        let state = tessera::exec::pipeline::StateBackend::Disk { store, memory_bytes, group_bits };
         let outcome = run_batches_with_state(&text, batches(&events, batch_size), parallelism, strategy, state).expect("engine run");
         let (expected, late) = evaluate(&events, range, slide, delay, &aggs);
         let actual = if changes {
@@ -321,7 +323,7 @@ proptest! {
         } else {
             rows(&outcome.rows[0])
         };
-        prop_assert!(same_rows(&actual, &expected), "{strategy:?} bits {group_bits}\nengine:    {actual:?}\nreference: {expected:?}");
+        prop_assert!(same_rows(&actual, &expected), "{strategy:?} bits {group_bits} memory {memory_bytes}\nengine:    {actual:?}\nreference: {expected:?}");
         prop_assert_eq!(outcome.run.query_metrics[0].late_events, late);
     }
 }
