@@ -61,8 +61,8 @@ pub fn parse_script(text: &str, base_dir: &Path) -> Result<Vec<Statement>> {
             parser.next_token();
             parse_set(&mut parser, &script, location)?
         } else {
-            let query = parser.parse_query().map_err(|e| script.parser_error(e))?;
-            let emit = parse_emit(&mut parser, &script)?;
+            let mut query = parser.parse_query().map_err(|e| script.parser_error(e))?;
+            let emit = parse_emit(&mut parser, &script, &mut query)?;
             Statement::Query { query, location, emit }
         };
         statements.push(statement);
@@ -75,11 +75,17 @@ pub fn parse_script(text: &str, base_dir: &Path) -> Result<Vec<Statement>> {
 }
 
 /// `EMIT CHANGES` or `EMIT ON WINDOW CLOSE` after a query (the default when absent).
-fn parse_emit(parser: &mut Parser, script: &ScriptText) -> Result<EmitMode> {
-    if !is_word(&parser.peek_token().token, "EMIT") {
+fn parse_emit(parser: &mut Parser, script: &ScriptText, query: &mut ast::Query) -> Result<EmitMode> {
+    let emit_follows = is_word(&parser.peek_token().token, "EMIT");
+    let emit_taken = !emit_follows
+        && (is_word(&parser.peek_token().token, "CHANGES") || is_word(&parser.peek_token().token, "ON"))
+        && take_emit_alias(query);
+    if !emit_follows && !emit_taken {
         return Ok(EmitMode::OnWindowClose);
     }
-    parser.next_token();
+    if emit_follows {
+        parser.next_token();
+    }
     if is_word(&parser.peek_token().token, "CHANGES") {
         parser.next_token();
         return Ok(EmitMode::Changes);
@@ -94,6 +100,31 @@ fn parse_emit(parser: &mut Parser, script: &ScriptText) -> Result<EmitMode> {
         }
     }
     Ok(EmitMode::OnWindowClose)
+}
+
+/// In `FROM src EMIT ...` (no WHERE, no GROUP BY) the SQL parser reads `EMIT` as the
+/// table's alias; this takes it back, so the emit clause is read as one.
+fn take_emit_alias(query: &mut ast::Query) -> bool {
+    let ast::SetExpr::Select(select) = query.body.as_mut() else {
+        return false;
+    };
+    let Some(from) = select.from.last_mut() else {
+        return false;
+    };
+    let relation = match from.joins.last_mut() {
+        Some(join) => &mut join.relation,
+        None => &mut from.relation,
+    };
+    let ast::TableFactor::Table { alias, .. } = relation else {
+        return false;
+    };
+    let is_emit = alias.as_ref().is_some_and(|a| {
+        !a.explicit && a.columns.is_empty() && a.name.quote_style.is_none() && a.name.value.eq_ignore_ascii_case("EMIT")
+    });
+    if is_emit {
+        *alias = None;
+    }
+    is_emit
 }
 
 fn is_word(token: &Token, word: &str) -> bool {

@@ -83,4 +83,12 @@ fn streaming_restrictions_are_explained() {
     assert!(err.contains("column 105"), "{err}");
     let err = error_of("SELECT ts FROM readings WHERE ts > 0 EMIT CHANGES;");
     assert!(err.contains("EMIT CHANGES applies to window aggregates"), "{err}");
+    // Right after the table, where the SQL parser would read `EMIT` as an alias.
+    let err = error_of("SELECT ts FROM readings EMIT CHANGES;");
+    assert!(err.contains("EMIT CHANGES applies to window aggregates"), "{err}");
+    // The default mode, spelled out, is accepted; a quoted "emit" stays an alias.
+    for query in ["SELECT ts FROM readings EMIT ON WINDOW CLOSE;", "SELECT emit.ts FROM readings \"emit\";"] {
+        let text = format!("{SOURCE}{query}");
+        assert!(Script::compile(&text, Path::new(".")).is_ok(), "{query}");
+    }
 }
