@@ -60,7 +60,7 @@ pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
     }
     let mut json_out = create_report(args.json.as_deref())?;
     let batches = stream(args.events, args.eta, args.keys);
-    let state = args.state.options(std::env::temp_dir());
+    let state = args.state.options(std::env::temp_dir())?;
     let disk = state != StateOptions::Memory;
     println!(
         "{} events, {} per second, {} keys, slide {} s, state {state:?}; M events/s (state reads / writes per event{})",

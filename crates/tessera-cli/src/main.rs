@@ -49,17 +49,23 @@ pub struct StateArgs {
     /// beyond --state-memory.
     #[arg(long, value_enum, default_value = "memory")]
     state_backend: StateBackendArg,
-    /// Memory for window state with --state-backend disk, e.g. 256MB or 2GB.
-    #[arg(long, default_value = "1GB", value_parser = parse_size)]
-    state_memory: u64,
+    /// Memory for window state with --state-backend disk, e.g. 256MB or 2GB [default: 1GB].
+    #[arg(long, value_parser = parse_size)]
+    state_memory: Option<u64>,
 }
 
 impl StateArgs {
     /// The state options, spilling (with the disk backend) under `dir`.
-    pub fn options(&self, dir: std::path::PathBuf) -> StateOptions {
-        match self.state_backend {
-            StateBackendArg::Memory => StateOptions::Memory,
-            StateBackendArg::Disk => StateOptions::Disk { memory_bytes: self.state_memory, dir, group_bits: 16 },
+    pub fn options(&self, dir: std::path::PathBuf) -> Result<StateOptions, TesseraError> {
+        match (self.state_backend, self.state_memory) {
+            (StateBackendArg::Memory, None) => Ok(StateOptions::Memory),
+            (StateBackendArg::Memory, Some(_)) => Err(TesseraError::Option(
+                "--state-memory bounds the state of --state-backend disk; the memory backend keeps all state in memory"
+                    .into(),
+            )),
+            (StateBackendArg::Disk, memory) => {
+                Ok(StateOptions::Disk { memory_bytes: memory.unwrap_or(1 << 30), dir, group_bits: 16 })
+            }
         }
     }
 }
@@ -244,7 +250,7 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
             ..ReadOptions::default()
         },
         progress: Some(&progress),
-        state: args.state.options(args.state_dir.clone().unwrap_or_else(std::env::temp_dir)),
+        state: args.state.options(args.state_dir.clone().unwrap_or_else(std::env::temp_dir))?,
         checkpoints: match &args.state_dir {
             Some(dir) => Some(CheckpointConfig {
                 dir: dir.clone(),

@@ -71,6 +71,28 @@ fn skipped_rows_go_to_the_dead_letter_file_and_are_counted() {
 }
 
 #[test]
+fn disk_state_writes_what_memory_writes_and_needs_the_disk_backend_for_a_budget() {
+    let dir = workspace(GOOD);
+    let out = tessera(&["run", "q.sql", "--state-memory", "1MB"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--state-memory bounds the state of --state-backend disk"),
+        "{}",
+        text(&out.stderr)
+    );
+    let memory = tessera(&["run", "q.sql", "-q"], dir.path());
+    let disk = tessera(&["run", "q.sql", "-q", "--state-backend", "disk", "--state-memory", "0"], dir.path());
+    assert!(memory.status.success() && disk.status.success(), "{}", text(&disk.stderr));
+    let sorted = |o: &Output| {
+        let mut lines: Vec<String> = text(&o.stdout).lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(sorted(&disk), sorted(&memory));
+    assert_eq!(sorted(&memory).len(), 4, "a header and three rows");
+}
+
+#[test]
 fn sql_errors_exit_1_with_a_caret() {
     let dir = workspace(GOOD);
     std::fs::write(
