@@ -134,9 +134,11 @@ class Case:
         self.where = rng.choice(WHERE_CLAUSES) if rng.random() < 0.25 else None
         self.having = rng.choice(HAVING_CLAUSES) if rng.random() < 0.2 else None
         # A quarter of the cases write an EMIT CHANGES changelog, folded into its final rows;
-        # a third keep window state in key groups spilled to disk with no memory for them.
+        # a third keep window state in key groups spilled to disk with no memory or a few KB
+        # for them (rows then wait for the spilled group until they outgrow half of it).
         self.emit_changes = random.Random(seed ^ 0xE417).random() < 0.25
-        self.disk_state = random.Random(seed ^ 0xD15C).random() < 0.33
+        disk = random.Random(seed ^ 0xD15C)
+        self.disk_state = disk.choice(["0", "4KB", "64KB"]) if disk.random() < 0.33 else None
 
     @staticmethod
     def interval(seconds, in_minutes):
@@ -393,8 +395,8 @@ def run_case(tessera, case, workdir):
         f.write(oracle + ";\n")
 
     command = [tessera, "run", script_path, "--output", out_path, "--parallelism", str(case.parallelism), "-q"]
-    if case.disk_state:
-        command += ["--state-backend", "disk", "--state-memory", "0"]
+    if case.disk_state is not None:
+        command += ["--state-backend", "disk", "--state-memory", case.disk_state]
     try:
         done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=TESSERA_TIMEOUT_S)
     except subprocess.TimeoutExpired:
