@@ -92,6 +92,37 @@ fn disk_state_writes_what_memory_writes_and_needs_the_disk_backend_for_a_budget(
     assert_eq!(sorted(&memory).len(), 4, "a header and three rows");
 }
 
+/// Over more keys than one key group holds (65,536), with a WHERE clause (rows re-interned
+/// after the filter) and a budget that spills: the same rows as in memory.
+#[test]
+fn disk_state_over_several_key_groups_with_a_filter_writes_what_memory_writes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let generated = tessera(
+        &["generate", "-o", "readings.csv", "--events", "150000", "--devices", "140000", "--disorder", "3"],
+        dir.path(),
+    );
+    assert!(generated.status.success(), "{}", text(&generated.stderr));
+    let query = "SELECT device_id, window_start, window_end, MIN(temperature) AS lo, COUNT(*) AS n
+FROM HOP(readings, ts, INTERVAL '1' SECOND, INTERVAL '3' SECOND) WHERE temperature > 20
+GROUP BY device_id, window_start, window_end;
+";
+    std::fs::write(dir.path().join("q.sql"), format!("{SOURCE}{query}")).expect("script");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "q.sql", "-q", "--stats-json", "stats.json"];
+        args.extend_from_slice(extra);
+        let out = tessera(&args, dir.path());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let mut lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+        lines.sort();
+        (lines, std::fs::read_to_string(dir.path().join("stats.json")).expect("stats"))
+    };
+    let (memory, _) = run(&[]);
+    let (disk, stats) = run(&["--state-backend", "disk", "--state-memory", "256KB"]);
+    assert!(memory.len() > 1000, "{}", memory.len());
+    assert_eq!(disk, memory);
+    assert!(!stats.contains("\"group_writes\": 0,"), "nothing spilled: {stats}");
+}
+
 #[test]
 fn sql_errors_exit_1_with_a_caret() {
     let dir = workspace(GOOD);
