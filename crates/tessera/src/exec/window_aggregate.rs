@@ -80,6 +80,8 @@ impl Node {
 /// An output slot (query branch): its SELECT list and HAVING, and its counters.
 struct Slot {
     plan: Arc<WindowAggregatePlan>,
+    /// The plan's aggregate schema with every column nullable (made once, not per emission).
+    aggregate_schema: SchemaRef,
     /// `EMIT CHANGES`: the written columns, `op` first.
     changelog: Option<SchemaRef>,
     metrics: OperatorMetrics,
@@ -115,7 +117,7 @@ impl Emitter {
         out: &mut Output,
     ) -> Result<()> {
         for &slot in node_slots {
-            let batch = self.finalize(&self.slots[slot].plan, window, m, table)?;
+            let batch = self.finalize(slot, window, m, table)?;
             self.slots[slot].metrics.rows_out += batch.num_rows() as u64;
             if batch.num_rows() > 0 {
                 out.rows.push((slot, batch));
@@ -126,14 +128,9 @@ impl Emitter {
 
     /// The result rows of instance `m` of `window` from its merged states: aggregate, HAVING,
     /// SELECT list.
-    fn finalize(
-        &self,
-        plan: &WindowAggregatePlan,
-        window: WindowSpec,
-        m: i64,
-        table: &GroupTable,
-    ) -> Result<RecordBatch> {
-        let aggregated = self.aggregate(plan, window, m, table)?;
+    fn finalize(&self, slot: usize, window: WindowSpec, m: i64, table: &GroupTable) -> Result<RecordBatch> {
+        let plan = &self.slots[slot].plan;
+        let aggregated = self.aggregate(slot, window, m, table)?;
         filter_and_project(&aggregated, plan.having.as_ref(), &plan.projection, &plan.output_schema)
     }
 
@@ -152,7 +149,7 @@ impl Emitter {
     ) -> Result<()> {
         for &slot in node_slots {
             let plan = &self.slots[slot].plan;
-            let aggregated = self.aggregate(plan, window, m, table)?;
+            let aggregated = self.aggregate(slot, window, m, table)?;
             let passes = match &plan.having {
                 Some(having) => {
                     let mask = having.evaluate(&aggregated)?.into_array(aggregated.num_rows())?;
@@ -196,13 +193,8 @@ impl Emitter {
 
     /// The aggregate's result for instance `m` of `window`: keys, window bounds and the
     /// aggregates' final values, before HAVING and the SELECT list.
-    fn aggregate(
-        &self,
-        plan: &WindowAggregatePlan,
-        window: WindowSpec,
-        m: i64,
-        table: &GroupTable,
-    ) -> Result<RecordBatch> {
+    fn aggregate(&self, slot: usize, window: WindowSpec, m: i64, table: &GroupTable) -> Result<RecordBatch> {
+        let Slot { plan, aggregate_schema, .. } = &self.slots[slot];
         let n = table.keys.len();
         let key_columns = if self.key_base == 0 {
             self.keys.columns(&table.keys)?
@@ -223,7 +215,7 @@ impl Emitter {
                 AggregateColumn::Aggregate(i) => plan.aggregates[*i].finalize(&table.states[*i]),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(RecordBatch::try_new(nullable(&plan.aggregate_schema), columns)?)
+        Ok(RecordBatch::try_new(aggregate_schema.clone(), columns)?)
     }
 }
 
@@ -296,6 +288,7 @@ impl WindowAggregateExec {
                     .into_iter()
                     .map(|plan| Slot {
                         changelog: changes.then(|| changelog_schema(&plan.output_schema)),
+                        aggregate_schema: nullable(&plan.aggregate_schema),
                         plan,
                         metrics: OperatorMetrics::default(),
                     })
