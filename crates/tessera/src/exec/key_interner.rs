@@ -88,7 +88,15 @@ impl KeyInterner {
                 let mut out = Vec::with_capacity(num_rows);
                 let raw = column.values();
                 let has_nulls = column.null_count() > 0;
-                for (i, &v) in raw.iter().enumerate() {
+                // The common case, every key a small value seen before: one lookup per row.
+                if !has_nulls {
+                    let known = raw.iter().map_while(|&v| {
+                        let id = *dense.get(usize::try_from(v).ok()?)?;
+                        (id != NO_ID).then_some(id)
+                    });
+                    out.extend(known);
+                }
+                for (i, &v) in raw.iter().enumerate().skip(out.len()) {
                     let id = if has_nulls && column.is_null(i) {
                         *null_id.get_or_insert_with(|| {
                             values.push(None);
