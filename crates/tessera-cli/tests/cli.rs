@@ -12,6 +12,13 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The lines of `output`, sorted (rows compared as a multiset).
+fn sorted_lines(output: &str) -> Vec<String> {
+    let mut lines: Vec<String> = output.lines().map(str::to_string).collect();
+    lines.sort();
+    lines
+}
+
 const SOURCE: &str = "CREATE SOURCE readings (device_id BIGINT, temperature DOUBLE, ts BIGINT,
     WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) WITH (path = 'readings.csv', time_unit = 's');
 ";
@@ -83,11 +90,7 @@ fn disk_state_writes_what_memory_writes_and_needs_the_disk_backend_for_a_budget(
     let memory = tessera(&["run", "q.sql", "-q"], dir.path());
     let disk = tessera(&["run", "q.sql", "-q", "--state-backend", "disk", "--state-memory", "0"], dir.path());
     assert!(memory.status.success() && disk.status.success(), "{}", text(&disk.stderr));
-    let sorted = |o: &Output| {
-        let mut lines: Vec<String> = text(&o.stdout).lines().map(str::to_string).collect();
-        lines.sort();
-        lines
-    };
+    let sorted = |o: &Output| sorted_lines(&text(&o.stdout));
     assert_eq!(sorted(&disk), sorted(&memory));
     assert_eq!(sorted(&memory).len(), 4, "a header and three rows");
 }
@@ -112,9 +115,7 @@ GROUP BY device_id, window_start, window_end;
         args.extend_from_slice(extra);
         let out = tessera(&args, dir.path());
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let mut lines: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
-        lines.sort();
-        (lines, std::fs::read_to_string(dir.path().join("stats.json")).expect("stats"))
+        (sorted_lines(&text(&out.stdout)), std::fs::read_to_string(dir.path().join("stats.json")).expect("stats"))
     };
     let (memory, _) = run(&[]);
     let (disk, stats) = run(&["--state-backend", "disk", "--state-memory", "256KB"]);
@@ -234,8 +235,7 @@ fn csv_parquet_jsonl_and_stdin_inputs_agree() {
         drop(stdin);
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
-        let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
-        lines.sort();
+        let lines = sorted_lines(&text(&out.stdout));
         assert!(lines.len() > 100, "{name}: {} rows", lines.len());
         assert!(lines[0].starts_with("{\"device_id\":"), "{}", lines[0]);
         results.push((name, lines));
@@ -391,12 +391,7 @@ fn killed_and_resumed_runs_write_every_row_once() {
     }
     let last = tessera(&args, dir.path());
     assert!(last.status.success(), "seed {seed}: {}", text(&last.stderr));
-    let lines = |name: &str| {
-        let mut lines: Vec<String> =
-            std::fs::read_to_string(dir.path().join(name)).expect(name).lines().map(str::to_string).collect();
-        lines.sort();
-        lines
-    };
+    let lines = |name: &str| sorted_lines(&std::fs::read_to_string(dir.path().join(name)).expect(name));
     let (expected, actual) = (lines("ref.csv"), lines("out.csv"));
     assert!(expected.len() > 1000, "{}", expected.len());
     assert_eq!(expected.len(), actual.len(), "seed {seed}");

@@ -20,23 +20,24 @@ use tessera::optimizer::window_strategy::Strategy;
 
 const EVENTS: u64 = 600;
 
-fn input() -> Vec<RecordBatch> {
+/// One event per batch (every update its own input batch): `(key, time)` pairs, value = time.
+fn one_event_batches(events: impl IntoIterator<Item = (i64, i64)>) -> Vec<RecordBatch> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, true),
         Field::new("tag", DataType::Utf8, true),
         Field::new("v", DataType::Float64, true),
         Field::new("ts", DataType::Int64, false),
     ]));
-    // One event per batch: every update is its own input batch.
-    (0..EVENTS as i64)
-        .map(|j| {
+    events
+        .into_iter()
+        .map(|(k, t)| {
             RecordBatch::try_new(
                 schema.clone(),
                 vec![
-                    Arc::new(Int64Array::from(vec![1])),
+                    Arc::new(Int64Array::from(vec![k])),
                     Arc::new(StringArray::from(vec!["a"])),
-                    Arc::new(Float64Array::from(vec![j as f64])),
-                    Arc::new(Int64Array::from(vec![j])),
+                    Arc::new(Float64Array::from(vec![t as f64])),
+                    Arc::new(Int64Array::from(vec![t])),
                 ],
             )
             .expect("batch")
@@ -51,7 +52,8 @@ fn costs(r: u64, strategy: Strategy, changes: bool) -> OperatorMetrics {
          SELECT k, window_start, window_end, MIN(v) FROM HOP(s, ts, INTERVAL '1' SECOND, INTERVAL '{r}' SECOND)
          GROUP BY k, window_start, window_end{emit};"
     );
-    let outcome = run_batches(&text, input(), 1, Some(strategy)).expect("run");
+    let outcome =
+        run_batches(&text, one_event_batches((0..EVENTS as i64).map(|t| (1, t))), 1, Some(strategy)).expect("run");
     let metrics = outcome.run.query_metrics[0];
     // Every instance is written once on close, or once per event it takes with EMIT CHANGES.
     let rows = if changes { r * EVENTS } else { EVENTS + r - 1 };
@@ -100,31 +102,11 @@ fn reads_and_writes_per_event_match_the_design_note_and_beat_it() {
 /// close none of its windows, are answered from memory.
 #[test]
 fn spilled_groups_are_read_only_when_they_take_rows_or_close_a_window() {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, true),
-        Field::new("tag", DataType::Utf8, true),
-        Field::new("v", DataType::Float64, true),
-        Field::new("ts", DataType::Int64, false),
-    ]));
     let seconds = 100i64;
     let mut rows: Vec<(i64, i64)> = (0..seconds).map(|t| (1, t)).collect();
     rows.insert(1, (2, 0));
     rows.insert(52, (2, 50));
-    let batches: Vec<RecordBatch> = rows
-        .iter()
-        .map(|&(k, t)| {
-            RecordBatch::try_new(
-                schema.clone(),
-                vec![
-                    Arc::new(Int64Array::from(vec![k])),
-                    Arc::new(StringArray::from(vec!["a"])),
-                    Arc::new(Float64Array::from(vec![t as f64])),
-                    Arc::new(Int64Array::from(vec![t])),
-                ],
-            )
-            .expect("batch")
-        })
-        .collect();
+    let batches = one_event_batches(rows.iter().copied());
     let text = "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'unused.csv', time_unit = 's');
          SELECT k, window_start, window_end, SUM(v) FROM TUMBLE(s, ts, INTERVAL '10' SECOND) GROUP BY k, window_start, window_end;";
     let dir = tempfile::tempdir().expect("temp dir");
