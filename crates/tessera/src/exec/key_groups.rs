@@ -258,9 +258,12 @@ impl StreamOperator for KeyGroupsExec {
         Ok(())
     }
 
-    /// Every group: its state (from memory or the spill store), its waiting rows and its next
-    /// close.
+    /// Every group: its state (from memory or the spill store), whether it is in memory, when
+    /// it was last used, its waiting rows and its next close. A resumed run keeps the same groups
+    /// in memory and evicts in the same order, so it applies rows at the same points and merges
+    /// partial aggregates in the same order as an uninterrupted run.
     fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
+        w.u64(self.clock);
         w.len(self.groups.len());
         for (g, group) in self.groups.iter().enumerate() {
             let state = match (&group.operator, group.spilled) {
@@ -276,6 +279,8 @@ impl StreamOperator for KeyGroupsExec {
                 (None, false) => Vec::new(),
             };
             w.bytes(&state);
+            w.bool(group.operator.is_some());
+            w.u64(group.last_used);
             w.i64(group.next_close);
             w.len(group.pending.len());
             for batch in &group.pending {
@@ -285,23 +290,37 @@ impl StreamOperator for KeyGroupsExec {
         Ok(())
     }
 
-    /// Restored groups start spilled, to be loaded when needed.
     fn restore(&mut self, r: &mut StateReader) -> Result<()> {
-        let n = r.len(17)?;
+        self.clock = r.u64()?;
+        let n = r.len(27)?;
         for g in 0..n {
             let state = r.bytes()?.to_vec();
+            let resident = r.bool()?;
+            let last_used = r.u64()?;
             let next_close = r.i64()?;
             let waiting = r.len(17)?;
             let pending = (0..waiting).map(|_| EventBatch::decode(r).map(Arc::new)).collect::<Result<Vec<_>>>()?;
-            if !state.is_empty() {
-                self.store.put(&self.store_key(g), &state)?;
-            }
+            let operator = if resident {
+                let mut operator = (self.make)((g as u32) << self.group_bits)?;
+                let mut own = StateReader::new(&state);
+                operator.restore(&mut own)?;
+                own.finish()?;
+                Some(operator)
+            } else {
+                if !state.is_empty() {
+                    self.store.put(&self.store_key(g), &state)?;
+                }
+                None
+            };
             let group = self.group(g);
-            group.spilled = !state.is_empty();
+            group.spilled = !resident && !state.is_empty();
+            group.operator = operator;
+            group.last_used = last_used;
             group.next_close = next_close;
             group.pending_rows = pending.iter().map(|b| b.len()).sum();
             group.pending_bytes = pending.iter().map(|b| b.memory_bytes()).sum();
             group.pending = pending;
+            self.observe(g);
         }
         Ok(())
     }

@@ -428,19 +428,19 @@ pub fn run_source(
             run.query_rows_out[q] = *rows;
         }
     }
-    // With one worker, the reading thread also interns group keys ahead of the operators when
-    // the worker falls behind (batches queue up): the worker's interners are shared with it, so
-    // two cores split the work of one worker. When reading is the slower side it does not.
+    // With one worker, the reading thread also interns the group keys of every batch ahead of
+    // the operators (the worker's interners are shared with it), so two cores split the work of
+    // one worker. It interns every batch, in order, so each key's id is the same in every run of
+    // the same input: key groups on disk are blocks of ids, and a resumed run must put each key
+    // in the group the interrupted run put it in.
     let mut inline_worker =
         if workers == 1 { Some(Worker::new(&specs, &source.event_time.data_type, &state, (0, 1))?) } else { None };
     if let (Some(worker), Some((_, snapshot))) = (inline_worker.as_mut(), &resume) {
         worker.restore(split_snapshot(snapshot, 1)?[0])?;
     }
-    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::scope(|scope| -> Result<SourceRun> {
         let (batch_tx, batch_rx) = sync_channel::<Stamped>(4);
         let key_spaces = inline_worker.as_ref().map(|w| Arc::clone(&w.key_spaces));
-        let queued_by_reader = Arc::clone(&queued);
         let reading = scope.spawn(move || -> Result<u64> {
             let mut stamp = Stamper { max_event_time, delay: source.event_time.watermark_delay };
             // Resuming: the operators' state already holds these batches.
@@ -454,11 +454,10 @@ pub fn run_source(
             }
             while let Some(batch) = reader.next_batch()? {
                 let mut stamped = stamp.stamp(batch, source)?;
-                if let Some(spaces) = key_spaces.as_ref().filter(|_| queued_by_reader.load(Ordering::Relaxed) >= 2) {
+                if let Some(spaces) = key_spaces.as_ref() {
                     spaces.prefetch(&mut stamped)?;
                 }
                 let input = Arc::new(stamped);
-                queued_by_reader.fetch_add(1, Ordering::Relaxed);
                 if batch_tx.send((input, stamp.watermark(), stamp.max_event_time, reader.progress())).is_err() {
                     break; // the operators stopped; their error ends the run
                 }
@@ -468,7 +467,7 @@ pub fn run_source(
         let checkpoints =
             checkpoints.map(|c| (Consumed { source: c.source, batches: skip_batches, started }, c.checkpointer));
         let computed = if let Some(worker) = inline_worker {
-            compute_inline(worker, &specs, batch_rx, &queued, sink, progress, &mut run, checkpoints)
+            compute_inline(worker, &specs, batch_rx, sink, progress, &mut run, checkpoints)
         } else {
             let saved = resume.as_ref().map(|(_, snapshot)| snapshot.as_slice());
             let io = Io { batches: batch_rx, sink, progress };
@@ -532,19 +531,16 @@ impl Consumed {
 
 /// One worker on the calling thread; with `checkpoints` it saves a checkpoint between batches
 /// when one is due.
-#[allow(clippy::too_many_arguments)]
 fn compute_inline(
     mut worker: Worker,
     specs: &[OperatorSpec],
     batches: Receiver<Stamped>,
-    queued: &std::sync::atomic::AtomicUsize,
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
     run: &mut SourceRun,
     mut checkpoints: Option<(Consumed, &mut Checkpointer)>,
 ) -> Result<()> {
     for (input, watermark, max_event_time, read) in batches {
-        queued.fetch_sub(1, Ordering::Relaxed);
         run.events_in += input.len() as u64;
         let parts = (0..specs.len()).map(|op| (op, Arc::clone(&input))).collect();
         worker.handle(parts, watermark, &mut |e| write(&mut run.query_rows_out, e, sink))?;

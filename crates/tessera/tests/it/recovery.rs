@@ -14,8 +14,9 @@ use proptest::prelude::*;
 use super::harness::rows;
 use super::properties::{batches, event_strategy, window_strategy};
 use super::reference::Agg;
+use arrow::datatypes::SchemaRef;
 use tessera::connectors::memory::MemoryReader;
-use tessera::connectors::sink::MemorySink;
+use tessera::connectors::sink::{MemorySink, ResultSink};
 use tessera::connectors::BatchReader;
 use tessera::engine::{run_script_with_readers, RunOptions, Script, StateOptions};
 use tessera::exec::pipeline::Parallelism;
@@ -23,14 +24,17 @@ use tessera::optimizer::window_strategy::Strategy;
 use tessera::state::checkpoint::CheckpointConfig;
 use tessera::TesseraError;
 
-/// Reads `batches`, failing (like a crash) once `fail_after` of them were read.
+/// Reads `batches`, failing (like a crash) once `fail_after` of them were read, and pausing
+/// `pause` before each.
 struct CrashingReader {
     inner: MemoryReader,
     fail_after: Option<usize>,
+    pause: Duration,
 }
 
 impl BatchReader for CrashingReader {
     fn next_batch(&mut self) -> tessera::Result<Option<RecordBatch>> {
+        std::thread::sleep(self.pause);
         match &mut self.fail_after {
             Some(0) => Err(TesseraError::Execution("simulated crash".into())),
             Some(left) => {
@@ -55,25 +59,25 @@ fn run(
     strategy: Option<Strategy>,
     input: &[RecordBatch],
     state: Option<&Path>,
-    fail_after: Option<usize>,
-    (workers, disk): (usize, bool),
-    sink: &mut MemorySink,
+    (fail_after, pause): (Option<usize>, Duration),
+    (workers, disk): (usize, Option<u64>),
+    sink: &mut dyn ResultSink,
 ) -> tessera::Result<tessera::engine::RunStats> {
     let mut script = Script::compile(text, Path::new("."))?;
     script.settings.window_strategy = strategy;
     let options = RunOptions {
         parallelism: Parallelism::Fixed(workers),
         checkpoints: state.map(|dir| CheckpointConfig { dir: dir.to_path_buf(), interval: Duration::ZERO }),
-        // On disk: key groups of two key ids, every one spilled after every batch.
-        state: if disk {
-            StateOptions::Disk { memory_bytes: 0, dir: std::env::temp_dir(), group_bits: 1 }
-        } else {
-            StateOptions::Memory
+        // On disk: key groups of two key ids within `disk` bytes of memory.
+        state: match disk {
+            Some(memory_bytes) => StateOptions::Disk { memory_bytes, dir: std::env::temp_dir(), group_bits: 1 },
+            None => StateOptions::Memory,
         },
         ..RunOptions::default()
     };
     run_script_with_readers(&script, &options, sink, &mut |_| {
-        Ok(Box::new(CrashingReader { inner: MemoryReader::new(input.to_vec()), fail_after }) as Box<dyn BatchReader>)
+        Ok(Box::new(CrashingReader { inner: MemoryReader::new(input.to_vec()), fail_after, pause })
+            as Box<dyn BatchReader>)
     })
 }
 
@@ -93,6 +97,8 @@ proptest! {
         workers in 1usize..4,
         disk in any::<bool>(),
     ) {
+        // On disk, every group is spilled after every batch.
+        let disk = disk.then_some(0);
         let range = slide + extra;
         let mut aggregates: Vec<String> = Agg::ALL.iter().map(|a| a.sql("v")).collect();
         aggregates.push("MIN(tag)".into());
@@ -111,16 +117,16 @@ proptest! {
         );
         let input = batches(&events, batch_size);
         let mut expected = MemorySink::default();
-        run(&text, strategy, &input, None, None, (workers, disk), &mut expected).expect("uninterrupted run");
+        run(&text, strategy, &input, None, (None, Duration::ZERO), (workers, disk), &mut expected).expect("uninterrupted run");
         let dir = tempfile::tempdir().expect("temp dir");
         let mut resumed = MemorySink::default();
         for crash in crashes {
             // Each attempt resumes from the last checkpoint and crashes a few batches later.
-            if run(&text, strategy, &input, Some(dir.path()), Some(crash), (workers, disk), &mut resumed).is_ok() {
+            if run(&text, strategy, &input, Some(dir.path()), (Some(crash), Duration::ZERO), (workers, disk), &mut resumed).is_ok() {
                 break;
             }
         }
-        let stats = run(&text, strategy, &input, Some(dir.path()), None, (workers, disk), &mut resumed).expect("resumed run");
+        let stats = run(&text, strategy, &input, Some(dir.path()), (None, Duration::ZERO), (workers, disk), &mut resumed).expect("resumed run");
         prop_assert_eq!(stats.events_in, events.len() as u64);
         for q in 0..3 {
             let (want, got) = (rows(&expected.rows[q]), rows(&resumed.rows[q]));
@@ -129,4 +135,95 @@ proptest! {
             prop_assert_eq!(rows(&resumed.late[q]), rows(&expected.late[q]));
         }
     }
+}
+
+/// A sink that takes its time over every batch of rows, so the reading thread runs ahead of the
+/// worker and interns keys of batches the worker has not reached.
+struct SlowSink(MemorySink);
+
+impl ResultSink for SlowSink {
+    fn open_query(&mut self, query: usize, schema: &SchemaRef) -> tessera::Result<()> {
+        self.0.open_query(query, schema)
+    }
+
+    fn write_rows(&mut self, query: usize, batch: &RecordBatch) -> tessera::Result<()> {
+        std::thread::sleep(Duration::from_millis(2));
+        self.0.write_rows(query, batch)
+    }
+
+    fn write_late(&mut self, query: usize, batch: &RecordBatch) -> tessera::Result<()> {
+        self.0.write_late(query, batch)
+    }
+
+    fn finish(&mut self) -> tessera::Result<()> {
+        self.0.finish()
+    }
+
+    fn checkpoint(&mut self) -> tessera::Result<Vec<u64>> {
+        self.0.checkpoint()
+    }
+
+    fn resume(&mut self, positions: &[u64]) -> tessera::Result<()> {
+        self.0.resume(positions)
+    }
+}
+
+/// Key groups on disk are blocks of key ids, and which keys share a group decides when the
+/// sliding aggregator of a group is rebuilt after a late row, hence the order in which
+/// floating-point partial sums are merged. Key ids must therefore follow the input alone, not
+/// how far the reading thread runs ahead of the worker: a slow reader (the worker waits for
+/// every batch) and a slow sink (batches queue up for the worker) must give the same bits and
+/// the same spills.
+#[test]
+fn key_groups_do_not_depend_on_how_far_reading_runs_ahead() {
+    use super::reference::Event;
+    // Every batch of four brings new keys; every seventh event is late by a few slices.
+    let events: Vec<Event> = (0..600i64)
+        .map(|i| Event {
+            key: Some((i / 3) % 90),
+            value: Some(((i * 37) % 101) as f64 * 0.1),
+            ts: i / 2 - if i % 7 == 0 { 5 } else { 0 },
+        })
+        .collect();
+    let text = "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '6' SECOND)
+           WITH (path = 'unused.csv', time_unit = 's');
+         SELECT k, window_start, window_end, SUM(v), AVG(v), VAR_SAMP(v), STDDEV_SAMP(v) FROM HOP(s, ts, INTERVAL '2' SECOND, INTERVAL '12' SECOND)
+         GROUP BY k, window_start, window_end;";
+    let input = batches(&events, 4);
+    let strategy = Some(Strategy::SharedSliding);
+    let mut reading_behind = MemorySink::default();
+    let pause = Duration::from_millis(1);
+    let reading_behind_stats =
+        run(text, strategy, &input, None, (None, pause), (1, Some(0)), &mut reading_behind).expect("slow reader");
+    let mut reading_ahead = SlowSink(MemorySink::default());
+    let reading_ahead_stats =
+        run(text, strategy, &input, None, (None, Duration::ZERO), (1, Some(0)), &mut reading_ahead).expect("slow sink");
+    assert_eq!(reading_ahead_stats.spill, reading_behind_stats.spill);
+    assert!(rows(&reading_ahead.0.rows[0]) == rows(&reading_behind.rows[0]), "results depend on timing");
+}
+
+/// A resumed run keeps in memory the key groups the interrupted run had there (it neither
+/// writes them to the spill store nor reads them back) and ends with the same rows.
+#[test]
+fn a_resumed_run_keeps_resident_key_groups_in_memory() {
+    use super::reference::Event;
+    let events: Vec<Event> =
+        (0..300i64).map(|i| Event { key: Some(i % 40), value: Some((i % 13) as f64 * 0.3), ts: i / 3 }).collect();
+    let text = "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+           WITH (path = 'unused.csv', time_unit = 's');
+         SELECT k, window_start, window_end, SUM(v), VAR_SAMP(v) FROM HOP(s, ts, INTERVAL '2' SECOND, INTERVAL '10' SECOND)
+         GROUP BY k, window_start, window_end;";
+    let input = batches(&events, 10);
+    let in_memory = (1, Some(1 << 30));
+    let mut expected = MemorySink::default();
+    run(text, None, &input, None, (None, Duration::ZERO), in_memory, &mut expected).expect("uninterrupted run");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut resumed = MemorySink::default();
+    run(text, None, &input, Some(dir.path()), (Some(12), Duration::ZERO), in_memory, &mut resumed)
+        .expect_err("the reader fails");
+    let stats = run(text, None, &input, Some(dir.path()), (None, Duration::ZERO), in_memory, &mut resumed)
+        .expect("resumed run");
+    assert!(stats.resumed_events > 0);
+    assert_eq!(stats.spill, tessera::exec::SpillCounters::default());
+    assert!(rows(&resumed.rows[0]) == rows(&expected.rows[0]));
 }
