@@ -71,47 +71,57 @@ impl GroupTable {
     /// Slots for `key_ids`, creating missing ones.
     fn slots_for(&mut self, key_ids: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
         out.clear();
-        let GroupTable { index, keys, .. } = self;
+        out.reserve(key_ids.size_hint().0);
         for key in key_ids {
-            let slot = match index {
-                SlotIndex::Dense(dense) if (key as usize) < dense.len() || dense_fits(key, keys.len()) => {
-                    let k = key as usize;
-                    if k >= dense.len() {
-                        dense.resize(k + 1, NO_SLOT);
-                    }
-                    if dense[k] == NO_SLOT {
-                        dense[k] = keys.len() as u32;
-                        keys.push(key);
-                    }
-                    dense[k]
-                }
-                SlotIndex::Dense(dense) => {
-                    let slots = dense.iter().enumerate().filter(|(_, &s)| s != NO_SLOT).map(|(k, &s)| (k as u32, s));
-                    let mut slots: hashbrown::HashMap<u32, u32> = slots.collect();
-                    let mut max_key = slots.keys().copied().max().unwrap_or(0);
-                    let slot = sparse_slot(&mut slots, &mut max_key, keys, key);
-                    *index = SlotIndex::Sparse { slots, max_key };
-                    slot
-                }
-                SlotIndex::Sparse { slots, max_key } => {
-                    let slot = sparse_slot(slots, max_key, keys, key);
-                    // Turn dense once the keys fill a fair share of the ids up to the largest.
-                    if dense_fits(*max_key, keys.len()) {
-                        let mut dense = vec![NO_SLOT; *max_key as usize + 1];
-                        for (&k, &s) in slots.iter() {
-                            dense[k as usize] = s;
-                        }
-                        *index = SlotIndex::Dense(dense);
-                    }
-                    slot
-                }
+            // Most rows find their key's slot in a dense index.
+            let found = match &self.index {
+                SlotIndex::Dense(dense) => dense.get(key as usize).copied().unwrap_or(NO_SLOT),
+                SlotIndex::Sparse { .. } => NO_SLOT,
             };
-            out.push(slot);
+            out.push(if found != NO_SLOT { found } else { self.slot(key) });
         }
         let n = self.keys.len();
         for s in &mut self.states {
             if s.len() < n {
                 s.resize(n);
+            }
+        }
+    }
+
+    /// The slot of `key`, created if missing (the index may turn sparse or dense).
+    fn slot(&mut self, key: u32) -> u32 {
+        let GroupTable { index, keys, .. } = self;
+        match index {
+            SlotIndex::Dense(dense) if (key as usize) < dense.len() || dense_fits(key, keys.len()) => {
+                let k = key as usize;
+                if k >= dense.len() {
+                    dense.resize(k + 1, NO_SLOT);
+                }
+                if dense[k] == NO_SLOT {
+                    dense[k] = keys.len() as u32;
+                    keys.push(key);
+                }
+                dense[k]
+            }
+            SlotIndex::Dense(dense) => {
+                let slots = dense.iter().enumerate().filter(|(_, &s)| s != NO_SLOT).map(|(k, &s)| (k as u32, s));
+                let mut slots: hashbrown::HashMap<u32, u32> = slots.collect();
+                let mut max_key = slots.keys().copied().max().unwrap_or(0);
+                let slot = sparse_slot(&mut slots, &mut max_key, keys, key);
+                *index = SlotIndex::Sparse { slots, max_key };
+                slot
+            }
+            SlotIndex::Sparse { slots, max_key } => {
+                let slot = sparse_slot(slots, max_key, keys, key);
+                // Turn dense once the keys fill a fair share of the ids up to the largest.
+                if dense_fits(*max_key, keys.len()) {
+                    let mut dense = vec![NO_SLOT; *max_key as usize + 1];
+                    for (&k, &s) in slots.iter() {
+                        dense[k as usize] = s;
+                    }
+                    *index = SlotIndex::Dense(dense);
+                }
+                slot
             }
         }
     }
