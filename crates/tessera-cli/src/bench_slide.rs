@@ -12,7 +12,7 @@ use tessera::engine::StateOptions;
 use tessera::optimizer::window_strategy::Strategy;
 use tessera::TesseraError;
 
-use crate::bench_wcg::{create_report, parse_list, stream, time_strategy};
+use crate::bench_wcg::{create_report, parse_list, stream, time_strategies};
 
 #[derive(clap::Args, Debug)]
 pub struct SlideArgs {
@@ -37,7 +37,7 @@ pub struct SlideArgs {
     /// The plans to run, comma separated (window_strategy names).
     #[arg(long, default_value = "baseline,shared_paired,shared_sliding")]
     pub plans: String,
-    /// Timed runs per plan (the median is used).
+    /// Timed runs per plan, one of each plan per round (the median is used).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
     /// Also write the figures as JSON lines to this file.
@@ -90,14 +90,19 @@ pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
                 "CREATE SOURCE s (k BIGINT, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'generated.csv', time_unit = 's');\n\
                  SELECT k, window_start, window_end, {aggregates} FROM {window} GROUP BY k, window_start, window_end;"
             );
+            let runs: Vec<Strategy> = PLANS
+                .into_iter()
+                .filter(|plan| plans.contains(plan) && !(*plan == Strategy::Baseline && ratio > args.naive_max_ratio))
+                .collect();
+            let mut timed = time_strategies(&text, &runs, &batches, args.repeat, &state)?.into_iter();
             let mut cells = Vec::new();
             let mut rows = None;
             for plan in PLANS {
-                if !plans.contains(&plan) || (plan == Strategy::Baseline && ratio > args.naive_max_ratio) {
+                if !runs.contains(&plan) {
                     cells.push("-".to_string());
                     continue;
                 }
-                let (seconds, stats) = time_strategy(&text, plan, &batches, args.repeat, &state)?;
+                let (seconds, stats) = timed.next().expect("one timing per plan run");
                 if *rows.get_or_insert(stats.rows_out) != stats.rows_out {
                     return Err(TesseraError::Internal(format!(
                         "{} produced {} rows, another plan {rows:?}, at ratio {ratio}",

@@ -42,7 +42,7 @@ pub struct WcgArgs {
     /// Distinct group keys in each measured stream.
     #[arg(long, default_value_t = 10)]
     pub keys: u64,
-    /// Timed runs per strategy (the median is used).
+    /// Timed runs per strategy, one of each strategy per round (the median is used).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
     #[arg(long, default_value_t = 42)]
@@ -189,7 +189,7 @@ fn print_row(generator: Generator, size: usize, tumbling: bool, eta: f64, s: &Su
     );
 }
 
-/// The engine's compute time (median of `repeat` runs, one worker, input in memory) with
+/// The engine's compute time (median of `repeat` interleaved runs, one worker, input in memory) with
 /// every strategy forced, in [`ORDER`].
 fn measure_strategies(
     windows: &[WindowSpec],
@@ -214,20 +214,20 @@ fn measure_strategies(
         branches.join("\nUNION ALL\n")
     );
     let batches = stream(args.events, eta, args.keys);
+    let timed = time_strategies(&text, &ORDER, &batches, args.repeat, &StateOptions::Memory)?;
     let mut times = Vec::new();
-    let mut rows = None;
-    for strategy in ORDER {
-        let (median, stats) = time_strategy(&text, strategy, &batches, args.repeat, &StateOptions::Memory)?;
+    for (strategy, (median, stats)) in ORDER.iter().zip(&timed) {
         // Every strategy must produce the same rows.
-        if *rows.get_or_insert(stats.rows_out) != stats.rows_out {
+        if stats.rows_out != timed[0].1.rows_out {
             return Err(TesseraError::Internal(format!(
-                "{} produced {} rows, baseline {:?}, for {windows:?}",
+                "{} produced {} rows, {} {}, for {windows:?}",
                 strategy.name(),
                 stats.rows_out,
-                rows
+                ORDER[0].name(),
+                timed[0].1.rows_out
             )));
         }
-        times.push(median);
+        times.push(*median);
     }
     Ok(times)
 }
@@ -253,31 +253,48 @@ pub fn create_report(path: Option<&std::path::Path>) -> Result<Option<std::fs::F
     .transpose()
 }
 
-/// The median compute time of `repeat` runs of the script `text` with `strategy` forced, one
-/// worker, over `batches` in memory, and the last run's statistics.
-pub fn time_strategy(
+/// The median compute time of `repeat` runs of the script `text` under each of `strategies`
+/// (forced, one worker, over `batches` in memory), with each one's last statistics. The runs
+/// are interleaved, one of every strategy per round in a rotating order, so a machine that
+/// slows down or speeds up while measuring affects every strategy alike.
+pub fn time_strategies(
     text: &str,
-    strategy: Strategy,
+    strategies: &[Strategy],
     batches: &[RecordBatch],
     repeat: usize,
     state: &StateOptions,
-) -> Result<(f64, RunStats), TesseraError> {
-    let mut script = Script::compile(text, std::path::Path::new("."))?;
-    script.settings.window_strategy = Some(strategy);
+) -> Result<Vec<(f64, RunStats)>, TesseraError> {
+    let scripts = strategies
+        .iter()
+        .map(|&strategy| {
+            let mut script = Script::compile(text, std::path::Path::new("."))?;
+            script.settings.window_strategy = Some(strategy);
+            Ok(script)
+        })
+        .collect::<Result<Vec<_>, TesseraError>>()?;
     let options = RunOptions { parallelism: Parallelism::Fixed(1), state: state.clone(), ..RunOptions::default() };
-    let mut runs = Vec::new();
-    let mut last = None;
-    for _ in 0..repeat.max(1) {
-        let mut sink = MemorySink::default();
-        let started = Instant::now();
-        let stats = run_script_with_readers(&script, &options, &mut sink, &mut |_| {
-            Ok(Box::new(MemoryReader::new(batches.to_vec())) as Box<dyn BatchReader>)
-        })?;
-        runs.push(started.elapsed().as_secs_f64());
-        last = Some(stats);
+    let n = scripts.len();
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut last: Vec<Option<RunStats>> = vec![None; n];
+    for round in 0..repeat.max(1) {
+        for i in (0..n).map(|i| (i + round) % n) {
+            let mut sink = MemorySink::default();
+            let started = Instant::now();
+            let stats = run_script_with_readers(&scripts[i], &options, &mut sink, &mut |_| {
+                Ok(Box::new(MemoryReader::new(batches.to_vec())) as Box<dyn BatchReader>)
+            })?;
+            runs[i].push(started.elapsed().as_secs_f64());
+            last[i] = Some(stats);
+        }
     }
-    runs.sort_by(f64::total_cmp);
-    Ok((runs[runs.len() / 2], last.expect("at least one run")))
+    Ok(runs
+        .into_iter()
+        .zip(last)
+        .map(|(mut times, stats)| {
+            times.sort_by(f64::total_cmp);
+            (times[times.len() / 2], stats.expect("at least one run"))
+        })
+        .collect())
 }
 
 /// `events` in time order, `eta` per time unit, over `keys` keys.
