@@ -150,9 +150,19 @@ impl KeyInterner {
     pub fn columns(&self, ids: &[u32]) -> Result<Vec<ArrayRef>> {
         match &self.kind {
             KeyKind::Unit { .. } => Ok(vec![]),
-            KeyKind::Int { values, .. } => {
-                let array: ArrayRef = Arc::new(Int64Array::from_iter(ids.iter().map(|&id| values[id as usize])));
-                Ok(vec![cast(&array, &self.types[0])?])
+            KeyKind::Int { values, null_id, .. } => {
+                let array: ArrayRef = match null_id {
+                    // Without a NULL key no value is missing: no validity to build.
+                    None => Arc::new(Int64Array::from_iter_values(
+                        ids.iter().map(|&id| values[id as usize].unwrap_or_default()),
+                    )),
+                    Some(_) => Arc::new(Int64Array::from_iter(ids.iter().map(|&id| values[id as usize]))),
+                };
+                if array.data_type() == &self.types[0] {
+                    Ok(vec![array])
+                } else {
+                    Ok(vec![cast(&array, &self.types[0])?])
+                }
             }
             KeyKind::Rows { converter, rows, .. } => {
                 Ok(converter.convert_rows(ids.iter().map(|&id| rows.row(id as usize)))?)
