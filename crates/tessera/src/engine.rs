@@ -200,7 +200,7 @@ pub struct RunStats {
     pub checkpoints: u64,
     pub checkpoint_ms: u64,
     /// Resuming from a checkpoint: the events it held, and the milliseconds spent restoring
-    /// the state and re-reading the input up to it.
+    /// the state and moving the input to it.
     pub resumed_events: u64,
     pub recovery_ms: u64,
     /// Workers that computed (the most any source used).

@@ -41,4 +41,13 @@ impl BatchReader for MemoryReader {
     fn bad_rows(&self) -> u64 {
         0
     }
+
+    /// Positions are batch indexes.
+    fn seek(&mut self, position: u64) -> Result<bool> {
+        let found = position as usize <= self.batches.len();
+        if found {
+            self.next = position as usize;
+        }
+        Ok(found)
+    }
 }

@@ -53,6 +53,13 @@ pub trait BatchReader: Send {
     fn progress(&self) -> (u64, Option<u64>);
     /// Malformed rows skipped so far.
     fn bad_rows(&self) -> u64;
+    /// Resuming from a checkpoint: moves to `position` (what [`progress`](Self::progress)
+    /// returned after the last batch the checkpoint holds) without decoding what lies before.
+    /// `false` when this reader cannot (the caller then reads those batches again); only a
+    /// reader that has not returned a batch yet is asked.
+    fn seek(&mut self, _position: u64) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// Opens a source for reading.
@@ -181,6 +188,12 @@ pub(crate) struct BadRowPolicy {
 impl BadRowPolicy {
     pub(crate) fn new(options: &ReadOptions) -> Self {
         BadRowPolicy { on_error: options.on_error, dead_letter: DeadLetter::new(&options.dead_letter_path), count: 0 }
+    }
+
+    /// Whether malformed rows stop the run, so none was skipped before any checkpoint (and no
+    /// count or dead letter must be rebuilt by reading them again).
+    pub(crate) fn fails(&self) -> bool {
+        matches!(self.on_error, OnError::Fail)
     }
 
     pub(crate) fn bad_row(&mut self, file: &str, line: u64, reason: &str, record: &str) -> Result<()> {

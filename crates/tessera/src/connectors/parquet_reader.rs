@@ -1,5 +1,6 @@
 //! Parquet files: columns are matched to the declared schema by name and cast to the declared
-//! types. Parquet has no lines, so a malformed row is reported by its 1-based row number.
+//! types. Parquet has no lines, so a malformed row is reported by its 1-based row number. A
+//! resumed run starts at the checkpoint's row: row groups before it are not read at all.
 
 use std::sync::Arc;
 
@@ -14,9 +15,14 @@ use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape};
 use crate::catalog::SourceDef;
 use crate::error::{Result, TesseraError};
 
+/// Builds the batch reader starting at a given row.
+type StartAt = Box<dyn FnOnce(u64) -> Result<ParquetRecordBatchReader> + Send>;
+
 pub struct ParquetReader {
     name: String,
-    reader: ParquetRecordBatchReader,
+    /// Until the first batch is read, how to start reading (at row 0, or where `seek` says).
+    start: Option<StartAt>,
+    reader: Option<ParquetRecordBatchReader>,
     /// The declared columns as read, and which of them a row must have.
     shape: RowShape,
     /// Position of each declared column in the projected batches.
@@ -62,11 +68,32 @@ impl ParquetReader {
         sorted.dedup();
         let columns = leaves.iter().map(|l| sorted.binary_search(l).expect("present")).collect();
         let mask = ProjectionMask::roots(builder.parquet_schema(), sorted.iter().copied());
-        let reader =
-            builder.with_projection(mask).with_batch_size(options.batch_size.max(1)).build().map_err(invalid)?;
+        let batch_size = options.batch_size.max(1);
+        let start_name = name.clone();
+        let start: StartAt = Box::new(move |row| {
+            // Whole row groups before `row` are skipped without reading them.
+            let mut skipped = 0u64;
+            let mut groups = Vec::new();
+            for (i, group) in builder.metadata().row_groups().iter().enumerate() {
+                let rows = group.num_rows().max(0) as u64;
+                if groups.is_empty() && skipped + rows <= row {
+                    skipped += rows;
+                } else {
+                    groups.push(i);
+                }
+            }
+            builder
+                .with_row_groups(groups)
+                .with_offset((row - skipped) as usize)
+                .with_projection(mask)
+                .with_batch_size(batch_size)
+                .build()
+                .map_err(|e| TesseraError::Input { file: start_name, line: 0, reason: e.to_string() })
+        });
         Ok(ParquetReader {
             name,
-            reader,
+            start: Some(start),
+            reader: None,
             shape: RowShape::of(source),
             columns,
             rows_read: 0,
@@ -74,12 +101,19 @@ impl ParquetReader {
             policy: BadRowPolicy::new(options),
         })
     }
+
+    fn reader(&mut self) -> Result<&mut ParquetRecordBatchReader> {
+        if let Some(start) = self.start.take() {
+            self.reader = Some(start(self.rows_read)?);
+        }
+        Ok(self.reader.as_mut().expect("started above"))
+    }
 }
 
 impl BatchReader for ParquetReader {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         loop {
-            let Some(batch) = self.reader.next() else {
+            let Some(batch) = self.reader()?.next() else {
                 self.policy.flush()?;
                 return Ok(None);
             };
@@ -129,5 +163,15 @@ impl BatchReader for ParquetReader {
 
     fn bad_rows(&self) -> u64 {
         self.policy.count()
+    }
+
+    /// Positions are rows read. Skipped malformed rows must be counted and written to the
+    /// dead-letter file again, so `--on-error skip` reads them again.
+    fn seek(&mut self, position: u64) -> Result<bool> {
+        let found = self.start.is_some() && self.policy.fails() && position <= self.total_rows;
+        if found {
+            self.rows_read = position;
+        }
+        Ok(found)
     }
 }

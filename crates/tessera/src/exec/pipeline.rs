@@ -82,8 +82,7 @@ pub struct SourceRun {
     pub checkpoints: u64,
     pub checkpoint_ms: u64,
     /// Resuming: the events the checkpoint held, and the time until the first new batch
-    /// reached the operators (restoring the state and re-reading the input up to the
-    /// checkpoint).
+    /// reached the operators (restoring the state and moving the input to the checkpoint).
     pub resumed_events: u64,
     pub recovery_ms: u64,
 }
@@ -420,6 +419,7 @@ pub fn run_source(
     run.workers = workers;
     let resume = checkpoints.as_mut().and_then(|c| c.resume.take());
     let (skip_batches, max_event_time) = resume.as_ref().map_or((0, i64::MIN), |(p, _)| (p.batches, p.max_event_time));
+    let seek_to = resume.as_ref().and_then(|(p, _)| p.read);
     if let Some((position, _)) = &resume {
         run.resumed_events = position.events_in;
         run.events_in = position.events_in;
@@ -443,8 +443,13 @@ pub fn run_source(
         let key_spaces = inline_worker.as_ref().map(|w| Arc::clone(&w.key_spaces));
         let reading = scope.spawn(move || -> Result<u64> {
             let mut stamp = Stamper { max_event_time, delay: source.event_time.watermark_delay };
-            // Resuming: the operators' state already holds these batches.
-            for _ in 0..skip_batches {
+            // Resuming: the operators' state already holds these batches; skip them unread
+            // where the reader can.
+            let skipped = match seek_to {
+                Some(position) if skip_batches > 0 => reader.seek(position)?,
+                _ => false,
+            };
+            for _ in 0..if skipped { 0 } else { skip_batches } {
                 if reader.next_batch()?.is_none() {
                     return Err(TesseraError::Checkpoint(format!(
                         "source {} ended before the checkpoint's position ({skip_batches} batches): the input changed",
@@ -517,10 +522,11 @@ impl Consumed {
     }
 
     /// Where the source stands after the batches consumed.
-    fn position(&self, run: &SourceRun, max_event_time: i64) -> SourcePosition {
+    fn position(&self, run: &SourceRun, max_event_time: i64, read: u64) -> SourcePosition {
         SourcePosition {
             source: self.source,
             batches: self.batches,
+            read: Some(read),
             max_event_time,
             events_in: run.events_in,
             query_rows_out: run.query_rows_out.clone(),
@@ -549,7 +555,7 @@ fn compute_inline(
         if let Some((consumed, checkpointer)) = checkpoints.as_mut() {
             consumed.batch(run);
             if checkpointer.due() {
-                let position = consumed.position(run, max_event_time);
+                let position = consumed.position(run, max_event_time, read.0);
                 let snapshot = combine_snapshots(&[worker.snapshot()?]);
                 let counters = (&mut run.checkpoints, &mut run.checkpoint_ms);
                 save_checkpoint(checkpointer, position, &snapshot, sink, counters)?;
@@ -739,7 +745,7 @@ fn compute_parallel(
                     if last.elapsed() >= *interval {
                         *last = std::time::Instant::now();
                         // The sink thread fills in the rows written when it saves.
-                        let position = Arc::new(consumed.position(run, max_event_time));
+                        let position = Arc::new(consumed.position(run, max_event_time, read.0));
                         for sender in &senders {
                             if sender.send(Some(WorkerMessage::Snapshot(Arc::clone(&position)))).is_err() {
                                 return Ok(());

@@ -1,9 +1,11 @@
 //! Checkpoints: a run with a state directory saves, every `interval`, a consistent cut of
 //! itself — the operators' state and interned keys (a binary snapshot), how many input batches
-//! the operators consumed, the source's largest event time (the watermark), the byte length of
-//! every output file, and the counters so far — and a run that finds a checkpoint resumes from
-//! it: outputs are cut back to the saved lengths, the input is re-read up to the saved batch,
-//! and the operators continue from their saved state, so every result row is written once.
+//! the operators consumed and where the reader stood after them, the source's largest event
+//! time (the watermark), the byte length of every output file, and the counters so far — and a
+//! run that finds a checkpoint resumes from it: outputs are cut back to the saved lengths, the
+//! reader seeks to the saved position (or, if it cannot, reads the saved number of batches
+//! again), and the operators continue from their saved state, so every result row is written
+//! once.
 //!
 //! The directory holds `MANIFEST` (JSON) and the snapshot it names. A checkpoint writes the new
 //! snapshot, syncs it, then replaces the manifest atomically (write, sync, rename, sync the
@@ -38,6 +40,9 @@ pub struct SourcePosition {
     pub source: usize,
     /// Input batches the operators consumed.
     pub batches: u64,
+    /// Where the reader stood after the last of them (its progress), for it to seek there.
+    #[serde(default)]
+    pub read: Option<u64>,
     /// The largest event time read so far (the watermark follows from it).
     pub max_event_time: i64,
     pub events_in: u64,
