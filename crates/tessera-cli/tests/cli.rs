@@ -413,3 +413,30 @@ fn killed_and_resumed_runs_write_every_row_once() {
     assert_eq!(changed.status.code(), Some(1), "{}", text(&changed.stderr));
     assert!(text(&changed.stderr).contains("another plan or input"), "{}", text(&changed.stderr));
 }
+
+/// The benchmarks run every plan on a small stream (each checks that every plan writes the same
+/// number of rows) and print a row per range/slide and a line per generated window set.
+#[test]
+fn benchmarks_run_every_plan() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let slide = tessera(&["bench", "slide", "--events", "20000", "--ratios", "1,3", "--repeat", "2"], dir.path());
+    assert!(slide.status.success(), "{}", text(&slide.stderr));
+    let out = text(&slide.stdout);
+    for ratio in ["1", "3"] {
+        let rows: Vec<&str> = out.lines().filter(|l| l.starts_with(&format!("| {ratio} | "))).collect();
+        // Two aggregate lists, three plans each, every plan timed.
+        assert_eq!(rows.len(), 2, "{out}");
+        assert!(rows.iter().all(|r| r.split(" | ").skip(1).all(|cell| cell.contains('('))), "{out}");
+    }
+    let wcg = tessera(
+        &["bench", "wcg", "--sets", "1", "--measure-sets", "1", "--events", "5000", "--eta", "10", "--repeat", "2"],
+        dir.path(),
+    );
+    assert!(wcg.status.success(), "{}", text(&wcg.stderr));
+    let out = text(&wcg.stdout);
+    // Three generators at 5 and 10 windows and RandomGraphGen at its own size, general and
+    // tumbling: one set each, modeled and measured.
+    let sets = out.lines().filter(|l| l.starts_with("| ") && l.contains(" | 1/1 | ")).count();
+    assert_eq!(sets, 14, "{out}");
+    assert!(out.contains("Spearman between modeled cost and measured time over"), "{out}");
+}
