@@ -5,8 +5,8 @@ Runs the script plainly and with `--state-dir` at `--interval` seconds between c
 alternating, and reports the median wall times and their ratio. Then, `--kills` times, starts
 a checkpointed run, kills it with SIGKILL late in the run (after a checkpoint), restarts it
 and reports the restarted run's recovery time (restoring the state and moving the input to
-the checkpoint: a Parquet reader starts at the checkpoint's row, others read the batches before
-it again; from --stats-json) and wall time; the restarted output must equal the
+the checkpoint: a Parquet reader starts at the checkpoint's row, CSV and JSON skip the bytes
+before it unparsed; from --stats-json) and wall time; the restarted output must equal the
 plain run's rows.
 
 By default the workload is W2 (HOP 1 minute / 30 minutes, SUM and COUNT per device) over a

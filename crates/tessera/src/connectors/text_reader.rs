@@ -1,6 +1,7 @@
 //! CSV and JSON-lines readers. Records are split here (CSV records may span lines inside
 //! quotes) so every row keeps its line number; Arrow's decoders parse a whole batch at once and,
-//! only when that fails, row by row to find the malformed rows.
+//! only when that fails, row by row to find the malformed rows. A resumed run skips the bytes
+//! before the checkpoint's position unparsed, counting their lines.
 
 use std::io::{BufRead, BufReader, Read};
 use std::ops::Range;
@@ -34,6 +35,8 @@ pub struct TextReader {
     line: u64,
     policy: BadRowPolicy,
     done: bool,
+    /// A batch was asked for (a resumed run may seek only before).
+    started: bool,
 }
 
 /// A reader that counts the bytes it hands out, for progress.
@@ -90,6 +93,7 @@ impl TextReader {
             line: 0,
             policy: BadRowPolicy::new(options),
             done: false,
+            started: false,
         };
         let has_header =
             !matches!(source.options.get("header").map(|h| h.to_ascii_lowercase()).as_deref(), Some("false"));
@@ -302,6 +306,7 @@ pub fn split_csv_fields(line: &str, delimiter: u8) -> Vec<String> {
 
 impl BatchReader for TextReader {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        self.started = true;
         while !self.done {
             let mut chunk =
                 Chunk { bytes: Vec::with_capacity(self.batch_size * 32), records: Vec::with_capacity(self.batch_size) };
@@ -331,12 +336,36 @@ impl BatchReader for TextReader {
         Ok(None)
     }
 
+    /// The bytes consumed: read from the input less those still buffered.
     fn progress(&self) -> (u64, Option<u64>) {
-        (self.input.get_ref().count, self.total_bytes)
+        (self.input.get_ref().count - self.input.buffer().len() as u64, self.total_bytes)
     }
 
     fn bad_rows(&self) -> u64 {
         self.policy.count()
+    }
+
+    /// Positions are bytes consumed. Skipped malformed rows must be counted and written to the
+    /// dead-letter file again, so `--on-error skip` reads them again.
+    fn seek(&mut self, position: u64) -> Result<bool> {
+        if self.started || !self.policy.fails() {
+            return Ok(false);
+        }
+        while self.progress().0 < position {
+            let buffered =
+                self.input.fill_buf().map_err(|e| TesseraError::io(format!("cannot read {}", self.name), e))?;
+            if buffered.is_empty() {
+                return Err(TesseraError::Checkpoint(format!(
+                    "{} ended before the checkpoint's position (byte {position}): the input changed",
+                    self.name
+                )));
+            }
+            let take = buffered.len().min((position - self.progress().0) as usize);
+            // Lines are counted as the records were: one per newline.
+            self.line += self.input.buffer()[..take].iter().filter(|&&b| b == b'\n').count() as u64;
+            self.input.consume(take);
+        }
+        Ok(true)
     }
 }
 

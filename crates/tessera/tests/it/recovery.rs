@@ -233,42 +233,38 @@ fn a_resumed_run_keeps_resident_key_groups_in_memory() {
     assert!(rows(&resumed.rows[0]) == rows(&expected.rows[0]));
 }
 
-/// A run over a Parquet file that fails after some batches resumes at the checkpoint's row
-/// without reading the row groups before it, and ends with exactly the rows of an uninterrupted
-/// run, `EMIT CHANGES` included (whose rows follow the batches, so these must be cut as before).
-#[test]
-fn a_resumed_parquet_run_starts_at_the_checkpointed_row() {
-    use super::reference::Event;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let events: Vec<Event> = (0..5_000i64)
-        .map(|i| Event {
+/// Events for the file-resume tests: 17 keys, some late rows.
+fn file_events() -> Vec<super::reference::Event> {
+    (0..5_000i64)
+        .map(|i| super::reference::Event {
             key: Some(i % 17),
             value: Some((i % 29) as f64 * 0.25),
             ts: i / 5 - (i % 11 == 0) as i64 * 30,
         })
-        .collect();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("events.parquet");
-    let input = batches(&events, 5_000);
-    let file = std::fs::File::create(&path).expect("parquet file");
-    // Row groups of 700 rows, read in batches of 256: batches straddle row groups.
-    let properties =
-        parquet::file::properties::WriterProperties::builder().set_max_row_group_row_count(Some(700)).build();
-    let mut writer = parquet::arrow::ArrowWriter::try_new(file, input[0].schema(), Some(properties)).expect("writer");
-    writer.write(&input[0]).expect("write");
-    writer.close().expect("close");
+        .collect()
+}
+
+/// Runs a script over the file at `path` (batches of 256 rows), fails it after 11 batches with
+/// checkpoints after every batch, resumes it, and checks that the resumed run read only the
+/// batches after the checkpoint and wrote exactly the rows of an uninterrupted run, `EMIT
+/// CHANGES` included (whose rows follow the batches, so these must be cut as before).
+fn check_resume_skips_to_the_checkpoint(path: &Path, with: &str) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = path.parent().expect("a folder");
     let text = format!(
         "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '3' SECOND)
-           WITH (path = '{}');
+           WITH (path = '{}'{with});
          SELECT k, window_start, window_end, SUM(v), VAR_SAMP(v), COUNT(*) FROM HOP(s, ts, INTERVAL '5' SECOND, INTERVAL '20' SECOND)
          GROUP BY k, window_start, window_end;
          SELECT k, window_start, window_end, MAX(v), COUNT(*) FROM HOP(s, ts, INTERVAL '5' SECOND, INTERVAL '20' SECOND)
          GROUP BY k, window_start, window_end EMIT CHANGES;",
         path.display()
     );
-    let script = Script::compile(&text, dir.path()).expect("script");
+    let script = Script::compile(&text, dir).expect("script");
     let read = tessera::connectors::ReadOptions { batch_size: 256, ..Default::default() };
-    let state = dir.path().join("state");
+    let mut state = path.as_os_str().to_owned();
+    state.push(".state");
+    let state = std::path::PathBuf::from(state);
     let run = |fail_after: Option<usize>, checkpoints: bool, sink: &mut MemorySink, read_batches: &Arc<AtomicUsize>| {
         let options = RunOptions {
             parallelism: Parallelism::Fixed(1),
@@ -281,21 +277,89 @@ fn a_resumed_parquet_run_starts_at_the_checkpointed_row() {
                 as Box<dyn BatchReader>)
         })
     };
-    let (all, first, rest) =
-        (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let counter = || Arc::new(AtomicUsize::new(0));
+    let (all, first, rest) = (counter(), counter(), counter());
     let mut expected = MemorySink::default();
     run(None, false, &mut expected, &all).expect("uninterrupted run");
     let mut resumed = MemorySink::default();
     run(Some(11), true, &mut resumed, &first).expect_err("the reader fails");
     let stats = run(None, true, &mut resumed, &rest).expect("resumed run");
     assert!(stats.resumed_events > 0);
-    // The resumed run read only the batches after the checkpoint.
     assert_eq!(first.load(Ordering::Relaxed), 11);
     assert!(rest.load(Ordering::Relaxed) + 10 <= all.load(Ordering::Relaxed), "{rest:?} of {all:?}");
     for q in 0..2 {
         assert!(rows(&resumed.rows[q]) == rows(&expected.rows[q]), "query {q}");
         assert!(rows(&resumed.late[q]) == rows(&expected.late[q]), "query {q}: late rows");
     }
+}
+
+/// Parquet: the row groups before the checkpoint's row are not read.
+#[test]
+fn a_resumed_parquet_run_starts_at_the_checkpointed_row() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("events.parquet");
+    let input = batches(&file_events(), 5_000);
+    let file = std::fs::File::create(&path).expect("parquet file");
+    // Row groups of 700 rows, read in batches of 256: batches straddle row groups.
+    let properties =
+        parquet::file::properties::WriterProperties::builder().set_max_row_group_row_count(Some(700)).build();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, input[0].schema(), Some(properties)).expect("writer");
+    writer.write(&input[0]).expect("write");
+    writer.close().expect("close");
+    check_resume_skips_to_the_checkpoint(&path, "");
+}
+
+/// CSV and JSON lines: the bytes before the checkpoint are skipped unparsed, with blank lines
+/// and a quoted field spanning two lines among them, and the lines after it keep their numbers.
+#[test]
+fn a_resumed_text_run_skips_the_bytes_before_the_checkpoint() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let events = file_events();
+    let tag = |i: usize, k: i64| if i == 40 { format!("\"t{k}\nsecond line\"") } else { format!("t{k}") };
+    let mut csv = String::from("k,tag,v,ts\n");
+    let mut jsonl = String::new();
+    for (i, e) in events.iter().enumerate() {
+        let (k, v) = (e.key.expect("a key"), e.value.expect("a value"));
+        csv.push_str(&format!("{k},{},{v},{}\n", tag(i, k), e.ts));
+        jsonl.push_str(&format!("{{\"k\": {k}, \"tag\": \"t{k}\", \"v\": {v}, \"ts\": {}}}\n", e.ts));
+        if i % 97 == 0 {
+            csv.push('\n');
+            jsonl.push('\n');
+        }
+    }
+    let bad_line = csv.lines().count() + 1;
+    std::fs::write(dir.path().join("events.csv"), &csv).expect("csv");
+    check_resume_skips_to_the_checkpoint(&dir.path().join("events.csv"), "");
+    std::fs::write(dir.path().join("events.jsonl"), &jsonl).expect("jsonl");
+    check_resume_skips_to_the_checkpoint(&dir.path().join("events.jsonl"), ", format = 'jsonl'");
+    // A malformed row after the checkpoint is reported at its line in the file.
+    let bad_dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(bad_dir.path().join("events.csv"), format!("{csv}1,t1,oops,5000\n")).expect("csv");
+    let path = bad_dir.path().join("events.csv");
+    let text = format!(
+        "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = '{}');
+         SELECT k, window_start, window_end, COUNT(*) FROM TUMBLE(s, ts, INTERVAL '5' SECOND) GROUP BY k, window_start, window_end;",
+        path.display()
+    );
+    let script = Script::compile(&text, bad_dir.path()).expect("script");
+    let read = tessera::connectors::ReadOptions { batch_size: 256, ..Default::default() };
+    let state = bad_dir.path().join("state");
+    let run = |fail_after: Option<usize>| {
+        let options = RunOptions {
+            parallelism: Parallelism::Fixed(1),
+            checkpoints: Some(CheckpointConfig { dir: state.clone(), interval: Duration::ZERO }),
+            ..RunOptions::default()
+        };
+        let read_batches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        run_script_with_readers(&script, &options, &mut MemorySink::default(), &mut |source| {
+            let reader = tessera::connectors::open_source(source, &read)?;
+            Ok(Box::new(Counted { inner: reader, fail_after, read_batches: Arc::clone(&read_batches) })
+                as Box<dyn BatchReader>)
+        })
+    };
+    run(Some(11)).expect_err("the reader fails");
+    let error = run(None).expect_err("a malformed row").to_string();
+    assert!(error.contains(&format!(":{bad_line}")), "line {bad_line}: {error}");
 }
 
 /// Fails (like a crash) once `fail_after` batches were read, counting them.
