@@ -12,6 +12,12 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs `tessera generate` with `args` in `dir`.
+fn generate(args: &[&str], dir: &Path) {
+    let out = tessera(&[&["generate"], args].concat(), dir);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 /// The lines of `output`, sorted (rows compared as a multiset).
 fn sorted_lines(output: &str) -> Vec<String> {
     let mut lines: Vec<String> = output.lines().map(str::to_string).collect();
@@ -100,11 +106,7 @@ fn disk_state_writes_what_memory_writes_and_needs_the_disk_backend_for_a_budget(
 #[test]
 fn disk_state_over_several_key_groups_with_a_filter_writes_what_memory_writes() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let generated = tessera(
-        &["generate", "-o", "readings.csv", "--events", "150000", "--devices", "140000", "--disorder", "3"],
-        dir.path(),
-    );
-    assert!(generated.status.success(), "{}", text(&generated.stderr));
+    generate(&["-o", "readings.csv", "--events", "150000", "--devices", "140000", "--disorder", "3"], dir.path());
     let query = "SELECT device_id, window_start, window_end, MIN(temperature) AS lo, COUNT(*) AS n
 FROM HOP(readings, ts, INTERVAL '1' SECOND, INTERVAL '3' SECOND) WHERE temperature > 20
 GROUP BY device_id, window_start, window_end;
@@ -177,27 +179,10 @@ fn results_stats_and_late_events() {
 #[test]
 fn csv_parquet_jsonl_and_stdin_inputs_agree() {
     let dir = tempfile::tempdir().unwrap();
-    let run_generate = |file: &str| {
-        let out = tessera(
-            &[
-                "generate",
-                "-o",
-                file,
-                "--events",
-                "5000",
-                "--devices",
-                "7",
-                "--disorder",
-                "2",
-                "--null-fraction",
-                "0.1",
-            ],
-            dir.path(),
-        );
-        assert!(out.status.success(), "{}", text(&out.stderr));
-    };
-    run_generate("r.csv");
-    run_generate("r.parquet");
+    for file in ["r.csv", "r.parquet"] {
+        let args = ["-o", file, "--events", "5000", "--devices", "7", "--disorder", "2", "--null-fraction", "0.1"];
+        generate(&args, dir.path());
+    }
     let csv = std::fs::read_to_string(dir.path().join("r.csv")).unwrap();
     let mut jsonl = String::new();
     for line in csv.lines().skip(1) {
@@ -338,11 +323,7 @@ fn compile_prints_flink_sql_and_refuses_spark() {
 #[test]
 fn killed_and_resumed_runs_write_every_row_once() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let generated = tessera(
-        &["generate", "--output", "data.csv", "--events", "600000", "--devices", "50", "--disorder", "30"],
-        dir.path(),
-    );
-    assert!(generated.status.success(), "{}", text(&generated.stderr));
+    generate(&["--output", "data.csv", "--events", "600000", "--devices", "50", "--disorder", "30"], dir.path());
     let select =
         "SELECT device_id, window_start, window_end, MIN(temperature) AS lo, SUM(temperature) AS s, COUNT(*) AS n";
     std::fs::write(

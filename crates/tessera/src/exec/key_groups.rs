@@ -115,21 +115,21 @@ impl KeyGroupsExec {
         self.clock += 1;
         let clock = self.clock;
         if self.group(g).operator.is_none() {
-            let mut operator = (self.make)((g as u32) << self.group_bits)?;
-            if self.groups[g].spilled {
+            let operator = if self.groups[g].spilled {
                 let key = self.store_key(g);
                 let bytes = self
                     .store
                     .get(&key)?
                     .ok_or_else(|| TesseraError::Internal(format!("key group {g} is missing from the spill store")))?;
-                let mut r = StateReader::new(&bytes);
-                operator.restore(&mut r)?;
-                r.finish()?;
+                let operator = self.decode_group(g, &bytes)?;
                 self.store.remove(&key)?;
                 self.spill.group_reads += 1;
                 self.spill.bytes_read += bytes.len() as u64;
                 self.groups[g].spilled = false;
-            }
+                operator
+            } else {
+                (self.make)((g as u32) << self.group_bits)?
+            };
             self.groups[g].operator = Some(operator);
         }
         let group = &mut self.groups[g];
@@ -141,6 +141,15 @@ impl KeyGroupsExec {
         group.pending_rows = 0;
         group.pending_bytes = 0;
         Ok(())
+    }
+
+    /// Group `g`'s operator from its encoded state.
+    fn decode_group(&self, g: usize, bytes: &[u8]) -> Result<WindowAggregateExec> {
+        let mut operator = (self.make)((g as u32) << self.group_bits)?;
+        let mut r = StateReader::new(bytes);
+        operator.restore(&mut r)?;
+        r.finish()?;
+        Ok(operator)
     }
 
     /// Notes a resident group's counters, size and next close.
@@ -301,11 +310,7 @@ impl StreamOperator for KeyGroupsExec {
             let waiting = r.len(17)?;
             let pending = (0..waiting).map(|_| EventBatch::decode(r).map(Arc::new)).collect::<Result<Vec<_>>>()?;
             let operator = if resident {
-                let mut operator = (self.make)((g as u32) << self.group_bits)?;
-                let mut own = StateReader::new(&state);
-                operator.restore(&mut own)?;
-                own.finish()?;
-                Some(operator)
+                Some(self.decode_group(g, &state)?)
             } else {
                 if !state.is_empty() {
                     self.store.put(&self.store_key(g), &state)?;

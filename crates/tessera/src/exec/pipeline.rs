@@ -445,11 +445,12 @@ pub fn run_source(
             let mut stamp = Stamper { max_event_time, delay: source.event_time.watermark_delay };
             // Resuming: the operators' state already holds these batches; skip them unread
             // where the reader can.
-            let skipped = match seek_to {
+            let sought = match seek_to {
                 Some(position) if skip_batches > 0 => reader.seek(position)?,
                 _ => false,
             };
-            for _ in 0..if skipped { 0 } else { skip_batches } {
+            let to_read = if sought { 0 } else { skip_batches };
+            for _ in 0..to_read {
                 if reader.next_batch()?.is_none() {
                     return Err(TesseraError::Checkpoint(format!(
                         "source {} ended before the checkpoint's position ({skip_batches} batches): the input changed",

@@ -6,6 +6,7 @@
 //! groups spilled to disk.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,25 +26,30 @@ use tessera::optimizer::window_strategy::Strategy;
 use tessera::state::checkpoint::CheckpointConfig;
 use tessera::TesseraError;
 
-/// Reads `batches`, failing (like a crash) once `fail_after` of them were read, and pausing
-/// `pause` before each.
+/// Reads `inner`, pausing `pause` before each batch and failing (like a crash) once
+/// `fail_after` batches were read; counts the batches it hands out in `read_batches`.
 struct CrashingReader {
-    inner: MemoryReader,
+    inner: Box<dyn BatchReader>,
     fail_after: Option<usize>,
     pause: Duration,
+    read_batches: Arc<AtomicUsize>,
+}
+
+impl CrashingReader {
+    fn new(inner: Box<dyn BatchReader>, fail_after: Option<usize>, read_batches: &Arc<AtomicUsize>) -> Self {
+        CrashingReader { inner, fail_after, pause: Duration::ZERO, read_batches: Arc::clone(read_batches) }
+    }
 }
 
 impl BatchReader for CrashingReader {
     fn next_batch(&mut self) -> tessera::Result<Option<RecordBatch>> {
         std::thread::sleep(self.pause);
-        match &mut self.fail_after {
-            Some(0) => Err(TesseraError::Execution("simulated crash".into())),
-            Some(left) => {
-                *left -= 1;
-                self.inner.next_batch()
-            }
-            None => self.inner.next_batch(),
+        if self.fail_after == Some(self.read_batches.load(Ordering::Relaxed)) {
+            return Err(TesseraError::Execution("simulated crash".into()));
         }
+        let batch = self.inner.next_batch()?;
+        self.read_batches.fetch_add(usize::from(batch.is_some()), Ordering::Relaxed);
+        Ok(batch)
     }
 
     fn progress(&self) -> (u64, Option<u64>) {
@@ -51,7 +57,7 @@ impl BatchReader for CrashingReader {
     }
 
     fn bad_rows(&self) -> u64 {
-        0
+        self.inner.bad_rows()
     }
 
     fn seek(&mut self, position: u64) -> tessera::Result<bool> {
@@ -81,8 +87,9 @@ fn run(
         ..RunOptions::default()
     };
     run_script_with_readers(&script, &options, sink, &mut |_| {
-        Ok(Box::new(CrashingReader { inner: MemoryReader::new(input.to_vec()), fail_after, pause })
-            as Box<dyn BatchReader>)
+        let inner = Box::new(MemoryReader::new(input.to_vec()));
+        let reader = CrashingReader { pause, ..CrashingReader::new(inner, fail_after, &Arc::default()) };
+        Ok(Box::new(reader) as Box<dyn BatchReader>)
     })
 }
 
@@ -244,12 +251,32 @@ fn file_events() -> Vec<super::reference::Event> {
         .collect()
 }
 
+/// Runs `script` over its file in batches of 256 rows, with checkpoints after every batch in
+/// `state` if given, failing after `fail_after` batches; `read_batches` counts those read.
+fn run_file(
+    script: &Script,
+    state: Option<&Path>,
+    fail_after: Option<usize>,
+    sink: &mut MemorySink,
+    read_batches: &Arc<AtomicUsize>,
+) -> tessera::Result<tessera::engine::RunStats> {
+    let read = tessera::connectors::ReadOptions { batch_size: 256, ..Default::default() };
+    let options = RunOptions {
+        parallelism: Parallelism::Fixed(1),
+        checkpoints: state.map(|dir| CheckpointConfig { dir: dir.to_path_buf(), interval: Duration::ZERO }),
+        ..RunOptions::default()
+    };
+    run_script_with_readers(script, &options, sink, &mut |source| {
+        let reader = tessera::connectors::open_source(source, &read)?;
+        Ok(Box::new(CrashingReader::new(reader, fail_after, read_batches)) as Box<dyn BatchReader>)
+    })
+}
+
 /// Runs a script over the file at `path` (batches of 256 rows), fails it after 11 batches with
 /// checkpoints after every batch, resumes it, and checks that the resumed run read only the
 /// batches after the checkpoint and wrote exactly the rows of an uninterrupted run, `EMIT
 /// CHANGES` included (whose rows follow the batches, so these must be cut as before).
 fn check_resume_skips_to_the_checkpoint(path: &Path, with: &str) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     let dir = path.parent().expect("a folder");
     let text = format!(
         "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '3' SECOND)
@@ -261,29 +288,15 @@ fn check_resume_skips_to_the_checkpoint(path: &Path, with: &str) {
         path.display()
     );
     let script = Script::compile(&text, dir).expect("script");
-    let read = tessera::connectors::ReadOptions { batch_size: 256, ..Default::default() };
     let mut state = path.as_os_str().to_owned();
     state.push(".state");
     let state = std::path::PathBuf::from(state);
-    let run = |fail_after: Option<usize>, checkpoints: bool, sink: &mut MemorySink, read_batches: &Arc<AtomicUsize>| {
-        let options = RunOptions {
-            parallelism: Parallelism::Fixed(1),
-            checkpoints: checkpoints.then(|| CheckpointConfig { dir: state.clone(), interval: Duration::ZERO }),
-            ..RunOptions::default()
-        };
-        run_script_with_readers(&script, &options, sink, &mut |source| {
-            let reader = tessera::connectors::open_source(source, &read)?;
-            Ok(Box::new(Counted { inner: reader, fail_after, read_batches: Arc::clone(read_batches) })
-                as Box<dyn BatchReader>)
-        })
-    };
-    let counter = || Arc::new(AtomicUsize::new(0));
-    let (all, first, rest) = (counter(), counter(), counter());
+    let (all, first, rest) = (Arc::default(), Arc::default(), Arc::default());
     let mut expected = MemorySink::default();
-    run(None, false, &mut expected, &all).expect("uninterrupted run");
+    run_file(&script, None, None, &mut expected, &all).expect("uninterrupted run");
     let mut resumed = MemorySink::default();
-    run(Some(11), true, &mut resumed, &first).expect_err("the reader fails");
-    let stats = run(None, true, &mut resumed, &rest).expect("resumed run");
+    run_file(&script, Some(&state), Some(11), &mut resumed, &first).expect_err("the reader fails");
+    let stats = run_file(&script, Some(&state), None, &mut resumed, &rest).expect("resumed run");
     assert!(stats.resumed_events > 0);
     assert_eq!(first.load(Ordering::Relaxed), 11);
     assert!(rest.load(Ordering::Relaxed) + 10 <= all.load(Ordering::Relaxed), "{rest:?} of {all:?}");
@@ -342,52 +355,10 @@ fn a_resumed_text_run_skips_the_bytes_before_the_checkpoint() {
         path.display()
     );
     let script = Script::compile(&text, bad_dir.path()).expect("script");
-    let read = tessera::connectors::ReadOptions { batch_size: 256, ..Default::default() };
     let state = bad_dir.path().join("state");
-    let run = |fail_after: Option<usize>| {
-        let options = RunOptions {
-            parallelism: Parallelism::Fixed(1),
-            checkpoints: Some(CheckpointConfig { dir: state.clone(), interval: Duration::ZERO }),
-            ..RunOptions::default()
-        };
-        let read_batches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        run_script_with_readers(&script, &options, &mut MemorySink::default(), &mut |source| {
-            let reader = tessera::connectors::open_source(source, &read)?;
-            Ok(Box::new(Counted { inner: reader, fail_after, read_batches: Arc::clone(&read_batches) })
-                as Box<dyn BatchReader>)
-        })
-    };
-    run(Some(11)).expect_err("the reader fails");
-    let error = run(None).expect_err("a malformed row").to_string();
+    let mut sink = MemorySink::default();
+    run_file(&script, Some(&state), Some(11), &mut sink, &Arc::default()).expect_err("the reader fails");
+    let error =
+        run_file(&script, Some(&state), None, &mut sink, &Arc::default()).expect_err("a malformed row").to_string();
     assert!(error.contains(&format!(":{bad_line}")), "line {bad_line}: {error}");
-}
-
-/// Fails (like a crash) once `fail_after` batches were read, counting them.
-struct Counted {
-    inner: Box<dyn BatchReader>,
-    fail_after: Option<usize>,
-    read_batches: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl BatchReader for Counted {
-    fn next_batch(&mut self) -> tessera::Result<Option<RecordBatch>> {
-        if self.fail_after == Some(self.read_batches.load(std::sync::atomic::Ordering::Relaxed)) {
-            return Err(TesseraError::Execution("simulated crash".into()));
-        }
-        let batch = self.inner.next_batch()?;
-        self.read_batches.fetch_add(usize::from(batch.is_some()), std::sync::atomic::Ordering::Relaxed);
-        Ok(batch)
-    }
-
-    fn progress(&self) -> (u64, Option<u64>) {
-        self.inner.progress()
-    }
-
-    fn bad_rows(&self) -> u64 {
-        self.inner.bad_rows()
-    }
-
-    fn seek(&mut self, position: u64) -> tessera::Result<bool> {
-        self.inner.seek(position)
-    }
 }
