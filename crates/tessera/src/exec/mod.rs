@@ -37,6 +37,7 @@ pub use window_aggregate::{WindowAggregateExec, WindowNodeSpec};
 pub struct EventBatch {
     pub rows: RecordBatch,
     pub event_times: Vec<i64>,
+    /// The watermark each row meets; it never decreases along the batch (operators search it).
     pub watermarks: Vec<i64>,
     /// Key ids interned ahead of the operators (by the reading thread), by the interner
     /// that made them (see [`SharedKeys::id`]).
@@ -80,14 +81,15 @@ impl EventBatch {
     pub fn decode(r: &mut StateReader) -> Result<Self> {
         let rows = batch_from_bytes(r.bytes()?)?;
         let (event_times, watermarks) = (r.i64s()?, r.i64s()?);
-        if event_times.len() != rows.num_rows() || watermarks.len() != rows.num_rows() {
+        if event_times.len() != rows.num_rows() || watermarks.len() != rows.num_rows() || !watermarks.is_sorted() {
             return Err(TesseraError::Checkpoint("a saved batch of rows is inconsistent".into()));
         }
         Ok(EventBatch { rows, event_times, watermarks, key_ids: Vec::new() })
     }
 
-    /// The rows at `indices`, in that order.
+    /// The rows at `indices`, which ascend (so the watermarks keep their order).
     pub fn take(&self, indices: &[u32]) -> Result<EventBatch> {
+        debug_assert!(indices.is_sorted(), "rows taken out of order");
         let index_array = arrow::array::UInt32Array::from(indices.to_vec());
         let columns = self
             .rows

@@ -36,6 +36,22 @@ use crate::state::codec::{StateReader, StateWriter};
 use crate::window::slicing::Slicing;
 use crate::window::{floor_div, WindowSpec};
 
+/// How many of `times`, from the first, lie in `lo..hi`. Times mostly arrive in order, so runs
+/// are long: whole chunks are tested without a branch per row (the compiler vectorizes them).
+fn rows_within(times: &[i64], lo: i64, hi: i64) -> usize {
+    const CHUNK: usize = 16;
+    let inside = |t: i64| lo <= t && t < hi;
+    let mut chunks = times.chunks_exact(CHUNK);
+    let mut counted = 0;
+    for chunk in chunks.by_ref() {
+        if !chunk.iter().fold(true, |all, &t| all & inside(t)) {
+            break;
+        }
+        counted += CHUNK;
+    }
+    counted + times[counted..].iter().position(|&t| !inside(t)).unwrap_or(times.len() - counted)
+}
+
 /// A window node as planned: its window, its input and the output slots it feeds.
 #[derive(Debug, Clone)]
 pub struct WindowNodeSpec {
@@ -323,8 +339,9 @@ impl WindowAggregateExec {
         while start < n {
             // Take rows up to the first one that meets a watermark closing an instance; close
             // instances before taking it.
+            // Watermarks never decrease along a batch: a binary search, not a scan per row.
             let threshold = self.next_close();
-            let end = input.watermarks[start..].iter().position(|&w| w >= threshold).map_or(n, |p| start + p);
+            let end = start + input.watermarks[start..].partition_point(|&w| w < threshold);
             if end == start {
                 self.close_windows(input.watermarks[start], out)?;
                 continue;
@@ -363,8 +380,7 @@ impl WindowAggregateExec {
         while row < rows.end {
             let slice = slicing.slice_of(times[row]);
             let (lo, hi) = (slicing.start(slice), slicing.end(slice));
-            let run_end =
-                times[row + 1..rows.end].iter().position(|&t| !(lo <= t && t < hi)).map_or(rows.end, |p| row + 1 + p);
+            let run_end = row + 1 + rows_within(&times[row + 1..rows.end], lo, hi);
             let run = row..run_end;
             let mut to_slice = false;
             for node in nodes.iter_mut() {
