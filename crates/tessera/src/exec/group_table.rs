@@ -69,16 +69,26 @@ impl GroupTable {
     }
 
     /// Slots for `key_ids`, creating missing ones.
-    fn slots_for(&mut self, key_ids: impl Iterator<Item = u32>, out: &mut Vec<u32>) {
+    fn slots_for(&mut self, key_ids: &[u32], out: &mut Vec<u32>) {
         out.clear();
-        out.reserve(key_ids.size_hint().0);
-        for key in key_ids {
-            // Most rows find their key's slot in a dense index.
-            let found = match &self.index {
-                SlotIndex::Dense(dense) => dense.get(key as usize).copied().unwrap_or(NO_SLOT),
-                SlotIndex::Sparse { .. } => NO_SLOT,
-            };
-            out.push(if found != NO_SLOT { found } else { self.slot(key) });
+        out.resize(key_ids.len(), NO_SLOT);
+        let mut i = 0;
+        while i < key_ids.len() {
+            // Most keys find their slot in a dense index: a tight loop up to the first that
+            // does not, which gets its slot made (the index may change shape).
+            if let SlotIndex::Dense(dense) = &self.index {
+                for (slot, &key) in out[i..].iter_mut().zip(&key_ids[i..]) {
+                    match dense.get(key as usize) {
+                        Some(&found) if found != NO_SLOT => *slot = found,
+                        _ => break,
+                    }
+                    i += 1;
+                }
+            }
+            if let Some(&key) = key_ids.get(i) {
+                out[i] = self.slot(key);
+                i += 1;
+            }
         }
         let n = self.keys.len();
         for s in &mut self.states {
@@ -134,14 +144,18 @@ impl GroupTable {
         values: &[Option<ArrayRef>],
         scratch: &mut Vec<u32>,
     ) {
-        self.slots_for(key_ids.iter().copied(), scratch);
+        self.slots_for(key_ids, scratch);
         for (state, value) in self.states.iter_mut().zip(values) {
             state.update(value.as_ref(), offset, scratch);
         }
     }
 
     pub(super) fn merge_from(&mut self, other: &GroupTable, scratch: &mut Vec<u32>) -> Result<()> {
-        self.slots_for(other.keys.iter().copied(), scratch);
+        if self.keys.is_empty() {
+            self.clone_from(other);
+            return Ok(());
+        }
+        self.slots_for(&other.keys, scratch);
         for (mine, theirs) in self.states.iter_mut().zip(&other.states) {
             mine.merge(theirs, scratch)?;
         }
@@ -158,7 +172,7 @@ impl GroupTable {
     ) -> Result<usize> {
         let (present, src): (Vec<u32>, Vec<u32>) =
             keys.iter().filter_map(|&k| other.slot_of(k).map(|s| (k, s))).unzip();
-        self.slots_for(present.iter().copied(), scratch);
+        self.slots_for(&present, scratch);
         for (mine, theirs) in self.states.iter_mut().zip(&other.states) {
             mine.merge_selected(theirs, &src, scratch)?;
         }
@@ -175,7 +189,7 @@ impl GroupTable {
         let mut table = GroupTable::new(plan);
         let keys = r.u32s()?;
         let mut slots = Vec::new();
-        table.slots_for(keys.iter().copied(), &mut slots);
+        table.slots_for(&keys, &mut slots);
         for state in &mut table.states {
             state.decode(r)?;
         }
@@ -219,18 +233,18 @@ mod tests {
         let mut table = GroupTable::new(&plan);
         let mut slots = Vec::new();
         // Two keys with large ids: a hash map, not an array of a million slots.
-        table.slots_for([1_000_000, 7].into_iter(), &mut slots);
+        table.slots_for(&[1_000_000, 7], &mut slots);
         assert_eq!(slots, [0, 1]);
         assert!(matches!(table.index, SlotIndex::Sparse { .. }));
         assert!(table.bytes() < 10_000, "{}", table.bytes());
         // Enough keys below the largest id make it dense again, slots unchanged.
-        table.slots_for(100_000..230_000, &mut slots);
+        table.slots_for(&(100_000..230_000).collect::<Vec<_>>(), &mut slots);
         assert!(matches!(table.index, SlotIndex::Dense(_)));
         assert_eq!((table.slot_of(1_000_000), table.slot_of(7), table.slot_of(100_000)), (Some(0), Some(1), Some(2)));
         assert_eq!(table.slot_of(8), None);
         // Merging a sparse table's keys and a round trip through the codec keep every slot.
         let mut sparse = GroupTable::new(&plan);
-        sparse.slots_for([900_000, 5].into_iter(), &mut slots);
+        sparse.slots_for(&[900_000, 5], &mut slots);
         let mut merged = GroupTable::new(&plan);
         assert_eq!(merged.merge_keys_from(&sparse, &[5, 6, 900_000], &mut slots).unwrap(), 2);
         assert_eq!(merged.keys, [5, 900_000]);
