@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use super::hll::HyperLogLog;
-use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, StringArray};
-use arrow::datatypes::{Float64Type, Int64Type};
+use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, PrimitiveArray, StringArray};
+use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type};
 use hashbrown::HashSet;
 
 use super::{AggregateFunction, ValueKind};
@@ -514,47 +515,43 @@ impl GroupStates {
     /// SQL values of every slot, in the state's domain (the caller casts to the return type).
     pub fn finalize(&self) -> Result<ArrayRef> {
         Ok(match self {
-            GroupStates::MinMaxInt { values, seen, .. } => {
-                Arc::new(Int64Array::from_iter(values.iter().zip(seen).map(|(v, s)| s.then_some(*v))))
-            }
-            GroupStates::MinMaxFloat { values, seen, .. } => {
-                Arc::new(Float64Array::from_iter(values.iter().zip(seen).map(|(v, s)| s.then_some(*v))))
-            }
+            GroupStates::MinMaxInt { values, seen, .. } => primitive::<Int64Type>(values.clone(), |i| seen[i]),
+            GroupStates::MinMaxFloat { values, seen, .. } => primitive::<Float64Type>(values.clone(), |i| seen[i]),
             GroupStates::MinMaxUtf8 { values, .. } => {
                 Arc::new(StringArray::from_iter(values.iter().map(|v| v.as_deref())))
             }
             GroupStates::SumInt { avg: false, sums, counts } => {
-                let mut out = Vec::with_capacity(sums.len());
-                for (s, c) in sums.iter().zip(counts) {
-                    out.push(if *c == 0 {
-                        None
-                    } else {
-                        Some(
-                            i64::try_from(*s)
-                                .map_err(|_| TesseraError::Execution(format!("sum {s} overflows BIGINT")))?,
-                        )
-                    });
-                }
-                Arc::new(Int64Array::from(out))
+                let sums = sums
+                    .iter()
+                    .map(|&s| {
+                        i64::try_from(s).map_err(|_| TesseraError::Execution(format!("sum {s} overflows BIGINT")))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                primitive::<Int64Type>(sums, |i| counts[i] > 0)
             }
-            GroupStates::SumInt { avg: true, sums, counts } => Arc::new(Float64Array::from_iter(
-                sums.iter().zip(counts).map(|(s, c)| (*c > 0).then(|| *s as f64 / *c as f64)),
-            )),
-            GroupStates::SumFloat { avg, sums, counts } => Arc::new(Float64Array::from_iter(
-                sums.iter().zip(counts).map(|(s, c)| (*c > 0).then(|| if *avg { s / *c as f64 } else { *s })),
-            )),
+            GroupStates::SumInt { avg: true, sums, counts } => primitive::<Float64Type>(
+                sums.iter().zip(counts).map(|(&s, &c)| s as f64 / c.max(1) as f64).collect(),
+                |i| counts[i] > 0,
+            ),
+            GroupStates::SumFloat { avg: false, sums, counts } => {
+                primitive::<Float64Type>(sums.clone(), |i| counts[i] > 0)
+            }
+            GroupStates::SumFloat { avg: true, sums, counts } => {
+                primitive::<Float64Type>(sums.iter().zip(counts).map(|(&s, &c)| s / c.max(1) as f64).collect(), |i| {
+                    counts[i] > 0
+                })
+            }
             GroupStates::Count { counts } => Arc::new(Int64Array::from(counts.clone())),
             GroupStates::Moments { stddev, counts, m2s, .. } => {
-                Arc::new(Float64Array::from_iter(counts.iter().zip(m2s).map(|(c, m2)| {
-                    (*c > 1).then(|| {
-                        let var = (m2 / (*c - 1) as f64).max(0.0);
-                        if *stddev {
-                            var.sqrt()
-                        } else {
-                            var
-                        }
-                    })
-                })))
+                let spread = counts.iter().zip(m2s).map(|(&c, &m2)| {
+                    let var = (m2 / (c - 1).max(1) as f64).max(0.0);
+                    if *stddev {
+                        var.sqrt()
+                    } else {
+                        var
+                    }
+                });
+                primitive::<Float64Type>(spread.collect(), |i| counts[i] > 1)
             }
             GroupStates::Median { values } => Arc::new(Float64Array::from_iter(values.iter().map(|v| median(v)))),
             GroupStates::Distinct { sketches } => {
@@ -583,6 +580,15 @@ impl GroupStates {
 /// Whether `candidate` should replace `current` for MIN (or MAX); NaN sorts above every number,
 /// as in SQL engines that order floats totally.
 #[inline]
+/// A column of `values`, NULL where `valid(i)` is false, with no validity buffer when every
+/// value is valid (the common case, and what Arrow's kernels skip fastest).
+fn primitive<T: ArrowPrimitiveType>(values: Vec<T::Native>, valid: impl FnMut(usize) -> bool) -> ArrayRef {
+    let n = values.len();
+    let validity = BooleanBuffer::collect_bool(n, valid);
+    let nulls = (validity.count_set_bits() < n).then(|| NullBuffer::new(validity));
+    Arc::new(PrimitiveArray::<T>::new(values.into(), nulls))
+}
+
 fn float_better(candidate: f64, current: f64, max: bool) -> bool {
     let ord = candidate.total_cmp(&current);
     if max {
