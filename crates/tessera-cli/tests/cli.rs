@@ -323,7 +323,9 @@ fn compile_prints_flink_sql_and_refuses_spark() {
 #[test]
 fn killed_and_resumed_runs_write_every_row_once() {
     let dir = tempfile::tempdir().expect("temp dir");
-    generate(&["--output", "data.csv", "--events", "600000", "--devices", "50", "--disorder", "30"], dir.path());
+    // Long enough for 20 kills of 60-360 ms each, in an optimized build too.
+    let events = if cfg!(debug_assertions) { "600000" } else { "6000000" };
+    generate(&["--output", "data.csv", "--events", events, "--devices", "50", "--disorder", "30"], dir.path());
     let select =
         "SELECT device_id, window_start, window_end, MIN(temperature) AS lo, SUM(temperature) AS s, COUNT(*) AS n";
     std::fs::write(
