@@ -515,8 +515,12 @@ impl GroupStates {
     /// SQL values of every slot, in the state's domain (the caller casts to the return type).
     pub fn finalize(&self) -> Result<ArrayRef> {
         Ok(match self {
-            GroupStates::MinMaxInt { values, seen, .. } => primitive::<Int64Type>(values.clone(), |i| seen[i]),
-            GroupStates::MinMaxFloat { values, seen, .. } => primitive::<Float64Type>(values.clone(), |i| seen[i]),
+            GroupStates::MinMaxInt { values, seen, .. } => {
+                primitive::<Int64Type>(values.clone(), validity(seen, |s| s))
+            }
+            GroupStates::MinMaxFloat { values, seen, .. } => {
+                primitive::<Float64Type>(values.clone(), validity(seen, |s| s))
+            }
             GroupStates::MinMaxUtf8 { values, .. } => {
                 Arc::new(StringArray::from_iter(values.iter().map(|v| v.as_deref())))
             }
@@ -527,19 +531,18 @@ impl GroupStates {
                         i64::try_from(s).map_err(|_| TesseraError::Execution(format!("sum {s} overflows BIGINT")))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                primitive::<Int64Type>(sums, |i| counts[i] > 0)
+                primitive::<Int64Type>(sums, validity(counts, |c| c > 0))
             }
             GroupStates::SumInt { avg: true, sums, counts } => primitive::<Float64Type>(
                 sums.iter().zip(counts).map(|(&s, &c)| s as f64 / c.max(1) as f64).collect(),
-                |i| counts[i] > 0,
+                validity(counts, |c| c > 0),
             ),
             GroupStates::SumFloat { avg: false, sums, counts } => {
-                primitive::<Float64Type>(sums.clone(), |i| counts[i] > 0)
+                primitive::<Float64Type>(sums.clone(), validity(counts, |c| c > 0))
             }
             GroupStates::SumFloat { avg: true, sums, counts } => {
-                primitive::<Float64Type>(sums.iter().zip(counts).map(|(&s, &c)| s / c.max(1) as f64).collect(), |i| {
-                    counts[i] > 0
-                })
+                let averages = sums.iter().zip(counts).map(|(&s, &c)| s / c.max(1) as f64);
+                primitive::<Float64Type>(averages.collect(), validity(counts, |c| c > 0))
             }
             GroupStates::Count { counts } => Arc::new(Int64Array::from(counts.clone())),
             GroupStates::Moments { stddev, counts, m2s, .. } => {
@@ -551,7 +554,7 @@ impl GroupStates {
                         var
                     }
                 });
-                primitive::<Float64Type>(spread.collect(), |i| counts[i] > 1)
+                primitive::<Float64Type>(spread.collect(), validity(counts, |c| c > 1))
             }
             GroupStates::Median { values } => Arc::new(Float64Array::from_iter(values.iter().map(|v| median(v)))),
             GroupStates::Distinct { sketches } => {
@@ -577,18 +580,22 @@ impl GroupStates {
     }
 }
 
-/// Whether `candidate` should replace `current` for MIN (or MAX); NaN sorts above every number,
-/// as in SQL engines that order floats totally.
-#[inline]
-/// A column of `values`, NULL where `valid(i)` is false, with no validity buffer when every
-/// value is valid (the common case, and what Arrow's kernels skip fastest).
-fn primitive<T: ArrowPrimitiveType>(values: Vec<T::Native>, valid: impl FnMut(usize) -> bool) -> ArrayRef {
-    let n = values.len();
-    let validity = BooleanBuffer::collect_bool(n, valid);
-    let nulls = (validity.count_set_bits() < n).then(|| NullBuffer::new(validity));
+/// The validity of values whose `flags` say whether each has a value: none when all have.
+fn validity<F: Copy>(flags: &[F], valid: impl Fn(F) -> bool) -> Option<NullBuffer> {
+    if flags.iter().all(|&f| valid(f)) {
+        return None;
+    }
+    Some(NullBuffer::new(BooleanBuffer::collect_bool(flags.len(), |i| valid(flags[i]))))
+}
+
+/// A column of `values` with `nulls`.
+fn primitive<T: ArrowPrimitiveType>(values: Vec<T::Native>, nulls: Option<NullBuffer>) -> ArrayRef {
     Arc::new(PrimitiveArray::<T>::new(values.into(), nulls))
 }
 
+/// Whether `candidate` should replace `current` for MIN (or MAX); NaN sorts above every number,
+/// as in SQL engines that order floats totally.
+#[inline]
 fn float_better(candidate: f64, current: f64, max: bool) -> bool {
     let ord = candidate.total_cmp(&current);
     if max {

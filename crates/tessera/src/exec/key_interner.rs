@@ -153,8 +153,8 @@ impl KeyInterner {
             KeyKind::Int { values, null_id, .. } => {
                 let array: ArrayRef = match null_id {
                     // Without a NULL key no value is missing: no validity to build.
-                    None => Arc::new(Int64Array::from_iter_values(
-                        ids.iter().map(|&id| values[id as usize].unwrap_or_default()),
+                    None => Arc::new(Int64Array::from(
+                        ids.iter().map(|&id| values[id as usize].unwrap_or_default()).collect::<Vec<_>>(),
                     )),
                     Some(_) => Arc::new(Int64Array::from_iter(ids.iter().map(|&id| values[id as usize]))),
                 };

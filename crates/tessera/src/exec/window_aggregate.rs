@@ -218,7 +218,7 @@ impl Emitter {
             self.keys.columns(&table.keys.iter().map(|&k| k + self.key_base).collect::<Vec<_>>())?
         };
         let bound = |value: i64| -> Result<ArrayRef> {
-            let array: ArrayRef = Arc::new(Int64Array::from_value(value, n));
+            let array: ArrayRef = Arc::new(Int64Array::from(vec![value; n]));
             Ok(if self.event_time_type == DataType::Int64 { array } else { cast(&array, &self.event_time_type)? })
         };
         let columns = plan
