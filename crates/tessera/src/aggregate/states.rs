@@ -199,33 +199,25 @@ impl GroupStates {
         };
         let valid = |r: u32| values.is_valid(r as usize);
         let has_nulls = values.null_count() > 0;
+        let nulls = values.nulls().filter(|_| has_nulls);
         match self {
             GroupStates::MinMaxInt { max, values: state, seen } => {
-                let input = values.as_primitive::<Int64Type>().values();
-                for (r, &s) in rows.clone().zip(slots) {
-                    if has_nulls && !valid(r) {
-                        continue;
-                    }
-                    let (v, s) = (input[r as usize], s as usize);
-                    if !seen[s] || (*max && v > state[s]) || (!*max && v < state[s]) {
+                let max = *max;
+                each_valid(values.as_primitive::<Int64Type>().values(), nulls, offset, slots, |v, s| {
+                    if !seen[s] || (max && v > state[s]) || (!max && v < state[s]) {
                         state[s] = v;
                         seen[s] = true;
                     }
-                }
+                });
             }
             GroupStates::MinMaxFloat { max, values: state, seen } => {
-                let input = values.as_primitive::<Float64Type>().values();
                 let max = *max;
-                for (r, &s) in rows.clone().zip(slots) {
-                    if has_nulls && !valid(r) {
-                        continue;
-                    }
-                    let (v, s) = (input[r as usize], s as usize);
+                each_valid(values.as_primitive::<Float64Type>().values(), nulls, offset, slots, |v, s| {
                     if !seen[s] || float_better(v, state[s], max) {
                         state[s] = v;
                         seen[s] = true;
                     }
-                }
+                });
             }
             GroupStates::MinMaxUtf8 { max, values: state } => {
                 let input = values.as_string::<i32>();
@@ -245,24 +237,16 @@ impl GroupStates {
                 }
             }
             GroupStates::SumInt { sums, counts, .. } => {
-                let input = values.as_primitive::<Int64Type>().values();
-                for (r, &s) in rows.clone().zip(slots) {
-                    if has_nulls && !valid(r) {
-                        continue;
-                    }
-                    sums[s as usize] += input[r as usize] as i128;
-                    counts[s as usize] += 1;
-                }
+                each_valid(values.as_primitive::<Int64Type>().values(), nulls, offset, slots, |v, s| {
+                    sums[s] += v as i128;
+                    counts[s] += 1;
+                });
             }
             GroupStates::SumFloat { sums, counts, .. } => {
-                let input = values.as_primitive::<Float64Type>().values();
-                for (r, &s) in rows.clone().zip(slots) {
-                    if has_nulls && !valid(r) {
-                        continue;
-                    }
-                    sums[s as usize] += input[r as usize];
-                    counts[s as usize] += 1;
-                }
+                each_valid(values.as_primitive::<Float64Type>().values(), nulls, offset, slots, |v, s| {
+                    sums[s] += v;
+                    counts[s] += 1;
+                });
             }
             GroupStates::Count { counts } => {
                 for (r, &s) in rows.clone().zip(slots) {
@@ -270,42 +254,29 @@ impl GroupStates {
                 }
             }
             GroupStates::Moments { counts, means, m2s, .. } => {
-                let input = values.as_primitive::<Float64Type>().values();
-                for (r, &s) in rows.clone().zip(slots) {
-                    if has_nulls && !valid(r) {
-                        continue;
-                    }
-                    let s = s as usize;
-                    let x = input[r as usize];
+                each_valid(values.as_primitive::<Float64Type>().values(), nulls, offset, slots, |x, s| {
                     counts[s] += 1;
                     let delta = x - means[s];
                     means[s] += delta / counts[s] as f64;
                     m2s[s] += delta * (x - means[s]);
-                }
+                });
             }
             GroupStates::Median { values: state } => {
-                let input = values.as_primitive::<Float64Type>().values();
-                for (r, &s) in rows.clone().zip(slots) {
-                    if has_nulls && !valid(r) {
-                        continue;
-                    }
-                    state[s as usize].push(input[r as usize]);
-                }
+                each_valid(values.as_primitive::<Float64Type>().values(), nulls, offset, slots, |v, s| {
+                    state[s].push(v)
+                });
             }
             GroupStates::Distinct { sketches } => {
-                let mut hashes = vec![0u64; values.len()];
-                // One hash per distinct SQL value: the same value always lands on the same hash.
+                // One hash per distinct SQL value (the same value always lands on the same
+                // hash), for the run's rows only.
+                let run = values.slice(offset, slots.len());
+                let mut hashes = vec![0u64; slots.len()];
                 let _ = datafusion_common::hash_utils::create_hashes(
-                    [values],
+                    [&run],
                     &datafusion_common::hash_utils::RandomState::with_seed(0x7e55e7a),
                     &mut hashes,
                 );
-                for (r, &s) in rows.clone().zip(slots) {
-                    if has_nulls && !valid(r) {
-                        continue;
-                    }
-                    sketches[s as usize].insert(hashes[r as usize]);
-                }
+                each_valid(&hashes, run.nulls().filter(|_| has_nulls), 0, slots, |hash, s| sketches[s].insert(hash));
             }
         }
     }
@@ -576,6 +547,29 @@ impl GroupStates {
             GroupStates::Moments { .. } => n * 24,
             GroupStates::Median { values } => values.iter().map(|v| 24 + v.capacity() * 8).sum(),
             GroupStates::Distinct { sketches } => sketches.iter().map(DistinctSketch::bytes).sum(),
+        }
+    }
+}
+
+/// Calls `f(value, slot)` for each row `offset + i` of `input` that has a value (`nulls` marks
+/// those that do not), `slot` being `slots[i]`.
+#[inline]
+fn each_valid<T: Copy>(
+    input: &[T],
+    nulls: Option<&NullBuffer>,
+    offset: usize,
+    slots: &[u32],
+    mut f: impl FnMut(T, usize),
+) {
+    let input = &input[offset..offset + slots.len()];
+    match nulls {
+        None => input.iter().zip(slots).for_each(|(&v, &s)| f(v, s as usize)),
+        Some(nulls) => {
+            for (i, (&v, &s)) in input.iter().zip(slots).enumerate() {
+                if nulls.is_valid(offset + i) {
+                    f(v, s as usize);
+                }
+            }
         }
     }
 }
