@@ -85,18 +85,22 @@ impl KeyInterner {
             KeyKind::Int { dense, ids, null_id, values } => {
                 let column = cast(&columns[0], &DataType::Int64)?;
                 let column = column.as_primitive::<Int64Type>();
-                let mut out = Vec::with_capacity(num_rows);
                 let raw = column.values();
                 let has_nulls = column.null_count() > 0;
-                // The common case, every key a small value seen before: one lookup per row.
+                let mut out = vec![NO_ID; raw.len()];
+                // The common case, every key a small value seen before: one lookup per row, up
+                // to the first that is not (a negative value converts to an index past the end).
+                let mut known = 0;
                 if !has_nulls {
-                    let known = raw.iter().map_while(|&v| {
-                        let id = *dense.get(usize::try_from(v).ok()?)?;
-                        (id != NO_ID).then_some(id)
-                    });
-                    out.extend(known);
+                    for (id, &v) in out.iter_mut().zip(raw.iter()) {
+                        match dense.get(v as usize) {
+                            Some(&found) if found != NO_ID => *id = found,
+                            _ => break,
+                        }
+                        known += 1;
+                    }
                 }
-                for (i, &v) in raw.iter().enumerate().skip(out.len()) {
+                for (i, &v) in raw.iter().enumerate().skip(known) {
                     let id = if has_nulls && column.is_null(i) {
                         *null_id.get_or_insert_with(|| {
                             values.push(None);
@@ -118,7 +122,7 @@ impl KeyInterner {
                             values.len() as u32 - 1
                         })
                     };
-                    out.push(id);
+                    out[i] = id;
                 }
                 Ok(out)
             }

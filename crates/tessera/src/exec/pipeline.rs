@@ -790,11 +790,16 @@ struct Stamper {
 impl Stamper {
     fn stamp(&mut self, batch: RecordBatch, source: &SourceDef) -> Result<EventBatch> {
         let times = event_times(&batch, source)?;
-        let mut watermarks = Vec::with_capacity(times.len());
-        for &t in &times {
-            watermarks.push(self.watermark());
-            self.max_event_time = self.max_event_time.max(t);
-        }
+        let (mut max, delay) = (self.max_event_time, self.delay);
+        let watermarks = times
+            .iter()
+            .map(|&t| {
+                let watermark = max.saturating_sub(delay);
+                max = max.max(t);
+                watermark
+            })
+            .collect();
+        self.max_event_time = max;
         Ok(EventBatch { rows: batch, event_times: times, watermarks, key_ids: Vec::new() })
     }
 
