@@ -94,6 +94,26 @@ struct OperatorSpec<'a> {
     kind: OperatorKind<'a>,
 }
 
+/// State updates per event: one per instance of a stream-fed window that contains the event,
+/// one per operator whose windows read slices.
+fn updates_per_event(specs: &[OperatorSpec]) -> f64 {
+    specs
+        .iter()
+        .map(|spec| match &spec.kind {
+            OperatorKind::Stateless(_) => 0.0,
+            OperatorKind::Windows { nodes, .. } => {
+                let stream: f64 = nodes
+                    .iter()
+                    .filter(|n| n.input == NodeInput::Stream)
+                    .map(|n| n.spec.range as f64 / n.spec.slide as f64)
+                    .sum();
+                let slices = nodes.iter().any(|n| matches!(n.input, NodeInput::Slices { .. }));
+                stream + f64::from(u8::from(slices))
+            }
+        })
+        .sum()
+}
+
 /// The operators for `queries`: one per stateless branch, and for each window group one
 /// operator evaluating all its nodes (shared strategies) or one per node.
 fn plan_operators<'a>(queries: &[(usize, &'a QueryPlan)], groups: &[&WindowGroup]) -> Vec<OperatorSpec<'a>> {
@@ -428,19 +448,22 @@ pub fn run_source(
             run.query_rows_out[q] = *rows;
         }
     }
-    // With one worker, the reading thread also interns the group keys of every batch ahead of
-    // the operators (the worker's interners are shared with it), so two cores split the work of
-    // one worker. It interns every batch, in order, so each key's id is the same in every run of
-    // the same input: key groups on disk are blocks of ids, and a resumed run must put each key
-    // in the group the interrupted run put it in.
+    // With one worker that updates two or more states per event, the reading thread also
+    // interns the group keys of every batch ahead of the operators (the worker's interners are
+    // shared with it), so two cores split the work of one worker; a lighter worker interns
+    // itself, as the reading thread (decoding, stamping) is then the slower of the two. Either
+    // way every batch is interned whole and in order, so each key's id is the same in every run
+    // of the same input: key groups on disk are blocks of ids, and a resumed run must put each
+    // key in the group the interrupted run put it in.
     let mut inline_worker =
         if workers == 1 { Some(Worker::new(&specs, &source.event_time.data_type, &state, (0, 1))?) } else { None };
+    let intern_ahead = updates_per_event(&specs) >= 2.0;
     if let (Some(worker), Some((_, snapshot))) = (inline_worker.as_mut(), &resume) {
         worker.restore(split_snapshot(snapshot, 1)?[0])?;
     }
     std::thread::scope(|scope| -> Result<SourceRun> {
         let (batch_tx, batch_rx) = sync_channel::<Stamped>(4);
-        let key_spaces = inline_worker.as_ref().map(|w| Arc::clone(&w.key_spaces));
+        let key_spaces = inline_worker.as_ref().filter(|_| intern_ahead).map(|w| Arc::clone(&w.key_spaces));
         let reading = scope.spawn(move || -> Result<u64> {
             let mut stamp = Stamper { max_event_time, delay: source.event_time.watermark_delay };
             // Resuming: the operators' state already holds these batches; skip them unread
