@@ -824,3 +824,28 @@ impl StreamOperator for WindowAggregateExec {
         metrics
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::rows_within;
+
+    #[test]
+    fn rows_within_stops_at_the_first_row_outside_wherever_it_falls() {
+        let inside = |n: usize| vec![5i64; n];
+        // Whole chunks, a partial chunk, nothing.
+        for n in [0, 1, 15, 16, 17, 32, 40] {
+            assert_eq!(rows_within(&inside(n), 0, 10), n);
+        }
+        // The first row outside at every position around the chunk boundaries, below or above.
+        for n in [0, 1, 15, 16, 17, 31, 32, 33, 47] {
+            for outside in [-1, 10] {
+                let mut times = inside(n);
+                times.push(outside);
+                times.extend(inside(20));
+                assert_eq!(rows_within(&times, 0, 10), n, "outside {outside} after {n}");
+            }
+        }
+        // The range is half open.
+        assert_eq!(rows_within(&[0, 9, 10], 0, 10), 2);
+    }
+}
