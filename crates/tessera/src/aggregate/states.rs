@@ -508,12 +508,13 @@ impl GroupStates {
                 sums.iter().zip(counts).map(|(&s, &c)| s as f64 / c.max(1) as f64).collect(),
                 validity(counts, |c| c > 0),
             ),
-            GroupStates::SumFloat { avg: false, sums, counts } => {
-                primitive::<Float64Type>(sums.clone(), validity(counts, |c| c > 0))
-            }
-            GroupStates::SumFloat { avg: true, sums, counts } => {
-                let averages = sums.iter().zip(counts).map(|(&s, &c)| s / c.max(1) as f64);
-                primitive::<Float64Type>(averages.collect(), validity(counts, |c| c > 0))
+            GroupStates::SumFloat { avg, sums, counts } => {
+                let values = if *avg {
+                    sums.iter().zip(counts).map(|(&s, &c)| s / c.max(1) as f64).collect()
+                } else {
+                    sums.clone()
+                };
+                primitive::<Float64Type>(values, validity(counts, |c| c > 0))
             }
             GroupStates::Count { counts } => Arc::new(Int64Array::from(counts.clone())),
             GroupStates::Moments { stddev, counts, m2s, .. } => {

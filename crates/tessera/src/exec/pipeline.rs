@@ -108,7 +108,7 @@ fn updates_per_event(specs: &[OperatorSpec]) -> f64 {
                     .map(|n| n.spec.range as f64 / n.spec.slide as f64)
                     .sum();
                 let slices = nodes.iter().any(|n| matches!(n.input, NodeInput::Slices { .. }));
-                stream + f64::from(u8::from(slices))
+                stream + if slices { 1.0 } else { 0.0 }
             }
         })
         .sum()
@@ -817,7 +817,7 @@ impl Stamper {
         let watermarks = times
             .iter()
             .map(|&t| {
-                let watermark = max.saturating_sub(delay);
+                let watermark = watermark_after(max, delay);
                 max = max.max(t);
                 watermark
             })
@@ -827,6 +827,11 @@ impl Stamper {
     }
 
     fn watermark(&self) -> i64 {
-        self.max_event_time.saturating_sub(self.delay)
+        watermark_after(self.max_event_time, self.delay)
     }
+}
+
+/// The watermark once events up to `max_event_time` were seen, `delay` allowed for disorder.
+fn watermark_after(max_event_time: i64, delay: i64) -> i64 {
+    max_event_time.saturating_sub(delay)
 }
