@@ -88,18 +88,7 @@ impl KeyInterner {
                 let raw = column.values();
                 let has_nulls = column.null_count() > 0;
                 let mut out = vec![NO_ID; raw.len()];
-                // The common case, every key a small value seen before: one lookup per row, up
-                // to the first that is not (a negative value converts to an index past the end).
-                let mut known = 0;
-                if !has_nulls {
-                    for (id, &v) in out.iter_mut().zip(raw.iter()) {
-                        match dense.get(v as usize) {
-                            Some(&found) if found != NO_ID => *id = found,
-                            _ => break,
-                        }
-                        known += 1;
-                    }
-                }
+                let known = if has_nulls { 0 } else { dense_prefix(dense, raw, &mut out) };
                 for (i, &v) in raw.iter().enumerate().skip(known) {
                     let id = if has_nulls && column.is_null(i) {
                         *null_id.get_or_insert_with(|| {
@@ -150,6 +139,46 @@ impl KeyInterner {
         }
     }
 
+    /// The id of every row's key if every key was interned before, `None` otherwise (the
+    /// interner is left as it was).
+    pub fn lookup(&self, columns: &[ArrayRef], num_rows: usize) -> Result<Option<Vec<u32>>> {
+        match &self.kind {
+            KeyKind::Unit { seen } => Ok((*seen || num_rows == 0).then(|| vec![0; num_rows])),
+            KeyKind::Int { dense, ids, null_id, .. } => {
+                let column = cast(&columns[0], &DataType::Int64)?;
+                let column = column.as_primitive::<Int64Type>();
+                let raw = column.values();
+                let has_nulls = column.null_count() > 0;
+                let mut out = vec![NO_ID; raw.len()];
+                let known = if has_nulls { 0 } else { dense_prefix(dense, raw, &mut out) };
+                for (i, &v) in raw.iter().enumerate().skip(known) {
+                    let id = if has_nulls && column.is_null(i) {
+                        *null_id
+                    } else {
+                        dense.get(v as usize).copied().filter(|&id| id != NO_ID).or_else(|| ids.get(&v).copied())
+                    };
+                    match id {
+                        Some(id) => out[i] = id,
+                        None => return Ok(None),
+                    }
+                }
+                Ok(Some(out))
+            }
+            KeyKind::Rows { converter, table, rows, hasher } => {
+                let batch_rows = converter.convert_columns(columns)?;
+                let mut out = Vec::with_capacity(num_rows);
+                for row in batch_rows.iter() {
+                    let hash = hasher.hash_one(row.as_ref());
+                    match table.find(hash, |&id| rows.row(id as usize).as_ref() == row.as_ref()) {
+                        Some(&id) => out.push(id),
+                        None => return Ok(None),
+                    }
+                }
+                Ok(Some(out))
+            }
+        }
+    }
+
     /// The key columns for the given ids, in their original types.
     pub fn columns(&self, ids: &[u32]) -> Result<Vec<ArrayRef>> {
         match &self.kind {
@@ -185,6 +214,21 @@ impl KeyInterner {
     }
 }
 
+/// The common case, every key a small value seen before: one lookup per row, up to the first
+/// that is not (a negative value converts to an index past the end). Returns how many rows it
+/// found.
+fn dense_prefix(dense: &[u32], raw: &[i64], out: &mut [u32]) -> usize {
+    let mut known = 0;
+    for (id, &v) in out.iter_mut().zip(raw) {
+        match dense.get(v as usize) {
+            Some(&found) if found != NO_ID => *id = found,
+            _ => break,
+        }
+        known += 1;
+    }
+    known
+}
+
 /// Identifies a list of key expressions: operators with the same signature group by the same
 /// keys and can share one interner (and one partitioning).
 pub fn key_signature(keys: &[crate::plan::ExprRef]) -> String {
@@ -192,32 +236,31 @@ pub fn key_signature(keys: &[crate::plan::ExprRef]) -> String {
 }
 
 /// A key interner shared by the operators of one worker that group by the same expressions:
-/// each batch's keys are evaluated and interned once, not once per query.
+/// each batch's keys are evaluated and interned once, not once per query. Batches whose keys
+/// are all known are interned under a read lock, so the reading thread interning ahead and the
+/// worker reading keys back for its output do not wait for each other.
 pub struct SharedKeys {
-    inner: std::sync::Mutex<SharedKeysInner>,
-}
-
-struct SharedKeysInner {
-    interner: KeyInterner,
-    /// The batch the cached ids belong to (a weak handle keeps its address from being reused).
-    batch: std::sync::Weak<super::EventBatch>,
-    ids: Arc<Vec<u32>>,
+    interner: std::sync::RwLock<KeyInterner>,
+    /// The batch the worker last interned and its ids (a weak handle keeps its address from
+    /// being reused).
+    cached: std::sync::Mutex<(std::sync::Weak<super::EventBatch>, Arc<Vec<u32>>)>,
 }
 
 impl SharedKeys {
     pub fn new(types: Vec<DataType>) -> Result<Self> {
         Ok(SharedKeys {
-            inner: std::sync::Mutex::new(SharedKeysInner {
-                interner: KeyInterner::new(types)?,
-                batch: std::sync::Weak::new(),
-                ids: Arc::new(Vec::new()),
-            }),
+            interner: std::sync::RwLock::new(KeyInterner::new(types)?),
+            cached: std::sync::Mutex::new((std::sync::Weak::new(), Arc::new(Vec::new()))),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, SharedKeysInner> {
-        // A panic elsewhere cannot leave the interner half-updated in a way that matters here.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    // A panic elsewhere cannot leave the interner half-updated in a way that matters here.
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, KeyInterner> {
+        self.interner.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, KeyInterner> {
+        self.interner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Identifies this interner among a worker's (ids interned ahead carry it).
@@ -231,40 +274,41 @@ impl SharedKeys {
         if let Some((_, ids)) = batch.key_ids.iter().find(|(id, _)| *id == self.id()) {
             return Ok(Arc::clone(ids));
         }
-        let mut inner = self.lock();
-        if std::sync::Weak::ptr_eq(&inner.batch, &Arc::downgrade(batch)) {
-            return Ok(Arc::clone(&inner.ids));
+        let mut cached = self.cached.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if std::sync::Weak::ptr_eq(&cached.0, &Arc::downgrade(batch)) {
+            return Ok(Arc::clone(&cached.1));
         }
-        let n = batch.len();
-        let columns = keys.iter().map(|k| Ok(k.evaluate(&batch.rows)?.into_array(n)?)).collect::<Result<Vec<_>>>()?;
-        let ids = Arc::new(inner.interner.intern(&columns, n)?);
-        inner.batch = Arc::downgrade(batch);
-        inner.ids = Arc::clone(&ids);
+        let ids = Arc::new(self.intern(&batch.rows, keys)?);
+        *cached = (Arc::downgrade(batch), Arc::clone(&ids));
         Ok(ids)
     }
 
-    /// Key ids of rows that only one operator sees (after its own filter).
+    /// Key ids of every row of `batch` (for rows that only one operator sees, after its own
+    /// filter, or a whole batch interned ahead).
     pub fn intern(&self, batch: &arrow::record_batch::RecordBatch, keys: &[crate::plan::ExprRef]) -> Result<Vec<u32>> {
         let n = batch.num_rows();
         let columns = keys.iter().map(|k| Ok(k.evaluate(batch)?.into_array(n)?)).collect::<Result<Vec<_>>>()?;
-        self.lock().interner.intern(&columns, n)
+        if let Some(ids) = self.read().lookup(&columns, n)? {
+            return Ok(ids);
+        }
+        self.write().intern(&columns, n)
     }
 
     pub fn columns(&self, ids: &[u32]) -> Result<Vec<ArrayRef>> {
-        self.lock().interner.columns(ids)
+        self.read().columns(ids)
     }
 
     pub fn bytes(&self) -> usize {
-        self.lock().interner.bytes()
+        self.read().bytes()
     }
 
     /// Writes the keys in id order: their count, then the key columns as Arrow IPC.
     pub fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
-        let inner = self.lock();
-        let n = inner.interner.len();
+        let interner = self.read();
+        let n = interner.len();
         w.len(n);
         let ids: Vec<u32> = (0..n as u32).collect();
-        let columns = inner.interner.columns(&ids)?;
+        let columns = interner.columns(&ids)?;
         if columns.is_empty() {
             return Ok(());
         }
@@ -283,11 +327,11 @@ impl SharedKeys {
     /// gets its saved id.
     pub fn restore(&self, r: &mut StateReader) -> Result<()> {
         let n = r.len(0)?;
-        let mut inner = self.lock();
-        if !inner.interner.is_empty() {
+        let mut interner = self.write();
+        if !interner.is_empty() {
             return Err(TesseraError::Internal("restoring keys into a used interner".into()));
         }
-        let columns = if inner.interner.types.is_empty() {
+        let columns = if interner.types.is_empty() {
             Vec::new()
         } else {
             let batch = batch_from_bytes(r.bytes()?)?;
@@ -296,7 +340,7 @@ impl SharedKeys {
             }
             batch.columns().to_vec()
         };
-        let ids = inner.interner.intern(&columns, n)?;
+        let ids = interner.intern(&columns, n)?;
         if ids.iter().enumerate().any(|(i, &id)| id as usize != i) {
             return Err(TesseraError::Checkpoint("the state snapshot holds a key twice".into()));
         }
@@ -322,8 +366,13 @@ mod tests {
             Some(70000),
             Some(70000),
         ]));
-        let ids = interner.intern(&[keys], 7).unwrap();
+        assert_eq!(interner.lookup(&[Arc::clone(&keys)], 7).unwrap(), None);
+        assert!(interner.is_empty(), "a lookup interns nothing");
+        let ids = interner.intern(&[Arc::clone(&keys)], 7).unwrap();
         assert_eq!(ids, vec![0, 1, 0, 2, 1, 3, 3]);
+        assert_eq!(interner.lookup(&[keys], 7).unwrap(), Some(ids));
+        let unseen: ArrayRef = Arc::new(arrow::array::Int32Array::from(vec![Some(5), Some(-2)]));
+        assert_eq!(interner.lookup(&[unseen], 2).unwrap(), None);
         let back = interner.columns(&[2, 1, 0]).unwrap();
         assert_eq!(back[0].data_type(), &DataType::Int32);
         assert_eq!(
@@ -337,8 +386,11 @@ mod tests {
         let mut interner = KeyInterner::new(vec![DataType::Utf8, DataType::Int64]).unwrap();
         let a: ArrayRef = Arc::new(StringArray::from(vec![Some("x"), Some("x"), None, Some("x")]));
         let b: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 1, 1]));
-        let ids = interner.intern(&[a, b], 4).unwrap();
+        let ids = interner.intern(&[Arc::clone(&a), Arc::clone(&b)], 4).unwrap();
         assert_eq!(ids, vec![0, 1, 2, 0]);
+        assert_eq!(interner.lookup(&[a, Arc::clone(&b)], 4).unwrap(), Some(ids));
+        let unseen: ArrayRef = Arc::new(StringArray::from(vec![Some("x"), Some("y")]));
+        assert_eq!(interner.lookup(&[unseen, b.slice(0, 2)], 2).unwrap(), None);
         let back = interner.columns(&[1]).unwrap();
         assert_eq!(back[0].as_string::<i32>().value(0), "x");
         assert_eq!(back[1].as_primitive::<Int64Type>().value(0), 2);

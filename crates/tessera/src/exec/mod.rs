@@ -222,7 +222,9 @@ struct KeySpace {
     signature: String,
     keys: Vec<crate::plan::ExprRef>,
     shared: Arc<SharedKeys>,
-    /// Some operator interns every row of each batch (it has no WHERE of its own).
+    /// Every operator using it interns every row of each batch (none has a WHERE of its own),
+    /// so interning whole batches, on whichever thread, keeps the order the operators' own
+    /// interning would have.
     whole_batches: bool,
 }
 
@@ -231,7 +233,7 @@ impl KeySpaces {
         let signature = key_signature(&plan.keys);
         let whole = plan.filter.is_none();
         if let Some(space) = self.spaces.iter_mut().find(|s| s.signature == signature) {
-            space.whole_batches |= whole;
+            space.whole_batches &= whole;
             return Ok(Arc::clone(&space.shared));
         }
         let shared = Arc::new(SharedKeys::new(plan.key_types())?);
@@ -273,12 +275,22 @@ impl KeySpaces {
         Ok(())
     }
 
-    /// Interns the keys of every row of `batch` for the operators that read whole batches, so
-    /// a thread ahead of the operators can do it (pipelining the work of one worker).
+    /// Interns the keys of every row of `batch` where every operator reads whole batches and
+    /// attaches the ids to it, so a thread ahead of the operators can do it (pipelining the
+    /// work of one worker).
     pub fn prefetch(&self, batch: &mut EventBatch) -> Result<()> {
         for space in self.spaces.iter().filter(|s| s.whole_batches) {
             let ids = space.shared.intern(&batch.rows, &space.keys)?;
             batch.key_ids.push((space.shared.id(), Arc::new(ids)));
+        }
+        Ok(())
+    }
+
+    /// Interns what [`prefetch`](Self::prefetch) would have, where the reading thread did not
+    /// (the operators then find the ids cached).
+    pub fn intern_whole(&self, batch: &Arc<EventBatch>) -> Result<()> {
+        for space in self.spaces.iter().filter(|s| s.whole_batches) {
+            space.shared.ids_for(batch, &space.keys)?;
         }
         Ok(())
     }

@@ -94,24 +94,62 @@ struct OperatorSpec<'a> {
     kind: OperatorKind<'a>,
 }
 
-/// State updates per event: one per instance of a stream-fed window that contains the event,
-/// one per operator whose windows read slices.
-fn updates_per_event(specs: &[OperatorSpec]) -> f64 {
-    specs
-        .iter()
-        .map(|spec| match &spec.kind {
-            OperatorKind::Stateless(_) => 0.0,
-            OperatorKind::Windows { nodes, .. } => {
-                let stream: f64 = nodes
-                    .iter()
-                    .filter(|n| n.input == NodeInput::Stream)
-                    .map(|n| n.spec.range as f64 / n.spec.slide as f64)
-                    .sum();
-                let slices = nodes.iter().any(|n| matches!(n.input, NodeInput::Slices { .. }));
-                stream + if slices { 1.0 } else { 0.0 }
-            }
-        })
-        .sum()
+/// How far the reading thread and a single worker have got, so that the reading thread interns
+/// a batch's keys ahead only while the worker is busy (it has the time to spare) and only after
+/// every earlier batch is interned (each key's id then depends on the input alone, not on which
+/// thread interned it).
+#[derive(Default)]
+struct InternProgress {
+    counts: std::sync::Mutex<InternCounts>,
+    changed: std::sync::Condvar,
+}
+
+/// Batches counted from the first of this run.
+#[derive(Default)]
+struct InternCounts {
+    /// Batches whose keys are interned.
+    interned: u64,
+    /// Batches the worker has finished (`u64::MAX` once it stopped).
+    handled: u64,
+}
+
+impl InternProgress {
+    fn lock(&self) -> std::sync::MutexGuard<'_, InternCounts> {
+        self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether the reading thread should intern batch `n`: yes while the worker is busy with an
+    /// earlier batch, once it has interned every earlier one (the reading thread waits for
+    /// that: it is the faster side then).
+    fn ahead(&self, n: u64) -> bool {
+        let mut counts = self.lock();
+        while counts.interned < n && counts.handled < n {
+            counts = self.changed.wait(counts).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        counts.interned == n && counts.handled < n
+    }
+
+    /// Batch `n` is interned (the worker also calls this for batches interned ahead).
+    fn interned(&self, n: u64) {
+        let mut counts = self.lock();
+        counts.interned = counts.interned.max(n + 1);
+        self.changed.notify_all();
+    }
+
+    fn handled(&self, n: u64) {
+        self.lock().handled = n + 1;
+        self.changed.notify_all();
+    }
+}
+
+/// Marks the worker stopped when dropped (also on an error or a panic), so the reading thread
+/// never waits for it in vain.
+struct WorkerStopped<'a>(&'a InternProgress);
+
+impl Drop for WorkerStopped<'_> {
+    fn drop(&mut self) {
+        self.0.handled(u64::MAX - 1);
+    }
 }
 
 /// The operators for `queries`: one per stateless branch, and for each window group one
@@ -159,7 +197,7 @@ fn plan_operators<'a>(queries: &[(usize, &'a QueryPlan)], groups: &[&WindowGroup
 /// The operators one worker runs, each with the query of each of its output slots.
 struct Worker {
     operators: Vec<(Vec<usize>, Box<dyn StreamOperator>)>,
-    /// Shared with the reading thread, which interns keys ahead when there is one worker.
+    /// Shared with the reading thread, which may intern keys ahead when there is one worker.
     key_spaces: Arc<KeySpaces>,
     state_bytes: Arc<AtomicU64>,
 }
@@ -448,22 +486,21 @@ pub fn run_source(
             run.query_rows_out[q] = *rows;
         }
     }
-    // With one worker that updates two or more states per event, the reading thread also
-    // interns the group keys of every batch ahead of the operators (the worker's interners are
-    // shared with it), so two cores split the work of one worker; a lighter worker interns
-    // itself, as the reading thread (decoding, stamping) is then the slower of the two. Either
-    // way every batch is interned whole and in order, so each key's id is the same in every run
-    // of the same input: key groups on disk are blocks of ids, and a resumed run must put each
-    // key in the group the interrupted run put it in.
+    // With one worker, the reading thread interns the group keys of a batch ahead of the
+    // operators whenever the worker is still busy with an earlier batch, so two cores split the
+    // work of one worker; when the worker waits for input (decoding is the slower side) it
+    // interns itself. Either way batches are interned whole and in order, so each key's id is
+    // the same in every run of the same input: key groups on disk are blocks of ids, and a
+    // resumed run must put each key in the group the interrupted run put it in.
     let mut inline_worker =
         if workers == 1 { Some(Worker::new(&specs, &source.event_time.data_type, &state, (0, 1))?) } else { None };
-    let intern_ahead = updates_per_event(&specs) >= 2.0;
+    let intern_progress = Arc::new(InternProgress::default());
     if let (Some(worker), Some((_, snapshot))) = (inline_worker.as_mut(), &resume) {
         worker.restore(split_snapshot(snapshot, 1)?[0])?;
     }
     std::thread::scope(|scope| -> Result<SourceRun> {
         let (batch_tx, batch_rx) = sync_channel::<Stamped>(4);
-        let key_spaces = inline_worker.as_ref().filter(|_| intern_ahead).map(|w| Arc::clone(&w.key_spaces));
+        let key_spaces = inline_worker.as_ref().map(|w| (Arc::clone(&w.key_spaces), Arc::clone(&intern_progress)));
         let reading = scope.spawn(move || -> Result<u64> {
             let mut stamp = Stamper { max_event_time, delay: source.event_time.watermark_delay };
             // Resuming: the operators' state already holds these batches; skip them unread
@@ -481,11 +518,14 @@ pub fn run_source(
                     )));
                 }
             }
+            let mut sent = 0;
             while let Some(batch) = reader.next_batch()? {
                 let mut stamped = stamp.stamp(batch, source)?;
-                if let Some(spaces) = key_spaces.as_ref() {
+                if let Some((spaces, progress)) = key_spaces.as_ref().filter(|(_, p)| p.ahead(sent)) {
                     spaces.prefetch(&mut stamped)?;
+                    progress.interned(sent);
                 }
+                sent += 1;
                 let input = Arc::new(stamped);
                 if batch_tx.send((input, stamp.watermark(), stamp.max_event_time, reader.progress())).is_err() {
                     break; // the operators stopped; their error ends the run
@@ -496,7 +536,7 @@ pub fn run_source(
         let checkpoints =
             checkpoints.map(|c| (Consumed { source: c.source, batches: skip_batches, started }, c.checkpointer));
         let computed = if let Some(worker) = inline_worker {
-            compute_inline(worker, &specs, batch_rx, sink, progress, &mut run, checkpoints)
+            compute_inline((worker, &intern_progress), &specs, batch_rx, sink, progress, &mut run, checkpoints)
         } else {
             let saved = resume.as_ref().map(|(_, snapshot)| snapshot.as_slice());
             let io = Io { batches: batch_rx, sink, progress };
@@ -562,7 +602,7 @@ impl Consumed {
 /// One worker on the calling thread; with `checkpoints` it saves a checkpoint between batches
 /// when one is due.
 fn compute_inline(
-    mut worker: Worker,
+    (mut worker, interning): (Worker, &InternProgress),
     specs: &[OperatorSpec],
     batches: Receiver<Stamped>,
     sink: &mut dyn ResultSink,
@@ -570,10 +610,14 @@ fn compute_inline(
     run: &mut SourceRun,
     mut checkpoints: Option<(Consumed, &mut Checkpointer)>,
 ) -> Result<()> {
-    for (input, watermark, max_event_time, read) in batches {
+    let _stopped = WorkerStopped(interning);
+    for (n, (input, watermark, max_event_time, read)) in (0..).zip(batches) {
         run.events_in += input.len() as u64;
+        worker.key_spaces.intern_whole(&input)?;
+        interning.interned(n);
         let parts = (0..specs.len()).map(|op| (op, Arc::clone(&input))).collect();
         worker.handle(parts, watermark, &mut |e| write(&mut run.query_rows_out, e, sink))?;
+        interning.handled(n);
         run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
         report(progress, read, run.events_in);
         if let Some((consumed, checkpointer)) = checkpoints.as_mut() {
@@ -834,4 +878,40 @@ impl Stamper {
 /// The watermark once events up to `max_event_time` were seen, `delay` allowed for disorder.
 fn watermark_after(max_event_time: i64, delay: i64) -> i64 {
     max_event_time.saturating_sub(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InternProgress;
+
+    #[test]
+    fn reading_thread_interns_ahead_only_in_order_and_while_the_worker_is_busy() {
+        let progress = InternProgress::default();
+        // The worker has finished every batch sent so far: it interns the next one itself.
+        assert!(!progress.ahead(0));
+        // The worker interned batch 0 and is busy with it.
+        progress.interned(0);
+        assert!(progress.ahead(1));
+        progress.interned(1);
+        // It interns batch 1 again (ahead already): the count never goes back.
+        progress.interned(0);
+        assert!(progress.ahead(2));
+        progress.interned(2);
+        progress.handled(2);
+        assert!(!progress.ahead(3), "the worker caught up");
+        // Batch 4 waits for batch 3 to be interned by the worker, which then is busy with it.
+        std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| progress.ahead(4));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!waiting.is_finished(), "interning batch 4 before batch 3 would change the ids");
+            progress.interned(3);
+            assert!(waiting.join().unwrap());
+        });
+        // A worker that stops releases a waiting reading thread.
+        std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| progress.ahead(9));
+            drop(super::WorkerStopped(&progress));
+            assert!(!waiting.join().unwrap());
+        });
+    }
 }
