@@ -21,6 +21,7 @@ mod window_aggregate;
 use std::sync::Arc;
 
 use arrow::array::{Array, BooleanArray};
+use arrow::buffer::ScalarBuffer;
 use arrow::compute::filter_record_batch;
 use arrow::record_batch::RecordBatch;
 
@@ -36,7 +37,8 @@ pub use window_aggregate::{WindowAggregateExec, WindowNodeSpec};
 #[derive(Debug, Clone)]
 pub struct EventBatch {
     pub rows: RecordBatch,
-    pub event_times: Vec<i64>,
+    /// Each row's event time (shares the source column's buffer when it is already `Int64`).
+    pub event_times: ScalarBuffer<i64>,
     /// The watermark each row meets; it never decreases along the batch (operators search it).
     pub watermarks: Vec<i64>,
     /// Key ids interned ahead of the operators (by the reading thread), by the interner
@@ -63,7 +65,7 @@ impl EventBatch {
         let keep = |i: usize| mask.is_valid(i) && mask.value(i);
         Ok(EventBatch {
             rows: filter_record_batch(&self.rows, mask)?,
-            event_times: self.event_times.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, t)| *t).collect(),
+            event_times: self.event_times.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, &t)| t).collect(),
             watermarks: self.watermarks.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, w)| *w).collect(),
             key_ids: Vec::new(),
         })
@@ -84,7 +86,7 @@ impl EventBatch {
         if event_times.len() != rows.num_rows() || watermarks.len() != rows.num_rows() || !watermarks.is_sorted() {
             return Err(TesseraError::Checkpoint("a saved batch of rows is inconsistent".into()));
         }
-        Ok(EventBatch { rows, event_times, watermarks, key_ids: Vec::new() })
+        Ok(EventBatch { rows, event_times: event_times.into(), watermarks, key_ids: Vec::new() })
     }
 
     /// The rows at `indices`, which ascend (so the watermarks keep their order).

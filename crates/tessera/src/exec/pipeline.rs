@@ -15,6 +15,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
+use arrow::buffer::ScalarBuffer;
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type};
 use arrow::record_batch::RecordBatch;
@@ -351,11 +352,11 @@ impl Worker {
 }
 
 /// Event times of a batch as `i64` in the source's unit.
-fn event_times(batch: &RecordBatch, source: &SourceDef) -> Result<Vec<i64>> {
+fn event_times(batch: &RecordBatch, source: &SourceDef) -> Result<ScalarBuffer<i64>> {
     let column = batch.column(source.event_time.index);
     let column =
         if column.data_type() == &DataType::Int64 { Arc::clone(column) } else { cast(column, &DataType::Int64)? };
-    Ok(column.as_primitive::<Int64Type>().values().to_vec())
+    Ok(column.as_primitive::<Int64Type>().values().clone())
 }
 
 /// Splits the rows of a batch among workers: by group-key hash for window aggregates (so each
@@ -857,22 +858,32 @@ struct Stamper {
 impl Stamper {
     fn stamp(&mut self, batch: RecordBatch, source: &SourceDef) -> Result<EventBatch> {
         let times = event_times(&batch, source)?;
-        let (mut max, delay) = (self.max_event_time, self.delay);
-        let watermarks = times
-            .iter()
-            .map(|&t| {
-                let watermark = watermark_after(max, delay);
-                max = max.max(t);
-                watermark
-            })
-            .collect();
-        self.max_event_time = max;
+        let watermarks = watermarks(&times, &mut self.max_event_time, self.delay);
         Ok(EventBatch { rows: batch, event_times: times, watermarks, key_ids: Vec::new() })
     }
 
     fn watermark(&self) -> i64 {
         watermark_after(self.max_event_time, self.delay)
     }
+}
+
+/// The watermark each event of `times` meets: the one before it, from the largest event time
+/// seen before it (`max`, which the events then raise).
+fn watermarks(times: &[i64], max: &mut i64, delay: i64) -> Vec<i64> {
+    let mut watermarks = Vec::with_capacity(times.len());
+    // Events mostly arrive in time order, many at the same time: a run of rows at one time
+    // that raises no maximum all meet one watermark (testing equality vectorizes on every x86).
+    for run in times.chunks(64) {
+        if run[0] <= *max && run.iter().fold(true, |same, &t| same & (t == run[0])) {
+            watermarks.resize(watermarks.len() + run.len(), watermark_after(*max, delay));
+            continue;
+        }
+        for &t in run {
+            watermarks.push(watermark_after(*max, delay));
+            *max = (*max).max(t);
+        }
+    }
+    watermarks
 }
 
 /// The watermark once events up to `max_event_time` were seen, `delay` allowed for disorder.
@@ -882,7 +893,31 @@ fn watermark_after(max_event_time: i64, delay: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::InternProgress;
+    use super::{watermark_after, watermarks, InternProgress};
+
+    #[test]
+    fn watermarks_are_the_delayed_maximum_before_each_event() {
+        let mut rng = crate::window::generators::SplitMix::new(7);
+        for case in 0..200 {
+            // In order with repeats, out of order, and near the ends of the i64 range.
+            let n = (rng.next_u64() % 300) as usize;
+            let base = [0, i64::MIN, i64::MAX - 5000][case % 3];
+            let spread = [1, 40, 1000][case / 3 % 3];
+            let times: Vec<i64> = (0..n)
+                .map(|i| base.saturating_add((i as i64) / spread).saturating_add((rng.next_u64() % 4) as i64 - 2))
+                .collect();
+            let (start, delay) = (base.saturating_sub(3), (rng.next_u64() % 20) as i64);
+            let mut expected = Vec::new();
+            let mut max = start;
+            for &t in &times {
+                expected.push(watermark_after(max, delay));
+                max = max.max(t);
+            }
+            let mut chunked_max = start;
+            assert_eq!(watermarks(&times, &mut chunked_max, delay), expected, "case {case}");
+            assert_eq!(chunked_max, max);
+        }
+    }
 
     #[test]
     fn reading_thread_interns_ahead_only_in_order_and_while_the_worker_is_busy() {
