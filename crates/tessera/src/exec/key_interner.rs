@@ -36,7 +36,8 @@ enum KeyKind {
         /// Ids of every other key.
         ids: HashMap<i64, u32>,
         null_id: Option<u32>,
-        values: Vec<Option<i64>>,
+        /// The key of each id (0 at `null_id`).
+        values: Vec<i64>,
     },
     Rows {
         converter: RowConverter,
@@ -92,7 +93,7 @@ impl KeyInterner {
                 for (i, &v) in raw.iter().enumerate().skip(known) {
                     let id = if has_nulls && column.is_null(i) {
                         *null_id.get_or_insert_with(|| {
-                            values.push(None);
+                            values.push(0);
                             values.len() as u32 - 1
                         })
                     } else if (0..DENSE_KEYS).contains(&v) {
@@ -101,13 +102,13 @@ impl KeyInterner {
                             dense.resize(index + 1, NO_ID);
                         }
                         if dense[index] == NO_ID {
-                            values.push(Some(v));
+                            values.push(v);
                             dense[index] = values.len() as u32 - 1;
                         }
                         dense[index]
                     } else {
                         *ids.entry(v).or_insert_with(|| {
-                            values.push(Some(v));
+                            values.push(v);
                             values.len() as u32 - 1
                         })
                     };
@@ -184,13 +185,10 @@ impl KeyInterner {
         match &self.kind {
             KeyKind::Unit { .. } => Ok(vec![]),
             KeyKind::Int { values, null_id, .. } => {
-                let array: ArrayRef = match null_id {
-                    // Without a NULL key no value is missing: no validity to build.
-                    None => Arc::new(Int64Array::from(
-                        ids.iter().map(|&id| values[id as usize].unwrap_or_default()).collect::<Vec<_>>(),
-                    )),
-                    Some(_) => Arc::new(Int64Array::from_iter(ids.iter().map(|&id| values[id as usize]))),
-                };
+                let keys: Vec<i64> = ids.iter().map(|&id| values[id as usize]).collect();
+                // Without a NULL key no value is missing: no validity to build.
+                let validity = null_id.map(|null| ids.iter().map(|&id| id != null).collect());
+                let array: ArrayRef = Arc::new(Int64Array::new(keys.into(), validity));
                 if array.data_type() == &self.types[0] {
                     Ok(vec![array])
                 } else {
@@ -207,7 +205,7 @@ impl KeyInterner {
         match &self.kind {
             KeyKind::Unit { .. } => 0,
             KeyKind::Int { dense, ids, values, .. } => {
-                dense.capacity() * 4 + ids.capacity() * 16 + values.capacity() * 16
+                dense.capacity() * 4 + ids.capacity() * 16 + values.capacity() * 8
             }
             KeyKind::Rows { table, rows, .. } => table.capacity() * 8 + rows.size(),
         }
