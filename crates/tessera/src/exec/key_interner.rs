@@ -10,7 +10,7 @@ use arrow::array::{Array, ArrayRef, AsArray, Int64Array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type};
 use arrow::row::{RowConverter, Rows, SortField};
-use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::error::{Result, TesseraError};
 use crate::state::codec::{batch_bytes, batch_from_bytes, StateReader, StateWriter};
@@ -33,8 +33,10 @@ enum KeyKind {
         /// Ids of small non-negative keys (device numbers, codes), indexed by value: no
         /// hashing on the hot path.
         dense: Vec<u32>,
-        /// Ids of every other key.
-        ids: HashMap<i64, u32>,
+        /// Ids of every other key, hashed by their value in `values` (4 bytes per key where a
+        /// map from value to id would take 16: high-cardinality keys are where this matters).
+        ids: HashTable<u32>,
+        hasher: DefaultHashBuilder,
         null_id: Option<u32>,
         /// The key of each id (0 at `null_id`).
         values: Vec<i64>,
@@ -52,7 +54,13 @@ impl KeyInterner {
         let kind = match types.as_slice() {
             [] => KeyKind::Unit { seen: false },
             [t] if t.is_integer() => {
-                KeyKind::Int { dense: Vec::new(), ids: HashMap::new(), null_id: None, values: Vec::new() }
+                KeyKind::Int {
+                    dense: Vec::new(),
+                    ids: HashTable::new(),
+                    hasher: DefaultHashBuilder::default(),
+                    null_id: None,
+                    values: Vec::new(),
+                }
             }
             _ => {
                 let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
@@ -83,7 +91,7 @@ impl KeyInterner {
                 *seen |= num_rows > 0;
                 Ok(vec![0; num_rows])
             }
-            KeyKind::Int { dense, ids, null_id, values } => {
+            KeyKind::Int { dense, ids, hasher, null_id, values } => {
                 let column = cast(&columns[0], &DataType::Int64)?;
                 let column = column.as_primitive::<Int64Type>();
                 let raw = column.values();
@@ -107,10 +115,16 @@ impl KeyInterner {
                         }
                         dense[index]
                     } else {
-                        *ids.entry(v).or_insert_with(|| {
-                            values.push(v);
-                            values.len() as u32 - 1
-                        })
+                        let hash = hasher.hash_one(v);
+                        match ids.find(hash, |&id| values[id as usize] == v) {
+                            Some(&id) => id,
+                            None => {
+                                values.push(v);
+                                let id = values.len() as u32 - 1;
+                                ids.insert_unique(hash, id, |&id| hasher.hash_one(values[id as usize]));
+                                id
+                            }
+                        }
                     };
                     out[i] = id;
                 }
@@ -145,7 +159,7 @@ impl KeyInterner {
     pub fn lookup(&self, columns: &[ArrayRef], num_rows: usize) -> Result<Option<Vec<u32>>> {
         match &self.kind {
             KeyKind::Unit { seen } => Ok((*seen || num_rows == 0).then(|| vec![0; num_rows])),
-            KeyKind::Int { dense, ids, null_id, .. } => {
+            KeyKind::Int { dense, ids, hasher, null_id, values } => {
                 let column = cast(&columns[0], &DataType::Int64)?;
                 let column = column.as_primitive::<Int64Type>();
                 let raw = column.values();
@@ -156,7 +170,9 @@ impl KeyInterner {
                     let id = if has_nulls && column.is_null(i) {
                         *null_id
                     } else {
-                        dense.get(v as usize).copied().filter(|&id| id != NO_ID).or_else(|| ids.get(&v).copied())
+                        dense.get(v as usize).copied().filter(|&id| id != NO_ID).or_else(|| {
+                            ids.find(hasher.hash_one(v), |&id| values[id as usize] == v).copied()
+                        })
                     };
                     match id {
                         Some(id) => out[i] = id,
@@ -205,7 +221,8 @@ impl KeyInterner {
         match &self.kind {
             KeyKind::Unit { .. } => 0,
             KeyKind::Int { dense, ids, values, .. } => {
-                dense.capacity() * 4 + ids.capacity() * 16 + values.capacity() * 8
+                // A hash table bucket: the id and a control byte.
+                dense.capacity() * 4 + ids.capacity() * 5 + values.capacity() * 8
             }
             KeyKind::Rows { table, rows, .. } => table.capacity() * 8 + rows.size(),
         }
@@ -377,6 +394,22 @@ mod tests {
             back[0].as_primitive::<arrow::datatypes::Int32Type>().iter().collect::<Vec<_>>(),
             vec![Some(-1), None, Some(5)]
         );
+    }
+
+    #[test]
+    fn many_large_keys_keep_their_ids_through_growth() {
+        let mut interner = KeyInterner::new(vec![DataType::Int64]).unwrap();
+        // Spread far past the dense range, both signs, each key twice in a batch.
+        let keys: Vec<i64> = (0..50_000i64).flat_map(|i| [i * 1_000_003 - 7_000_000_000; 2]).collect();
+        let array: ArrayRef = Arc::new(Int64Array::from(keys.clone()));
+        let ids = interner.intern(&[Arc::clone(&array)], keys.len()).unwrap();
+        let expected: Vec<u32> = (0..50_000u32).flat_map(|i| [i; 2]).collect();
+        assert_eq!(ids, expected);
+        assert_eq!(interner.lookup(&[Arc::clone(&array)], keys.len()).unwrap(), Some(ids.clone()));
+        assert_eq!(interner.intern(&[array], keys.len()).unwrap(), ids, "interning again adds nothing");
+        assert_eq!(interner.len(), 50_000);
+        let back = interner.columns(&[49_999, 0]).unwrap();
+        assert_eq!(back[0].as_primitive::<Int64Type>().values().to_vec(), vec![keys[99_998], keys[0]]);
     }
 
     #[test]
