@@ -221,6 +221,9 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
         Format::Csv => OutputFormat::Csv,
         Format::Jsonl => OutputFormat::JsonLines,
     };
+    if args.state_dir.is_some() {
+        checkpointable_outputs(&[args.output.as_deref(), args.late_output.as_deref()])?;
+    }
     let mut sink = FileSink::new(format, args.output.clone(), args.late_output.clone());
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new(0);
@@ -276,6 +279,20 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
     }
     if !args.quiet {
         eprintln!("{}", summary(&stats, &args));
+    }
+    Ok(())
+}
+
+/// Checkpointed output is cut back to the checkpoint on resume: it must go to regular files
+/// (or paths not created yet), not to a device such as /dev/null or a pipe.
+fn checkpointable_outputs(outputs: &[Option<&std::path::Path>]) -> Result<(), TesseraError> {
+    for path in outputs.iter().flatten() {
+        if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
+            return Err(TesseraError::Option(format!(
+                "--state-dir needs regular output files: {} is not one, and rows written after a checkpoint are cut back on resume",
+                path.display()
+            )));
+        }
     }
     Ok(())
 }

@@ -397,6 +397,31 @@ fn killed_and_resumed_runs_write_every_row_once() {
     assert!(text(&changed.stderr).contains("another plan or input"), "{}", text(&changed.stderr));
 }
 
+/// Checkpointed output must be a file that can be cut back: devices are refused before the
+/// run starts, with the reason (stdout is refused by the arguments).
+#[test]
+fn checkpoints_refuse_output_that_cannot_be_cut_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("q.sql"),
+        "CREATE SOURCE s (k BIGINT, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'in.csv');
+         SELECT k, window_start, window_end, COUNT(*) AS n FROM TUMBLE(s, ts, INTERVAL '1' SECOND) GROUP BY k, window_start, window_end;",
+    )
+    .expect("script");
+    std::fs::write(dir.path().join("in.csv"), "k,ts\n1,1000\n").expect("input");
+    for flag in ["-o", "--late-output"] {
+        let mut args = vec!["run", "q.sql", "-q", "--state-dir", "state", flag, "/dev/null"];
+        if flag != "-o" {
+            args.extend(["-o", "out.csv"]);
+        }
+        let refused = tessera(&args, dir.path());
+        assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
+        assert!(text(&refused.stderr).contains("/dev/null is not one"), "{}", text(&refused.stderr));
+    }
+    let accepted = tessera(&["run", "q.sql", "-q", "--state-dir", "state", "-o", "out.csv"], dir.path());
+    assert!(accepted.status.success(), "{}", text(&accepted.stderr));
+}
+
 /// The benchmarks run every plan on a small stream (each checks that every plan writes the same
 /// number of rows) and print a row per range/slide and a line per generated window set.
 #[test]

@@ -53,15 +53,13 @@ impl KeyInterner {
     pub fn new(types: Vec<DataType>) -> Result<Self> {
         let kind = match types.as_slice() {
             [] => KeyKind::Unit { seen: false },
-            [t] if t.is_integer() => {
-                KeyKind::Int {
-                    dense: Vec::new(),
-                    ids: HashTable::new(),
-                    hasher: DefaultHashBuilder::default(),
-                    null_id: None,
-                    values: Vec::new(),
-                }
-            }
+            [t] if t.is_integer() => KeyKind::Int {
+                dense: Vec::new(),
+                ids: HashTable::new(),
+                hasher: DefaultHashBuilder::default(),
+                null_id: None,
+                values: Vec::new(),
+            },
             _ => {
                 let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
                 let rows = converter.empty_rows(0, 0);
@@ -170,9 +168,11 @@ impl KeyInterner {
                     let id = if has_nulls && column.is_null(i) {
                         *null_id
                     } else {
-                        dense.get(v as usize).copied().filter(|&id| id != NO_ID).or_else(|| {
-                            ids.find(hasher.hash_one(v), |&id| values[id as usize] == v).copied()
-                        })
+                        dense
+                            .get(v as usize)
+                            .copied()
+                            .filter(|&id| id != NO_ID)
+                            .or_else(|| ids.find(hasher.hash_one(v), |&id| values[id as usize] == v).copied())
                     };
                     match id {
                         Some(id) => out[i] = id,
