@@ -11,7 +11,7 @@
 //! split, so every worker sees the same event-time progress as the source.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
@@ -119,14 +119,10 @@ impl InternProgress {
         self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Whether the reading thread should intern batch `n`: yes when it has time to spare (it
-    /// found the queue to the worker full when it sent the last batch: `waited`) and the worker
-    /// is still busy with an earlier batch, once every earlier batch is interned (the reading
-    /// thread waits for that, as it would have waited to send).
-    fn ahead(&self, n: u64, waited: bool) -> bool {
-        if !waited {
-            return false;
-        }
+    /// Whether the reading thread should intern batch `n`: yes while the worker is busy with an
+    /// earlier batch, once it has interned every earlier one (the reading thread waits for
+    /// that: it is the faster side then).
+    fn ahead(&self, n: u64) -> bool {
         let mut counts = self.lock();
         while counts.interned < n && counts.handled < n {
             counts = self.changed.wait(counts).unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -523,27 +519,18 @@ pub fn run_source(
                     )));
                 }
             }
-            let (mut sent, mut waited) = (0, false);
+            let mut sent = 0;
             while let Some(batch) = reader.next_batch()? {
                 let mut stamped = stamp.stamp(batch, source)?;
-                if let Some((spaces, progress)) = key_spaces.as_ref().filter(|(_, p)| p.ahead(sent, waited)) {
+                if let Some((spaces, progress)) = key_spaces.as_ref().filter(|(_, p)| p.ahead(sent)) {
                     spaces.prefetch(&mut stamped)?;
                     progress.interned(sent);
                 }
                 sent += 1;
-                let message = (Arc::new(stamped), stamp.watermark(), stamp.max_event_time, reader.progress());
-                // A full queue means the worker is the slower side: the next batch is interned
-                // here.
-                waited = match batch_tx.try_send(message) {
-                    Ok(()) => false,
-                    Err(TrySendError::Full(message)) => {
-                        if batch_tx.send(message).is_err() {
-                            break; // the operators stopped; their error ends the run
-                        }
-                        true
-                    }
-                    Err(TrySendError::Disconnected(_)) => break,
-                };
+                let input = Arc::new(stamped);
+                if batch_tx.send((input, stamp.watermark(), stamp.max_event_time, reader.progress())).is_err() {
+                    break; // the operators stopped; their error ends the run
+                }
             }
             Ok(reader.bad_rows())
         });
@@ -936,21 +923,20 @@ mod tests {
     fn reading_thread_interns_ahead_only_in_order_and_while_the_worker_is_busy() {
         let progress = InternProgress::default();
         // The worker has finished every batch sent so far: it interns the next one itself.
-        assert!(!progress.ahead(0, true));
+        assert!(!progress.ahead(0));
         // The worker interned batch 0 and is busy with it.
         progress.interned(0);
-        assert!(!progress.ahead(1, false), "the reading thread did not wait to send: it is the slower side");
-        assert!(progress.ahead(1, true));
+        assert!(progress.ahead(1));
         progress.interned(1);
         // It interns batch 1 again (ahead already): the count never goes back.
         progress.interned(0);
-        assert!(progress.ahead(2, true));
+        assert!(progress.ahead(2));
         progress.interned(2);
         progress.handled(2);
-        assert!(!progress.ahead(3, true), "the worker caught up");
+        assert!(!progress.ahead(3), "the worker caught up");
         // Batch 4 waits for batch 3 to be interned by the worker, which then is busy with it.
         std::thread::scope(|scope| {
-            let waiting = scope.spawn(|| progress.ahead(4, true));
+            let waiting = scope.spawn(|| progress.ahead(4));
             std::thread::sleep(std::time::Duration::from_millis(20));
             assert!(!waiting.is_finished(), "interning batch 4 before batch 3 would change the ids");
             progress.interned(3);
@@ -958,7 +944,7 @@ mod tests {
         });
         // A worker that stops releases a waiting reading thread.
         std::thread::scope(|scope| {
-            let waiting = scope.spawn(|| progress.ahead(9, true));
+            let waiting = scope.spawn(|| progress.ahead(9));
             drop(super::WorkerStopped(&progress));
             assert!(!waiting.join().unwrap());
         });
