@@ -90,13 +90,9 @@ impl KeyInterner {
                 Ok(vec![0; num_rows])
             }
             KeyKind::Int { dense, ids, hasher, null_id, values } => {
-                let column = cast(&columns[0], &DataType::Int64)?;
-                let column = column.as_primitive::<Int64Type>();
-                let raw = column.values();
+                let (column, mut out, known) = dense_prefix(dense, &columns[0])?;
                 let has_nulls = column.null_count() > 0;
-                let mut out = vec![NO_ID; raw.len()];
-                let known = if has_nulls { 0 } else { dense_prefix(dense, raw, &mut out) };
-                for (i, &v) in raw.iter().enumerate().skip(known) {
+                for (i, &v) in column.values().iter().enumerate().skip(known) {
                     let id = if has_nulls && column.is_null(i) {
                         *null_id.get_or_insert_with(|| {
                             values.push(0);
@@ -158,13 +154,9 @@ impl KeyInterner {
         match &self.kind {
             KeyKind::Unit { seen } => Ok((*seen || num_rows == 0).then(|| vec![0; num_rows])),
             KeyKind::Int { dense, ids, hasher, null_id, values } => {
-                let column = cast(&columns[0], &DataType::Int64)?;
-                let column = column.as_primitive::<Int64Type>();
-                let raw = column.values();
+                let (column, mut out, known) = dense_prefix(dense, &columns[0])?;
                 let has_nulls = column.null_count() > 0;
-                let mut out = vec![NO_ID; raw.len()];
-                let known = if has_nulls { 0 } else { dense_prefix(dense, raw, &mut out) };
-                for (i, &v) in raw.iter().enumerate().skip(known) {
+                for (i, &v) in column.values().iter().enumerate().skip(known) {
                     let id = if has_nulls && column.is_null(i) {
                         *null_id
                     } else {
@@ -229,19 +221,23 @@ impl KeyInterner {
     }
 }
 
-/// The common case, every key a small value seen before: one lookup per row, up to the first
-/// that is not (a negative value converts to an index past the end). Returns how many rows it
-/// found.
-fn dense_prefix(dense: &[u32], raw: &[i64], out: &mut [u32]) -> usize {
+/// A key column as `Int64`, with the ids of its leading rows in the common case, every key a
+/// small value seen before: one lookup per row, up to the first that is not (a negative value
+/// converts to an index past the end). Returns how many rows it found; the others are `NO_ID`.
+fn dense_prefix(dense: &[u32], column: &ArrayRef) -> Result<(Int64Array, Vec<u32>, usize)> {
+    let column = cast(column, &DataType::Int64)?.as_primitive::<Int64Type>().clone();
+    let mut out = vec![NO_ID; column.len()];
     let mut known = 0;
-    for (id, &v) in out.iter_mut().zip(raw) {
-        match dense.get(v as usize) {
-            Some(&found) if found != NO_ID => *id = found,
-            _ => break,
+    if column.null_count() == 0 {
+        for (id, &v) in out.iter_mut().zip(column.values()) {
+            match dense.get(v as usize) {
+                Some(&found) if found != NO_ID => *id = found,
+                _ => break,
+            }
+            known += 1;
         }
-        known += 1;
     }
-    known
+    Ok((column, out, known))
 }
 
 /// Identifies a list of key expressions: operators with the same signature group by the same
