@@ -319,17 +319,16 @@ fn compile_prints_flink_sql_and_refuses_spark() {
 
 /// A run killed with SIGKILL at 20 random points and restarted each time from its state
 /// directory writes exactly the rows (and late rows) of an uninterrupted run: nothing lost,
-/// nothing duplicated.
-#[test]
-fn killed_and_resumed_runs_write_every_row_once() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// nothing duplicated. `extra` are the run's options besides the state directory; returns the
+/// arguments of the run.
+fn assert_killed_runs_write_every_row_once(dir: &Path, extra: &[&'static str]) -> Vec<&'static str> {
     // Long enough for 20 kills of 60-360 ms each, in an optimized build too.
     let events = if cfg!(debug_assertions) { "600000" } else { "6000000" };
-    generate(&["--output", "data.csv", "--events", events, "--devices", "50", "--disorder", "30"], dir.path());
+    generate(&["--output", "data.csv", "--events", events, "--devices", "50", "--disorder", "30"], dir);
     let select =
         "SELECT device_id, window_start, window_end, MIN(temperature) AS lo, SUM(temperature) AS s, COUNT(*) AS n";
     std::fs::write(
-        dir.path().join("q.sql"),
+        dir.join("q.sql"),
         format!(
             "CREATE SOURCE readings (device_id BIGINT, temperature DOUBLE, ts BIGINT,
                 WATERMARK FOR ts AS ts - INTERVAL '10' SECOND) WITH (path = 'data.csv', time_unit = 's');
@@ -338,9 +337,9 @@ fn killed_and_resumed_runs_write_every_row_once() {
         ),
     )
     .expect("script");
-    let reference = tessera(&["run", "q.sql", "-q", "-o", "ref.csv", "--late-output", "ref-late.csv"], dir.path());
+    let reference = tessera(&["run", "q.sql", "-q", "-o", "ref.csv", "--late-output", "ref-late.csv"], dir);
     assert!(reference.status.success(), "{}", text(&reference.stderr));
-    let args = [
+    let mut args = vec![
         "run",
         "q.sql",
         "-q",
@@ -352,16 +351,14 @@ fn killed_and_resumed_runs_write_every_row_once() {
         "state",
         "--checkpoint-interval",
         "0.02",
-        // Rows split by key over two workers: checkpoints cut by barriers.
-        "--parallelism",
-        "2",
     ];
+    args.extend(extra);
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as u64;
     let mut rng = seed | 1;
     let mut kills = 0;
     while kills < 20 {
         let mut child =
-            Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).current_dir(dir.path()).spawn().expect("spawn");
+            Command::new(env!("CARGO_BIN_EXE_tessera")).args(&args).current_dir(dir).spawn().expect("spawn");
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
@@ -372,14 +369,34 @@ fn killed_and_resumed_runs_write_every_row_once() {
         child.wait().expect("reap");
         kills += 1;
     }
-    let last = tessera(&args, dir.path());
+    let last = tessera(&args, dir);
     assert!(last.status.success(), "seed {seed}: {}", text(&last.stderr));
-    let lines = |name: &str| sorted_lines(&std::fs::read_to_string(dir.path().join(name)).expect(name));
+    let lines = |name: &str| sorted_lines(&std::fs::read_to_string(dir.join(name)).expect(name));
     let (expected, actual) = (lines("ref.csv"), lines("out.csv"));
     assert!(expected.len() > 1000, "{}", expected.len());
     assert_eq!(expected.len(), actual.len(), "seed {seed}");
     assert!(expected == actual, "seed {seed}: the resumed output differs");
     assert!(lines("ref-late.csv") == lines("late.csv"), "seed {seed}: the late rows differ");
+    args
+}
+
+/// One worker, its state on disk beyond a small budget: the reading thread interns keys ahead
+/// while the worker is busy, and key groups go to disk and back between checkpoints.
+#[test]
+fn killed_and_resumed_runs_on_one_worker_and_disk_state_write_every_row_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let disk = ["--parallelism", "1", "--state-backend", "disk", "--state-memory", "8KB"];
+    assert_killed_runs_write_every_row_once(dir.path(), &disk);
+}
+
+/// Two workers, rows split by key (checkpoints cut by barriers); then a finished run is not run
+/// again, and a checkpoint of another plan or other input is refused.
+#[test]
+fn killed_and_resumed_runs_write_every_row_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let args = assert_killed_runs_write_every_row_once(dir.path(), &["--parallelism", "2"]);
+    let lines = |name: &str| sorted_lines(&std::fs::read_to_string(dir.path().join(name)).expect(name));
+    let expected = lines("ref.csv");
     // A finished run is not run again; another plan's checkpoint is refused.
     let again = tessera(&args, dir.path());
     assert!(again.status.success(), "{}", text(&again.stderr));
