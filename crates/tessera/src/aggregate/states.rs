@@ -193,6 +193,7 @@ impl GroupStates {
         let rows = offset as u32..(offset + slots.len()) as u32;
         let Some(values) = values else {
             if let GroupStates::Count { counts } = self {
+                let counts = counts.as_mut_slice();
                 slots.iter().for_each(|&s| counts[s as usize] += 1);
             }
             return;
@@ -202,22 +203,18 @@ impl GroupStates {
         let nulls = values.nulls().filter(|_| has_nulls);
         match self {
             GroupStates::MinMaxInt { max, values: state, seen } => {
-                let max = *max;
-                each_valid(values.as_primitive::<Int64Type>().values(), nulls, offset, slots, |v, s| {
-                    if !seen[s] || (max && v > state[s]) || (!max && v < state[s]) {
-                        state[s] = v;
-                        seen[s] = true;
-                    }
-                });
+                let input = values.as_primitive::<Int64Type>().values();
+                match max {
+                    true => keep_best(input, nulls, offset, slots, state, seen, |v, cur| v > cur),
+                    false => keep_best(input, nulls, offset, slots, state, seen, |v, cur| v < cur),
+                }
             }
             GroupStates::MinMaxFloat { max, values: state, seen } => {
-                let max = *max;
-                each_valid(values.as_primitive::<Float64Type>().values(), nulls, offset, slots, |v, s| {
-                    if !seen[s] || float_better(v, state[s], max) {
-                        state[s] = v;
-                        seen[s] = true;
-                    }
-                });
+                let input = values.as_primitive::<Float64Type>().values();
+                match max {
+                    true => keep_best(input, nulls, offset, slots, state, seen, |v, cur| float_better(v, cur, true)),
+                    false => keep_best(input, nulls, offset, slots, state, seen, |v, cur| float_better(v, cur, false)),
+                }
             }
             GroupStates::MinMaxUtf8 { max, values: state } => {
                 let input = values.as_string::<i32>();
@@ -237,23 +234,27 @@ impl GroupStates {
                 }
             }
             GroupStates::SumInt { sums, counts, .. } => {
+                let (sums, counts) = (sums.as_mut_slice(), counts.as_mut_slice());
                 each_valid(values.as_primitive::<Int64Type>().values(), nulls, offset, slots, |v, s| {
                     sums[s] += v as i128;
                     counts[s] += 1;
                 });
             }
             GroupStates::SumFloat { sums, counts, .. } => {
+                let (sums, counts) = (sums.as_mut_slice(), counts.as_mut_slice());
                 each_valid(values.as_primitive::<Float64Type>().values(), nulls, offset, slots, |v, s| {
                     sums[s] += v;
                     counts[s] += 1;
                 });
             }
             GroupStates::Count { counts } => {
+                let counts = counts.as_mut_slice();
                 for (r, &s) in rows.clone().zip(slots) {
                     counts[s as usize] += i64::from(!has_nulls || valid(r));
                 }
             }
             GroupStates::Moments { counts, means, m2s, .. } => {
+                let (counts, means, m2s) = (counts.as_mut_slice(), means.as_mut_slice(), m2s.as_mut_slice());
                 each_valid(values.as_primitive::<Float64Type>().values(), nulls, offset, slots, |x, s| {
                     counts[s] += 1;
                     let delta = x - means[s];
@@ -573,6 +574,25 @@ fn each_valid<T: Copy>(
             }
         }
     }
+}
+
+/// MIN or MAX over a run: each valid value replaces its group's when the group has none yet or
+/// `better` says it wins. Selected without a branch: in a fresh slice a value wins often, and
+/// unpredictably.
+fn keep_best<T: Copy>(
+    input: &[T],
+    nulls: Option<&NullBuffer>,
+    offset: usize,
+    slots: &[u32],
+    state: &mut [T],
+    seen: &mut [bool],
+    better: impl Fn(T, T) -> bool,
+) {
+    each_valid(input, nulls, offset, slots, |v, s| {
+        let current = state[s];
+        state[s] = if !seen[s] | better(v, current) { v } else { current };
+        seen[s] = true;
+    });
 }
 
 /// The validity of values whose `flags` say whether each has a value: none when all have.

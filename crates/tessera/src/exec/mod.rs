@@ -39,8 +39,11 @@ pub struct EventBatch {
     pub rows: RecordBatch,
     /// Each row's event time (shares the source column's buffer when it is already `Int64`).
     pub event_times: ScalarBuffer<i64>,
-    /// The watermark each row meets; it never decreases along the batch (operators search it).
-    pub watermarks: Vec<i64>,
+    /// The watermark each row meets (it never decreases along the batch).
+    pub watermarks: Watermarks,
+    /// The event times never decrease along the batch: a row's run of rows in one slice ends
+    /// where a binary search says, without reading the rows between.
+    pub times_ascend: bool,
     /// Key ids interned ahead of the operators (by the reading thread), by the interner
     /// that made them (see [`SharedKeys::id`]).
     pub key_ids: Vec<(usize, Arc<Vec<u32>>)>,
@@ -57,7 +60,7 @@ impl EventBatch {
 
     /// The bytes the batch holds: its columns, event times and watermarks.
     pub fn memory_bytes(&self) -> u64 {
-        (self.rows.get_array_memory_size() + 16 * self.len()) as u64
+        (self.rows.get_array_memory_size() + 8 * self.len() + self.watermarks.memory_bytes()) as u64
     }
 
     /// The rows where `mask` is true (NULL counts as false, as in Arrow's filter).
@@ -66,7 +69,8 @@ impl EventBatch {
         Ok(EventBatch {
             rows: filter_record_batch(&self.rows, mask)?,
             event_times: self.event_times.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, &t)| t).collect(),
-            watermarks: self.watermarks.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, w)| *w).collect(),
+            watermarks: self.watermarks.select((0..self.len()).filter(|&i| keep(i))),
+            times_ascend: self.times_ascend,
             key_ids: Vec::new(),
         })
     }
@@ -76,7 +80,7 @@ impl EventBatch {
     pub fn encode(&self, w: &mut StateWriter) -> Result<()> {
         w.bytes(&batch_bytes(&self.rows)?);
         w.i64s(&self.event_times);
-        w.i64s(&self.watermarks);
+        w.i64s(&self.watermarks.per_row(self.len()));
         Ok(())
     }
 
@@ -86,7 +90,13 @@ impl EventBatch {
         if event_times.len() != rows.num_rows() || watermarks.len() != rows.num_rows() || !watermarks.is_sorted() {
             return Err(TesseraError::Checkpoint("a saved batch of rows is inconsistent".into()));
         }
-        Ok(EventBatch { rows, event_times: event_times.into(), watermarks, key_ids: Vec::new() })
+        Ok(EventBatch {
+            rows,
+            times_ascend: event_times.is_sorted(),
+            event_times: event_times.into(),
+            watermarks: Watermarks::from_rows(watermarks),
+            key_ids: Vec::new(),
+        })
     }
 
     /// The rows at `indices`, which ascend (so the watermarks keep their order).
@@ -102,9 +112,76 @@ impl EventBatch {
         Ok(EventBatch {
             rows: RecordBatch::try_new(self.rows.schema(), columns)?,
             event_times: indices.iter().map(|&i| self.event_times[i as usize]).collect(),
-            watermarks: indices.iter().map(|&i| self.watermarks[i as usize]).collect(),
+            watermarks: self.watermarks.select(indices.iter().map(|&i| i as usize)),
+            times_ascend: self.times_ascend,
             key_ids: Vec::new(),
         })
+    }
+}
+
+/// The watermark each row of a batch meets, kept as the rows where it rises: events mostly
+/// arrive in time order, many at one time, so a batch of thousands of rows holds a few steps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Watermarks {
+    /// `(row, watermark)`: the watermark from `row` on, both ascending; the first is row 0.
+    steps: Vec<(usize, i64)>,
+}
+
+impl Watermarks {
+    /// From each row's watermark, which must never decrease.
+    pub fn from_rows(per_row: impl IntoIterator<Item = i64>) -> Self {
+        let mut watermarks = Watermarks::default();
+        per_row.into_iter().enumerate().for_each(|(row, w)| watermarks.meet(row, w));
+        watermarks
+    }
+
+    /// Rows from `row` on (after every step so far) meet `watermark`.
+    fn meet(&mut self, row: usize, watermark: i64) {
+        if self.steps.last().is_none_or(|&(_, w)| w != watermark) {
+            debug_assert!(self.steps.last().is_none_or(|&(_, w)| w < watermark), "a watermark went back");
+            self.steps.push((row, watermark));
+        }
+    }
+
+    /// The watermark row `row` meets.
+    pub fn at(&self, row: usize) -> i64 {
+        self.steps[self.steps.partition_point(|&(r, _)| r <= row) - 1].1
+    }
+
+    /// The first row from `from` on (of `len`) that meets a watermark of `threshold` or more;
+    /// `len` if none does.
+    pub fn first_reaching(&self, threshold: i64, from: usize, len: usize) -> usize {
+        match self.steps.get(self.steps.partition_point(|&(_, w)| w < threshold)) {
+            Some(&(row, _)) => row.max(from).min(len),
+            None => len,
+        }
+    }
+
+    /// The watermarks of `rows`, which ascend.
+    pub fn select(&self, rows: impl Iterator<Item = usize>) -> Watermarks {
+        let mut selected = Watermarks::default();
+        let mut step = 0;
+        for (i, row) in rows.enumerate() {
+            while self.steps.get(step + 1).is_some_and(|&(r, _)| r <= row) {
+                step += 1;
+            }
+            selected.meet(i, self.steps[step].1);
+        }
+        selected
+    }
+
+    /// Each of the `len` rows' watermark.
+    pub fn per_row(&self, len: usize) -> Vec<i64> {
+        (0..self.steps.len())
+            .flat_map(|i| {
+                let end = self.steps.get(i + 1).map_or(len, |&(r, _)| r);
+                std::iter::repeat_n(self.steps[i].1, end - self.steps[i].0)
+            })
+            .collect()
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.steps.capacity() * std::mem::size_of::<(usize, i64)>()
     }
 }
 
@@ -359,4 +436,39 @@ pub enum OperatorState {
     /// In key groups, in memory up to `memory_bytes` and in `store` beyond (`id` tells this
     /// operator's groups apart there).
     Spilling { store: Arc<crate::state::spill::SpillStore>, id: u64, memory_bytes: u64, group_bits: u32 },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Watermarks;
+
+    #[test]
+    fn watermark_steps_answer_like_one_watermark_per_row() {
+        let mut rng = crate::window::generators::SplitMix::new(11);
+        for case in 0..300 {
+            let len = (rng.next_u64() % 60) as usize;
+            let mut w = -5 + (rng.next_u64() % 3) as i64;
+            let per_row: Vec<i64> = (0..len)
+                .map(|_| {
+                    w += [0, 0, 0, 1, 7][(rng.next_u64() % 5) as usize];
+                    w
+                })
+                .collect();
+            let steps = Watermarks::from_rows(per_row.iter().copied());
+            assert_eq!(steps.per_row(len), per_row, "case {case}");
+            for (row, &w) in per_row.iter().enumerate() {
+                assert_eq!(steps.at(row), w, "case {case} row {row}");
+            }
+            for from in 0..=len {
+                for threshold in per_row.first().map_or(0, |f| f - 1)..=per_row.last().map_or(0, |l| l + 1) {
+                    let expected = from + per_row[from..].partition_point(|&w| w < threshold);
+                    assert_eq!(steps.first_reaching(threshold, from, len), expected, "case {case} from {from}");
+                }
+            }
+            let kept: Vec<usize> = (0..len).filter(|_| rng.next_u64().is_multiple_of(3)).collect();
+            let selected: Vec<i64> = kept.iter().map(|&r| per_row[r]).collect();
+            assert_eq!(steps.select(kept.iter().copied()).per_row(kept.len()), selected, "case {case}");
+            assert_eq!(steps.select(kept.iter().copied()), Watermarks::from_rows(selected), "case {case}");
+        }
+    }
 }

@@ -25,6 +25,7 @@ use super::key_interner::key_signature;
 use super::window_aggregate::WindowNodeSpec;
 use super::{
     create_operator, EventBatch, KeySpaces, OperatorKind, OperatorMetrics, OperatorState, Output, StreamOperator,
+    Watermarks,
 };
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
@@ -858,8 +859,8 @@ struct Stamper {
 impl Stamper {
     fn stamp(&mut self, batch: RecordBatch, source: &SourceDef) -> Result<EventBatch> {
         let times = event_times(&batch, source)?;
-        let watermarks = watermarks(&times, &mut self.max_event_time, self.delay);
-        Ok(EventBatch { rows: batch, event_times: times, watermarks, key_ids: Vec::new() })
+        let (watermarks, times_ascend) = watermarks(&times, &mut self.max_event_time, self.delay);
+        Ok(EventBatch { rows: batch, event_times: times, watermarks, times_ascend, key_ids: Vec::new() })
     }
 
     fn watermark(&self) -> i64 {
@@ -868,22 +869,40 @@ impl Stamper {
 }
 
 /// The watermark each event of `times` meets: the one before it, from the largest event time
-/// seen before it (`max`, which the events then raise).
-fn watermarks(times: &[i64], max: &mut i64, delay: i64) -> Vec<i64> {
-    let mut watermarks = Vec::with_capacity(times.len());
-    // Events mostly arrive in time order, many at the same time: a run of rows at one time
-    // that raises no maximum all meet one watermark (testing equality vectorizes on every x86).
-    for run in times.chunks(64) {
-        if run[0] <= *max && run.iter().fold(true, |same, &t| same & (t == run[0])) {
-            watermarks.resize(watermarks.len() + run.len(), watermark_after(*max, delay));
-            continue;
-        }
-        for &t in run {
-            watermarks.push(watermark_after(*max, delay));
-            *max = (*max).max(t);
+/// seen before it (`max`, which the events then raise); and whether the times ascend.
+fn watermarks(times: &[i64], max: &mut i64, delay: i64) -> (Watermarks, bool) {
+    let mut watermarks = Watermarks::default();
+    if times.is_empty() {
+        return (watermarks, true);
+    }
+    watermarks.meet(0, watermark_after(*max, delay));
+    let mut ascend = true;
+    let mut previous = times[0];
+    // Events mostly arrive in time order, many at the same time: a chunk is tested for order
+    // without a branch per row, and in an ordered chunk each rise of the maximum is found by a
+    // binary search; only a chunk out of order is walked row by row.
+    for (c, chunk) in times.chunks(64).enumerate() {
+        let start = c * 64;
+        let ordered = previous <= chunk[0] && chunk.iter().zip(&chunk[1..]).fold(true, |all, (a, b)| all & (a <= b));
+        previous = chunk[chunk.len() - 1];
+        ascend &= ordered;
+        let mut from = 0;
+        while from < chunk.len() {
+            let raises = if ordered {
+                from + chunk[from..].partition_point(|&t| t <= *max)
+            } else {
+                from + chunk[from..].iter().position(|&t| t > *max).unwrap_or(chunk.len() - from)
+            };
+            let Some(&t) = chunk.get(raises) else { break };
+            *max = t;
+            // The rows after this one meet the raised watermark.
+            if start + raises + 1 < times.len() {
+                watermarks.meet(start + raises + 1, watermark_after(t, delay));
+            }
+            from = raises + 1;
         }
     }
-    watermarks
+    (watermarks, ascend)
 }
 
 /// The watermark once events up to `max_event_time` were seen, `delay` allowed for disorder.
@@ -914,7 +933,9 @@ mod tests {
                 max = max.max(t);
             }
             let mut chunked_max = start;
-            assert_eq!(watermarks(&times, &mut chunked_max, delay), expected, "case {case}");
+            let (stamped, ascend) = watermarks(&times, &mut chunked_max, delay);
+            assert_eq!(stamped.per_row(times.len()), expected, "case {case}");
+            assert_eq!(ascend, times.is_sorted(), "case {case}");
             assert_eq!(chunked_max, max);
         }
     }

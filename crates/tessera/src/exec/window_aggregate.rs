@@ -341,9 +341,9 @@ impl WindowAggregateExec {
             // instances before taking it.
             // Watermarks never decrease along a batch: a binary search, not a scan per row.
             let threshold = self.next_close();
-            let end = start + input.watermarks[start..].partition_point(|&w| w < threshold);
+            let end = input.watermarks.first_reaching(threshold, start, n);
             if end == start {
-                self.close_windows(input.watermarks[start], out)?;
+                self.close_windows(input.watermarks.at(start), out)?;
                 continue;
             }
             self.update(input, start..end, key_ids, &values, &mut late_rows)?;
@@ -380,7 +380,10 @@ impl WindowAggregateExec {
         while row < rows.end {
             let slice = slicing.slice_of(times[row]);
             let (lo, hi) = (slicing.start(slice), slicing.end(slice));
-            let run_end = row + 1 + rows_within(&times[row + 1..rows.end], lo, hi);
+            let later = &times[row + 1..rows.end];
+            let run_end = row
+                + 1
+                + if input.times_ascend { later.partition_point(|&t| t < hi) } else { rows_within(later, lo, hi) };
             let run = row..run_end;
             let mut to_slice = false;
             for node in nodes.iter_mut() {
