@@ -40,6 +40,31 @@ fn sparse_slot(slots: &mut hashbrown::HashMap<u32, u32>, max_key: &mut u32, keys
     })
 }
 
+/// Emptied tables kept for reuse: a new slice or instance takes one whose buffers already
+/// have the size a table of this operator needs, instead of growing fresh ones. A few only,
+/// so memory stays bounded.
+#[derive(Default)]
+pub(super) struct TablePool {
+    spare: Vec<GroupTable>,
+}
+
+impl TablePool {
+    const SPARE: usize = 4;
+
+    /// An empty table for `plan`.
+    pub(super) fn take(&mut self, plan: &WindowAggregatePlan) -> GroupTable {
+        self.spare.pop().unwrap_or_else(|| GroupTable::new(plan))
+    }
+
+    /// Takes back a table nobody needs any more.
+    pub(super) fn give(&mut self, mut table: GroupTable) {
+        if self.spare.len() < Self::SPARE {
+            table.clear();
+            self.spare.push(table);
+        }
+    }
+}
+
 /// Partial states of every group seen in one slice (or, while emitting, one window).
 #[derive(Clone)]
 pub(super) struct GroupTable {
@@ -58,6 +83,16 @@ impl GroupTable {
             keys: Vec::new(),
             states: plan.aggregates.iter().map(|a| a.new_states()).collect(),
         }
+    }
+
+    /// Empties the table, keeping its buffers.
+    fn clear(&mut self) {
+        match &mut self.index {
+            SlotIndex::Dense(dense) => dense.clear(),
+            SlotIndex::Sparse { .. } => self.index = SlotIndex::Dense(Vec::new()),
+        }
+        self.keys.clear();
+        self.states.iter_mut().for_each(|s| s.resize(0));
     }
 
     /// The slot of `key`, if it has state here.

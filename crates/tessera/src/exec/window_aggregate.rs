@@ -24,7 +24,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use super::group_table::GroupTable;
+use super::group_table::{GroupTable, TablePool};
 use super::key_interner::SharedKeys;
 use super::two_stacks::TwoStacks;
 use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
@@ -254,6 +254,8 @@ pub struct WindowAggregateExec {
     store_writes: u64,
     emit_reads: u64,
     scratch: Vec<u32>,
+    /// Tables of dropped slices and emitted instances, for the next ones.
+    pool: TablePool,
 }
 
 impl WindowAggregateExec {
@@ -316,6 +318,7 @@ impl WindowAggregateExec {
             shape,
             slicing: Slicing::shared(&roots),
             slices: BTreeMap::new(),
+            pool: TablePool::default(),
             changed: changes.then(BTreeMap::new),
             store_reads: 0,
             store_writes: 0,
@@ -369,7 +372,7 @@ impl WindowAggregateExec {
         values: &[Option<ArrayRef>],
         late_rows: &mut [Vec<u32>],
     ) -> Result<()> {
-        let WindowAggregateExec { nodes, shape, slicing, slices, scratch, changed, .. } = self;
+        let WindowAggregateExec { nodes, shape, slicing, slices, scratch, changed, pool, .. } = self;
         let times = &input.event_times;
         let mut updates = 0u64;
         let mut add = |table: &mut GroupTable, run: std::ops::Range<usize>| {
@@ -406,7 +409,7 @@ impl WindowAggregateExec {
                     match node.input {
                         NodeInput::Stream => {
                             for m in first.max(node.next_window)..=last {
-                                add(node.open.entry(m).or_insert_with(|| GroupTable::new(shape)), run.clone());
+                                add(node.open.entry(m).or_insert_with(|| pool.take(shape)), run.clone());
                             }
                         }
                         NodeInput::Slices { .. } => to_slice = true,
@@ -418,7 +421,7 @@ impl WindowAggregateExec {
                 changed.entry(slice).or_default().extend_from_slice(&key_ids[run.clone()]);
             }
             if to_slice {
-                add(slices.entry(slice).or_insert_with(|| GroupTable::new(shape)), run.clone());
+                add(slices.entry(slice).or_insert_with(|| pool.take(shape)), run.clone());
                 for node in nodes.iter_mut() {
                     node.sliding.invalidate(slice);
                 }
@@ -481,7 +484,8 @@ impl WindowAggregateExec {
     /// Merges instance `m` of node `i` from its input, emits it to the node's slots and keeps
     /// it for the node's children.
     fn close_instance(&mut self, i: usize, m: i64, out: &mut Output) -> Result<()> {
-        let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, emit_reads, changed, .. } = self;
+        let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, emit_reads, changed, pool, .. } =
+            self;
         let (parents, rest) = nodes.split_at_mut(i);
         let node = &mut rest[0];
         if changed.is_some() {
@@ -491,7 +495,6 @@ impl WindowAggregateExec {
             return Ok(());
         }
         let spec = node.spec;
-        let mut merged = GroupTable::new(shape);
         let mut reads = 0u64;
         let table = match node.input {
             NodeInput::Stream => match node.open.remove(&m) {
@@ -520,6 +523,7 @@ impl WindowAggregateExec {
                         return emitter.emit(&node.slots, spec, m, only, out);
                     }
                     (first, second) => {
+                        let mut merged = pool.take(shape);
                         for (_, part) in first.into_iter().chain(second).chain(parts) {
                             merged.merge_from(part, scratch)?;
                             reads += part.keys.len() as u64;
@@ -533,12 +537,14 @@ impl WindowAggregateExec {
                 let (from, to) =
                     (spec.start(m) / parent.spec.slide, (spec.end(m) - parent.spec.range) / parent.spec.slide);
                 let mut any = false;
+                let mut merged = pool.take(shape);
                 for (_, part) in parent.closed.range(from..=to) {
                     merged.merge_from(part, scratch)?;
                     reads += part.keys.len() as u64;
                     any = true;
                 }
                 if !any {
+                    pool.give(merged);
                     return Ok(());
                 }
                 merged
@@ -546,7 +552,9 @@ impl WindowAggregateExec {
         };
         *emit_reads += reads;
         emitter.emit(&node.slots, spec, m, &table, out)?;
-        if !node.children.is_empty() {
+        if node.children.is_empty() {
+            pool.give(table);
+        } else {
             node.closed.insert(m, table);
         }
         Ok(())
@@ -652,8 +660,8 @@ impl WindowAggregateExec {
             .map(|n| slicing.slice_of(n.spec.start(n.next_window)))
             .min()
             .unwrap_or(i64::MAX);
-        if self.slices.first_key_value().is_some_and(|(&k, _)| k < keep_slices_from) {
-            self.slices = self.slices.split_off(&keep_slices_from);
+        while let Some(entry) = self.slices.first_entry().filter(|e| *e.key() < keep_slices_from) {
+            self.pool.give(entry.remove());
         }
         for i in 0..self.nodes.len() {
             if self.nodes[i].children.is_empty() {
