@@ -222,7 +222,8 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
         Format::Jsonl => OutputFormat::JsonLines,
     };
     if args.state_dir.is_some() {
-        checkpointable_outputs(&[args.output.as_deref(), args.late_output.as_deref()])?;
+        let dead_letter = matches!(args.on_error, ErrorPolicy::Skip).then_some(args.dead_letter.as_path());
+        checkpointable_outputs(&[args.output.as_deref(), args.late_output.as_deref(), dead_letter])?;
     }
     let mut sink = FileSink::new(format, args.output.clone(), args.late_output.clone());
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {

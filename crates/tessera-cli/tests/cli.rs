@@ -414,8 +414,9 @@ fn killed_and_resumed_runs_write_every_row_once() {
     assert!(text(&changed.stderr).contains("another plan or input"), "{}", text(&changed.stderr));
 }
 
-/// Checkpointed output must be a file that can be cut back: devices are refused before the
-/// run starts, with the reason (stdout is refused by the arguments).
+/// Checkpointed output (and the dead-letter file when rows are skipped) must be a file that
+/// can be cut back: devices are refused before the run starts, with the reason (stdout is
+/// refused by the arguments).
 #[test]
 fn checkpoints_refuse_output_that_cannot_be_cut_back() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -426,10 +427,17 @@ fn checkpoints_refuse_output_that_cannot_be_cut_back() {
     )
     .expect("script");
     std::fs::write(dir.path().join("in.csv"), "k,ts\n1,1000\n").expect("input");
-    for flag in ["-o", "--late-output"] {
+    for flag in ["-o", "--late-output", "--dead-letter"] {
         let mut args = vec!["run", "q.sql", "-q", "--state-dir", "state", flag, "/dev/null"];
         if flag != "-o" {
             args.extend(["-o", "out.csv"]);
+        }
+        if flag == "--dead-letter" {
+            // Skipped rows' entries are cut back like rows (without skipping none are written).
+            let accepted = tessera(&args, dir.path());
+            assert!(accepted.status.success(), "{}", text(&accepted.stderr));
+            std::fs::remove_dir_all(dir.path().join("state")).expect("state dir");
+            args.extend(["--on-error", "skip"]);
         }
         let refused = tessera(&args, dir.path());
         assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));

@@ -3,7 +3,7 @@
 
 use arrow::record_batch::RecordBatch;
 
-use super::BatchReader;
+use super::{BatchReader, Skipped};
 use crate::error::Result;
 
 /// Hands out prepared batches in order.
@@ -38,12 +38,12 @@ impl BatchReader for MemoryReader {
         (self.next.min(self.batches.len()) as u64, Some(self.batches.len() as u64))
     }
 
-    fn bad_rows(&self) -> u64 {
-        0
+    fn skipped(&self) -> Skipped {
+        Skipped::default()
     }
 
     /// Positions are batch indexes.
-    fn seek(&mut self, position: u64) -> Result<bool> {
+    fn seek(&mut self, position: u64, _skipped: Option<Skipped>) -> Result<bool> {
         let found = position as usize <= self.batches.len();
         if found {
             self.next = position as usize;

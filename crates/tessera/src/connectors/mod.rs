@@ -8,7 +8,7 @@ pub mod sink;
 mod text_reader;
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use arrow::record_batch::RecordBatch;
@@ -51,13 +51,14 @@ pub trait BatchReader: Send {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>>;
     /// Bytes consumed so far and the total, when known (for progress).
     fn progress(&self) -> (u64, Option<u64>);
-    /// Malformed rows skipped so far.
-    fn bad_rows(&self) -> u64;
+    /// Malformed rows skipped so far, and what they took of the dead-letter file.
+    fn skipped(&self) -> Skipped;
     /// Resuming from a checkpoint: moves to `position` (what [`progress`](Self::progress)
-    /// returned after the last batch the checkpoint holds) without decoding what lies before.
-    /// `false` when this reader cannot (the caller then reads those batches again); only a
-    /// reader that has not returned a batch yet is asked.
-    fn seek(&mut self, _position: u64) -> Result<bool> {
+    /// returned after the last batch the checkpoint holds) without decoding what lies before,
+    /// and goes on from `skipped` (what [`skipped`](Self::skipped) returned then; `None` from
+    /// a checkpoint that did not record it). `false` when this reader cannot (the caller then
+    /// reads those batches again); only a reader that has not returned a batch yet is asked.
+    fn seek(&mut self, _position: u64, _skipped: Option<Skipped>) -> Result<bool> {
         Ok(false)
     }
 }
@@ -103,15 +104,46 @@ pub fn read_text(
     Ok(Box::new(text_reader::TextReader::new(source, name, input, total_bytes, options)?))
 }
 
+/// Malformed rows a reader skipped, and the bytes their entries take in the dead-letter file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Skipped {
+    pub rows: u64,
+    pub dead_letter_bytes: u64,
+}
+
 /// Rows that failed to parse, kept for the user to inspect.
 pub struct DeadLetter {
     path: PathBuf,
     writer: Option<BufWriter<File>>,
+    bytes: u64,
 }
 
 impl DeadLetter {
     pub fn new(path: &Path) -> Self {
-        DeadLetter { path: path.to_path_buf(), writer: None }
+        DeadLetter { path: path.to_path_buf(), writer: None, bytes: 0 }
+    }
+
+    /// Goes on with the file an interrupted run wrote, cut back to the `bytes` its checkpoint
+    /// counted (the entries after it are written again as their rows are read again).
+    fn resume(&mut self, bytes: u64) -> Result<()> {
+        let cannot = |e| TesseraError::io(format!("cannot resume the dead-letter file {}", self.path.display()), e);
+        let file = match std::fs::OpenOptions::new().write(true).open(&self.path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && bytes == 0 => return Ok(()),
+            opened => opened.map_err(cannot)?,
+        };
+        let held = file.metadata().map_err(cannot)?.len();
+        if held < bytes {
+            return Err(TesseraError::Checkpoint(format!(
+                "the dead-letter file {} holds {held} bytes, fewer than the {bytes} the checkpoint counted: it changed",
+                self.path.display()
+            )));
+        }
+        file.set_len(bytes).map_err(cannot)?;
+        let mut writer = BufWriter::new(file);
+        writer.seek(std::io::SeekFrom::End(0)).map_err(cannot)?;
+        self.writer = Some(writer);
+        self.bytes = bytes;
+        Ok(())
     }
 
     pub fn write(&mut self, file: &str, line: u64, reason: &str, record: &str) -> Result<()> {
@@ -120,9 +152,11 @@ impl DeadLetter {
                 .map_err(|e| TesseraError::io(format!("cannot create dead-letter file {}", self.path.display()), e))?;
             self.writer = Some(BufWriter::new(f));
         }
-        let entry = serde_json::json!({ "file": file, "line": line, "reason": reason, "record": record });
+        let entry = serde_json::json!({ "file": file, "line": line, "reason": reason, "record": record }).to_string();
         let writer = self.writer.as_mut().expect("opened above");
-        writeln!(writer, "{entry}").map_err(|e| TesseraError::io("cannot write the dead-letter file", e))
+        writeln!(writer, "{entry}").map_err(|e| TesseraError::io("cannot write the dead-letter file", e))?;
+        self.bytes += entry.len() as u64 + 1;
+        Ok(())
     }
 
     pub fn flush(&mut self) -> Result<()> {
@@ -190,12 +224,6 @@ impl BadRowPolicy {
         BadRowPolicy { on_error: options.on_error, dead_letter: DeadLetter::new(&options.dead_letter_path), count: 0 }
     }
 
-    /// Whether malformed rows stop the run, so none was skipped before any checkpoint (and no
-    /// count or dead letter must be rebuilt by reading them again).
-    pub(crate) fn fails(&self) -> bool {
-        matches!(self.on_error, OnError::Fail)
-    }
-
     pub(crate) fn bad_row(&mut self, file: &str, line: u64, reason: &str, record: &str) -> Result<()> {
         match self.on_error {
             OnError::Fail => Err(TesseraError::Input { file: file.to_string(), line, reason: reason.to_string() }),
@@ -206,11 +234,28 @@ impl BadRowPolicy {
         }
     }
 
-    pub(crate) fn count(&self) -> u64 {
-        self.count
+    pub(crate) fn skipped(&self) -> Skipped {
+        Skipped { rows: self.count, dead_letter_bytes: self.dead_letter.bytes }
     }
 
+    /// Hands the dead-letter entries written so far to the file: a reader does after every
+    /// batch, since a checkpoint taken after the batch counts on them being there.
     pub(crate) fn flush(&mut self) -> Result<()> {
         self.dead_letter.flush()
+    }
+
+    /// Whether a reader may move to a checkpoint's position: with rows failing the run none
+    /// was skipped; with rows skipped, when the checkpoint counted them (they are then counted
+    /// on from there, and the dead-letter file cut back to its entries).
+    pub(crate) fn resume(&mut self, skipped: Option<Skipped>) -> Result<bool> {
+        match (self.on_error, skipped) {
+            (OnError::Fail, _) => Ok(true),
+            (OnError::Skip, None) => Ok(false),
+            (OnError::Skip, Some(skipped)) => {
+                self.dead_letter.resume(skipped.dead_letter_bytes)?;
+                self.count = skipped.rows;
+                Ok(true)
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use parquet::arrow::ProjectionMask;
 use parquet::file::reader::ChunkReader;
 
-use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape};
+use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape, Skipped};
 use crate::catalog::SourceDef;
 use crate::error::{Result, TesseraError};
 
@@ -152,6 +152,7 @@ impl BatchReader for ParquetReader {
                 .shape
                 .drop_incomplete(batch, |row, reason| policy.bad_row(name, first_row + row as u64, reason, ""))?;
             if batch.num_rows() > 0 {
+                self.policy.flush()?;
                 return Ok(Some(batch));
             }
         }
@@ -161,14 +162,13 @@ impl BatchReader for ParquetReader {
         (self.rows_read, Some(self.total_rows))
     }
 
-    fn bad_rows(&self) -> u64 {
-        self.policy.count()
+    fn skipped(&self) -> Skipped {
+        self.policy.skipped()
     }
 
-    /// Positions are rows read. Skipped malformed rows must be counted and written to the
-    /// dead-letter file again, so `--on-error skip` reads them again.
-    fn seek(&mut self, position: u64) -> Result<bool> {
-        let found = self.start.is_some() && self.policy.fails() && position <= self.total_rows;
+    /// Positions are rows read.
+    fn seek(&mut self, position: u64, skipped: Option<Skipped>) -> Result<bool> {
+        let found = self.start.is_some() && position <= self.total_rows && self.policy.resume(skipped)?;
         if found {
             self.rows_read = position;
         }

@@ -11,7 +11,7 @@ use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape};
+use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape, Skipped};
 use crate::catalog::{Format, SourceDef};
 use crate::error::{Result, TesseraError};
 
@@ -329,6 +329,7 @@ impl BatchReader for TextReader {
                 policy.bad_row(name, lines[row], reason, &text.unwrap_or_default())
             })?;
             if batch.num_rows() > 0 {
+                self.policy.flush()?;
                 return Ok(Some(batch));
             }
         }
@@ -341,14 +342,13 @@ impl BatchReader for TextReader {
         (self.input.get_ref().count - self.input.buffer().len() as u64, self.total_bytes)
     }
 
-    fn bad_rows(&self) -> u64 {
-        self.policy.count()
+    fn skipped(&self) -> Skipped {
+        self.policy.skipped()
     }
 
-    /// Positions are bytes consumed. Skipped malformed rows must be counted and written to the
-    /// dead-letter file again, so `--on-error skip` reads them again.
-    fn seek(&mut self, position: u64) -> Result<bool> {
-        if self.started || !self.policy.fails() {
+    /// Positions are bytes consumed.
+    fn seek(&mut self, position: u64, skipped: Option<Skipped>) -> Result<bool> {
+        if self.started || !self.policy.resume(skipped)? {
             return Ok(false);
         }
         while self.progress().0 < position {

@@ -29,7 +29,7 @@ use super::{
 };
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
-use crate::connectors::BatchReader;
+use crate::connectors::{BatchReader, Skipped};
 use crate::error::{Result, TesseraError};
 use crate::optimizer::window_strategy::NodeInput;
 use crate::optimizer::{GroupMember, WindowGroup};
@@ -414,7 +414,7 @@ impl Partitioner {
 /// progress.
 /// A stamped batch, the watermark and the largest event time after it, and the reader's
 /// progress.
-type Stamped = (Arc<EventBatch>, i64, i64, (u64, Option<u64>));
+type Stamped = (Arc<EventBatch>, i64, i64, (u64, Option<u64>), Skipped);
 
 /// How one source is run.
 pub struct SourceOptions<'a> {
@@ -479,7 +479,7 @@ pub fn run_source(
     run.workers = workers;
     let resume = checkpoints.as_mut().and_then(|c| c.resume.take());
     let (skip_batches, max_event_time) = resume.as_ref().map_or((0, i64::MIN), |(p, _)| (p.batches, p.max_event_time));
-    let seek_to = resume.as_ref().and_then(|(p, _)| p.read);
+    let seek_to = resume.as_ref().and_then(|(p, _)| p.read.map(|read| (read, p.skipped)));
     if let Some((position, _)) = &resume {
         run.resumed_events = position.events_in;
         run.events_in = position.events_in;
@@ -508,7 +508,7 @@ pub fn run_source(
             // Resuming: the operators' state already holds these batches; skip them unread
             // where the reader can.
             let sought = match seek_to {
-                Some(position) if skip_batches > 0 => reader.seek(position)?,
+                Some((position, skipped)) if skip_batches > 0 => reader.seek(position, skipped)?,
                 _ => false,
             };
             let to_read = if sought { 0 } else { skip_batches };
@@ -529,11 +529,12 @@ pub fn run_source(
                 }
                 sent += 1;
                 let input = Arc::new(stamped);
-                if batch_tx.send((input, stamp.watermark(), stamp.max_event_time, reader.progress())).is_err() {
+                let read = (input, stamp.watermark(), stamp.max_event_time, reader.progress(), reader.skipped());
+                if batch_tx.send(read).is_err() {
                     break; // the operators stopped; their error ends the run
                 }
             }
-            Ok(reader.bad_rows())
+            Ok(reader.skipped().rows)
         });
         let checkpoints =
             checkpoints.map(|c| (Consumed { source: c.source, batches: skip_batches, started }, c.checkpointer));
@@ -588,11 +589,12 @@ impl Consumed {
     }
 
     /// Where the source stands after the batches consumed.
-    fn position(&self, run: &SourceRun, max_event_time: i64, read: u64) -> SourcePosition {
+    fn position(&self, run: &SourceRun, max_event_time: i64, (read, skipped): (u64, Skipped)) -> SourcePosition {
         SourcePosition {
             source: self.source,
             batches: self.batches,
             read: Some(read),
+            skipped: Some(skipped),
             max_event_time,
             events_in: run.events_in,
             query_rows_out: run.query_rows_out.clone(),
@@ -613,7 +615,7 @@ fn compute_inline(
     mut checkpoints: Option<(Consumed, &mut Checkpointer)>,
 ) -> Result<()> {
     let _stopped = WorkerStopped(interning);
-    for (n, (input, watermark, max_event_time, read)) in (0..).zip(batches) {
+    for (n, (input, watermark, max_event_time, read, skipped)) in (0..).zip(batches) {
         run.events_in += input.len() as u64;
         worker.key_spaces.intern_whole(&input)?;
         interning.interned(n);
@@ -625,7 +627,7 @@ fn compute_inline(
         if let Some((consumed, checkpointer)) = checkpoints.as_mut() {
             consumed.batch(run);
             if checkpointer.due() {
-                let position = consumed.position(run, max_event_time, read.0);
+                let position = consumed.position(run, max_event_time, (read.0, skipped));
                 let snapshot = combine_snapshots(&[worker.snapshot()?]);
                 let counters = (&mut run.checkpoints, &mut run.checkpoint_ms);
                 save_checkpoint(checkpointer, position, &snapshot, sink, counters)?;
@@ -786,7 +788,7 @@ fn compute_parallel(
         // shared batches: no hashing or copying of rows. Otherwise rows are split by key hash.
         let whole_operators = specs.len() >= workers;
         let dispatch = (|| -> Result<()> {
-            for (input, watermark, max_event_time, read) in batches {
+            for (input, watermark, max_event_time, read, skipped) in batches {
                 run.events_in += input.len() as u64;
                 let mut per_worker: Vec<Vec<(usize, Arc<EventBatch>)>> = vec![Vec::new(); workers];
                 let mut cache = Vec::new();
@@ -815,7 +817,7 @@ fn compute_parallel(
                     if last.elapsed() >= *interval {
                         *last = std::time::Instant::now();
                         // The sink thread fills in the rows written when it saves.
-                        let position = Arc::new(consumed.position(run, max_event_time, read.0));
+                        let position = Arc::new(consumed.position(run, max_event_time, (read.0, skipped)));
                         for sender in &senders {
                             if sender.send(Some(WorkerMessage::Snapshot(Arc::clone(&position)))).is_err() {
                                 return Ok(());

@@ -43,6 +43,10 @@ pub struct SourcePosition {
     /// Where the reader stood after the last of them (its progress), for it to seek there.
     #[serde(default)]
     pub read: Option<u64>,
+    /// The malformed rows skipped up to there and their bytes in the dead-letter file, for the
+    /// reader to count on from there under `--on-error skip`.
+    #[serde(default)]
+    pub skipped: Option<crate::connectors::Skipped>,
     /// The largest event time read so far (the watermark follows from it).
     pub max_event_time: i64,
     pub events_in: u64,

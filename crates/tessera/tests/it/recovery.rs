@@ -19,7 +19,7 @@ use super::reference::Agg;
 use arrow::datatypes::SchemaRef;
 use tessera::connectors::memory::MemoryReader;
 use tessera::connectors::sink::{MemorySink, ResultSink};
-use tessera::connectors::BatchReader;
+use tessera::connectors::{BatchReader, OnError, ReadOptions, Skipped};
 use tessera::engine::{run_script_with_readers, RunOptions, Script, StateOptions};
 use tessera::exec::pipeline::Parallelism;
 use tessera::optimizer::window_strategy::Strategy;
@@ -56,12 +56,12 @@ impl BatchReader for CrashingReader {
         self.inner.progress()
     }
 
-    fn bad_rows(&self) -> u64 {
-        self.inner.bad_rows()
+    fn skipped(&self) -> Skipped {
+        self.inner.skipped()
     }
 
-    fn seek(&mut self, position: u64) -> tessera::Result<bool> {
-        self.inner.seek(position)
+    fn seek(&mut self, position: u64, skipped: Option<Skipped>) -> tessera::Result<bool> {
+        self.inner.seek(position, skipped)
     }
 }
 
@@ -253,14 +253,18 @@ fn file_events() -> Vec<super::reference::Event> {
 
 /// Runs `script` over its file in batches of 256 rows, with checkpoints after every batch in
 /// `state` if given, failing after `fail_after` batches; `read_batches` counts those read.
+/// Malformed rows fail the run, or go to `dead_letter` if given.
 fn run_file(
     script: &Script,
-    state: Option<&Path>,
+    (state, dead_letter): (Option<&Path>, Option<&Path>),
     fail_after: Option<usize>,
     sink: &mut MemorySink,
     read_batches: &Arc<AtomicUsize>,
 ) -> tessera::Result<tessera::engine::RunStats> {
-    let read = tessera::connectors::ReadOptions { batch_size: 256, ..Default::default() };
+    let mut read = ReadOptions { batch_size: 256, ..Default::default() };
+    if let Some(path) = dead_letter {
+        (read.on_error, read.dead_letter_path) = (OnError::Skip, path.to_path_buf());
+    }
     let options = RunOptions {
         parallelism: Parallelism::Fixed(1),
         checkpoints: state.map(|dir| CheckpointConfig { dir: dir.to_path_buf(), interval: Duration::ZERO }),
@@ -275,8 +279,10 @@ fn run_file(
 /// Runs a script over the file at `path` (batches of 256 rows), fails it after 11 batches with
 /// checkpoints after every batch, resumes it, and checks that the resumed run read only the
 /// batches after the checkpoint and wrote exactly the rows of an uninterrupted run, `EMIT
-/// CHANGES` included (whose rows follow the batches, so these must be cut as before).
-fn check_resume_skips_to_the_checkpoint(path: &Path, with: &str) {
+/// CHANGES` included (whose rows follow the batches, so these must be cut as before). With
+/// `skip`, malformed rows go to a dead-letter file: the resumed run's holds the uninterrupted
+/// run's entries, each once, and counts as many skipped rows.
+fn check_resume_skips_to_the_checkpoint(path: &Path, with: &str, skip: bool) {
     let dir = path.parent().expect("a folder");
     let text = format!(
         "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '3' SECOND)
@@ -288,21 +294,38 @@ fn check_resume_skips_to_the_checkpoint(path: &Path, with: &str) {
         path.display()
     );
     let script = Script::compile(&text, dir).expect("script");
-    let mut state = path.as_os_str().to_owned();
-    state.push(".state");
-    let state = std::path::PathBuf::from(state);
+    let with_suffix = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    let state = with_suffix(".state");
+    let (expected_dead, resumed_dead) = (with_suffix(".expected-dead.jsonl"), with_suffix(".resumed-dead.jsonl"));
+    let (expected_dead, resumed_dead) =
+        if skip { (Some(expected_dead.as_path()), Some(resumed_dead.as_path())) } else { (None, None) };
     let (all, first, rest) = (Arc::default(), Arc::default(), Arc::default());
     let mut expected = MemorySink::default();
-    run_file(&script, None, None, &mut expected, &all).expect("uninterrupted run");
+    let uninterrupted = run_file(&script, (None, expected_dead), None, &mut expected, &all).expect("uninterrupted run");
     let mut resumed = MemorySink::default();
-    run_file(&script, Some(&state), Some(11), &mut resumed, &first).expect_err("the reader fails");
-    let stats = run_file(&script, Some(&state), None, &mut resumed, &rest).expect("resumed run");
+    run_file(&script, (Some(&state), resumed_dead), Some(11), &mut resumed, &first).expect_err("the reader fails");
+    if let Some(dead) = resumed_dead {
+        // What a reader ahead of the last checkpoint wrote before the run died goes.
+        let mut file = std::fs::OpenOptions::new().append(true).open(dead).expect("dead-letter file");
+        std::io::Write::write_all(&mut file, b"{\"read\": \"ahead\"}\n").expect("append");
+    }
+    let stats = run_file(&script, (Some(&state), resumed_dead), None, &mut resumed, &rest).expect("resumed run");
     assert!(stats.resumed_events > 0);
     assert_eq!(first.load(Ordering::Relaxed), 11);
     assert!(rest.load(Ordering::Relaxed) + 10 <= all.load(Ordering::Relaxed), "{rest:?} of {all:?}");
     for q in 0..2 {
         assert!(rows(&resumed.rows[q]) == rows(&expected.rows[q]), "query {q}");
         assert!(rows(&resumed.late[q]) == rows(&expected.late[q]), "query {q}: late rows");
+    }
+    assert_eq!(stats.bad_rows, uninterrupted.bad_rows);
+    if let (Some(expected_dead), Some(resumed_dead)) = (expected_dead, resumed_dead) {
+        assert!(uninterrupted.bad_rows > 2, "malformed rows on both sides of the checkpoint");
+        let read = |p: &Path| std::fs::read_to_string(p).expect("dead-letter file");
+        assert_eq!(read(resumed_dead), read(expected_dead));
     }
 }
 
@@ -319,7 +342,7 @@ fn a_resumed_parquet_run_starts_at_the_checkpointed_row() {
     let mut writer = parquet::arrow::ArrowWriter::try_new(file, input[0].schema(), Some(properties)).expect("writer");
     writer.write(&input[0]).expect("write");
     writer.close().expect("close");
-    check_resume_skips_to_the_checkpoint(&path, "");
+    check_resume_skips_to_the_checkpoint(&path, "", false);
 }
 
 /// CSV and JSON lines: the bytes before the checkpoint are skipped unparsed, with blank lines
@@ -342,9 +365,29 @@ fn a_resumed_text_run_skips_the_bytes_before_the_checkpoint() {
     }
     let bad_line = csv.lines().count() + 1;
     std::fs::write(dir.path().join("events.csv"), &csv).expect("csv");
-    check_resume_skips_to_the_checkpoint(&dir.path().join("events.csv"), "");
+    check_resume_skips_to_the_checkpoint(&dir.path().join("events.csv"), "", false);
     std::fs::write(dir.path().join("events.jsonl"), &jsonl).expect("jsonl");
-    check_resume_skips_to_the_checkpoint(&dir.path().join("events.jsonl"), ", format = 'jsonl'");
+    check_resume_skips_to_the_checkpoint(&dir.path().join("events.jsonl"), ", format = 'jsonl'", false);
+    // Malformed rows skipped into a dead-letter file, before and after the checkpoint: the
+    // resumed run still starts at the checkpoint, and counts and writes each once.
+    let skipping = tempfile::tempdir().expect("temp dir");
+    let malformed = |text: &str, bad: &str| {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = String::new();
+        for (i, line) in lines.iter().enumerate() {
+            out.push_str(line);
+            out.push('\n');
+            if i % 450 == 7 {
+                out.push_str(bad);
+                out.push('\n');
+            }
+        }
+        out
+    };
+    std::fs::write(skipping.path().join("events.csv"), malformed(&csv, "3,t3,oops,17")).expect("csv");
+    check_resume_skips_to_the_checkpoint(&skipping.path().join("events.csv"), "", true);
+    std::fs::write(skipping.path().join("events.jsonl"), malformed(&jsonl, "{\"k\": 3, \"v\": 1.0}")).expect("jsonl");
+    check_resume_skips_to_the_checkpoint(&skipping.path().join("events.jsonl"), ", format = 'jsonl'", true);
     // A malformed row after the checkpoint is reported at its line in the file.
     let bad_dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(bad_dir.path().join("events.csv"), format!("{csv}1,t1,oops,5000\n")).expect("csv");
@@ -357,8 +400,9 @@ fn a_resumed_text_run_skips_the_bytes_before_the_checkpoint() {
     let script = Script::compile(&text, bad_dir.path()).expect("script");
     let state = bad_dir.path().join("state");
     let mut sink = MemorySink::default();
-    run_file(&script, Some(&state), Some(11), &mut sink, &Arc::default()).expect_err("the reader fails");
-    let error =
-        run_file(&script, Some(&state), None, &mut sink, &Arc::default()).expect_err("a malformed row").to_string();
+    run_file(&script, (Some(&state), None), Some(11), &mut sink, &Arc::default()).expect_err("the reader fails");
+    let error = run_file(&script, (Some(&state), None), None, &mut sink, &Arc::default())
+        .expect_err("a malformed row")
+        .to_string();
     assert!(error.contains(&format!(":{bad_line}")), "line {bad_line}: {error}");
 }
