@@ -180,20 +180,26 @@ impl TextReader {
         }
     }
 
-    fn decode(&self, bytes: &[u8]) -> std::result::Result<Option<RecordBatch>, arrow::error::ArrowError> {
+    /// Decodes `bytes`, which hold `records` records: the decoder sizes its buffers for them,
+    /// with room for a few dozen (so a record with too many fields is reported with their number).
+    fn decode(
+        &self,
+        bytes: &[u8],
+        records: usize,
+    ) -> std::result::Result<Option<RecordBatch>, arrow::error::ArrowError> {
         match self.format {
             TextFormat::Csv { delimiter } => {
                 let mut decoder = arrow::csv::ReaderBuilder::new(Arc::clone(&self.decode_schema))
                     .with_header(false)
                     .with_delimiter(delimiter)
-                    .with_batch_size(self.batch_size.max(1))
+                    .with_batch_size(records.max(64))
                     .build_decoder();
                 feed(bytes, |b| decoder.decode(b))?;
                 decoder.flush()
             }
             TextFormat::JsonLines => {
                 let mut decoder = arrow::json::ReaderBuilder::new(Arc::clone(&self.decode_schema))
-                    .with_batch_size(self.batch_size.max(1))
+                    .with_batch_size(records.max(64))
                     .build_decoder()?;
                 feed(bytes, |b| decoder.decode(b))?;
                 decoder.flush()
@@ -205,40 +211,60 @@ impl TextReader {
         String::from_utf8_lossy(&chunk.bytes[range.clone()]).trim_end_matches(['\n', '\r']).to_string()
     }
 
-    /// Decodes a chunk; when the whole chunk fails, finds the malformed records one by one.
+    /// Decodes a chunk; when the whole chunk fails, finds the malformed records by halving it.
     fn decode_chunk(&mut self, chunk: &Chunk) -> Result<(RecordBatch, Vec<u64>)> {
         let lines: Vec<u64> = chunk.records.iter().map(|(l, _)| *l).collect();
-        match self.decode(&chunk.bytes) {
+        match self.decode(&chunk.bytes, chunk.records.len()) {
             Ok(Some(batch)) if batch.num_rows() == chunk.records.len() => return Ok((batch, lines)),
             Ok(None) if chunk.records.is_empty() => {
                 return Ok((RecordBatch::new_empty(Arc::clone(&self.decode_schema)), lines))
             }
             _ => {}
         }
-        let mut good = Vec::new();
-        let mut good_lines = Vec::new();
-        for (line, range) in &chunk.records {
-            match self.decode(&chunk.bytes[range.clone()]) {
-                Ok(Some(batch)) if batch.num_rows() == 1 => {
-                    good.extend_from_slice(&chunk.bytes[range.clone()]);
-                    good_lines.push(*line);
-                }
-                Ok(_) => {
-                    let text = Self::record_text(chunk, range);
-                    self.policy.bad_row(&self.name, *line, "not a complete record", &text)?;
-                }
-                Err(e) => {
-                    let text = Self::record_text(chunk, range);
-                    self.policy.bad_row(&self.name, *line, &clean_arrow_error(&e), &text)?;
-                }
-            }
-        }
-        let batch = match self.decode(&good) {
+        let (mut good, mut good_lines) = (Vec::new(), Vec::new());
+        self.sift(chunk, &chunk.records, &mut good, &mut good_lines)?;
+        let batch = match self.decode(&good, good_lines.len()) {
             Ok(Some(batch)) => batch,
             Ok(None) => RecordBatch::new_empty(Arc::clone(&self.decode_schema)),
             Err(e) => return Err(TesseraError::Internal(format!("rows that decode alone fail together: {e}"))),
         };
         Ok((batch, good_lines))
+    }
+
+    /// Appends the records of `records` that decode to `good` (their lines to `good_lines`),
+    /// in order, and reports the others as bad rows: a part that decodes whole is good, one
+    /// that does not is halved, down to single records (a malformed record costs about two
+    /// decodes of its chunk, not one decode per record).
+    fn sift(
+        &mut self,
+        chunk: &Chunk,
+        records: &[(u64, Range<usize>)],
+        good: &mut Vec<u8>,
+        good_lines: &mut Vec<u64>,
+    ) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let part: Vec<u8> = records.iter().flat_map(|(_, range)| chunk.bytes[range.clone()].iter().copied()).collect();
+        match (self.decode(&part, records.len()), records) {
+            (Ok(Some(batch)), _) if batch.num_rows() == records.len() => {
+                good.extend_from_slice(&part);
+                good_lines.extend(records.iter().map(|(line, _)| *line));
+                Ok(())
+            }
+            (outcome, [(line, range)]) => {
+                let reason = match outcome {
+                    Err(e) => clean_arrow_error(&e),
+                    Ok(_) => "not a complete record".to_string(),
+                };
+                self.policy.bad_row(&self.name, *line, &reason, &Self::record_text(chunk, range))
+            }
+            (_, _) => {
+                let (front, back) = records.split_at(records.len() / 2);
+                self.sift(chunk, front, good, good_lines)?;
+                self.sift(chunk, back, good, good_lines)
+            }
+        }
     }
 }
 
