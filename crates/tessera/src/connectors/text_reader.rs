@@ -211,8 +211,9 @@ impl TextReader {
         String::from_utf8_lossy(&chunk.bytes[range.clone()]).trim_end_matches(['\n', '\r']).to_string()
     }
 
-    /// Decodes a chunk; when the whole chunk fails, finds the malformed records by halving it.
-    fn decode_chunk(&mut self, chunk: &Chunk) -> Result<(RecordBatch, Vec<u64>)> {
+    /// Decodes a chunk: its rows, their lines, and the records that do not decode (`malformed`,
+    /// found by halving the chunk when it fails as a whole).
+    fn decode_chunk(&self, chunk: &Chunk, malformed: &mut Vec<Malformed>) -> Result<(RecordBatch, Vec<u64>)> {
         let lines: Vec<u64> = chunk.records.iter().map(|(l, _)| *l).collect();
         match self.decode(&chunk.bytes, chunk.records.len()) {
             Ok(Some(batch)) if batch.num_rows() == chunk.records.len() => return Ok((batch, lines)),
@@ -222,7 +223,7 @@ impl TextReader {
             _ => {}
         }
         let (mut good, mut good_lines) = (Vec::new(), Vec::new());
-        self.sift(chunk, &chunk.records, &mut good, &mut good_lines)?;
+        self.sift(chunk, &chunk.records, (&mut good, &mut good_lines), malformed);
         let batch = match self.decode(&good, good_lines.len()) {
             Ok(Some(batch)) => batch,
             Ok(None) => RecordBatch::new_empty(Arc::clone(&self.decode_schema)),
@@ -231,41 +232,47 @@ impl TextReader {
         Ok((batch, good_lines))
     }
 
-    /// Appends the records of `records` that decode to `good` (their lines to `good_lines`),
-    /// in order, and reports the others as bad rows: a part that decodes whole is good, one
-    /// that does not is halved, down to single records (a malformed record costs about two
-    /// decodes of its chunk, not one decode per record).
+    /// Appends the records of `records` that decode to `good` (their bytes, and their lines),
+    /// in order, and the others to `malformed`: a part that decodes whole is good, one that
+    /// does not is halved, down to single records (a malformed record costs about two decodes
+    /// of its chunk, not one decode per record).
     fn sift(
-        &mut self,
+        &self,
         chunk: &Chunk,
         records: &[(u64, Range<usize>)],
-        good: &mut Vec<u8>,
-        good_lines: &mut Vec<u64>,
-    ) -> Result<()> {
+        good: (&mut Vec<u8>, &mut Vec<u64>),
+        malformed: &mut Vec<Malformed>,
+    ) {
         if records.is_empty() {
-            return Ok(());
+            return;
         }
         let part: Vec<u8> = records.iter().flat_map(|(_, range)| chunk.bytes[range.clone()].iter().copied()).collect();
         match (self.decode(&part, records.len()), records) {
             (Ok(Some(batch)), _) if batch.num_rows() == records.len() => {
-                good.extend_from_slice(&part);
-                good_lines.extend(records.iter().map(|(line, _)| *line));
-                Ok(())
+                good.0.extend_from_slice(&part);
+                good.1.extend(records.iter().map(|(line, _)| *line));
             }
             (outcome, [(line, range)]) => {
                 let reason = match outcome {
                     Err(e) => clean_arrow_error(&e),
                     Ok(_) => "not a complete record".to_string(),
                 };
-                self.policy.bad_row(&self.name, *line, &reason, &Self::record_text(chunk, range))
+                malformed.push(Malformed { line: *line, reason, record: Self::record_text(chunk, range) });
             }
             (_, _) => {
                 let (front, back) = records.split_at(records.len() / 2);
-                self.sift(chunk, front, good, good_lines)?;
-                self.sift(chunk, back, good, good_lines)
+                self.sift(chunk, front, (&mut *good.0, &mut *good.1), malformed);
+                self.sift(chunk, back, good, malformed);
             }
         }
     }
+}
+
+/// A record that is not a well-formed row: its line, why, and its text.
+struct Malformed {
+    line: u64,
+    reason: String,
+    record: String,
 }
 
 /// Hands `bytes` to a push decoder until it has taken them all (or takes no more).
@@ -345,15 +352,22 @@ impl BatchReader for TextReader {
             if chunk.records.is_empty() {
                 break;
             }
-            let (decoded, lines) = self.decode_chunk(&chunk)?;
+            let mut malformed = Vec::new();
+            let (decoded, lines) = self.decode_chunk(&chunk, &mut malformed)?;
             let columns: Vec<ArrayRef> = self.projection.iter().map(|&i| Arc::clone(decoded.column(i))).collect();
             let batch = RecordBatch::try_new(Arc::clone(&self.shape.schema), columns)?;
-            let (name, policy) = (&self.name, &mut self.policy);
             let batch = self.shape.drop_incomplete(batch, |row, reason| {
-                let text =
+                let record =
                     chunk.records.iter().find(|(l, _)| *l == lines[row]).map(|(_, r)| Self::record_text(&chunk, r));
-                policy.bad_row(name, lines[row], reason, &text.unwrap_or_default())
+                let record = record.unwrap_or_default();
+                malformed.push(Malformed { line: lines[row], reason: reason.to_string(), record });
+                Ok(())
             })?;
+            // In the order of the file: the first malformed row is the one that stops a run.
+            malformed.sort_by_key(|m| m.line);
+            for Malformed { line, reason, record } in malformed {
+                self.policy.bad_row(&self.name, line, &reason, &record)?;
+            }
             if batch.num_rows() > 0 {
                 self.policy.flush()?;
                 return Ok(Some(batch));

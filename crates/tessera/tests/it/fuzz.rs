@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use tessera::connectors::{read_text, OnError, ReadOptions};
 use tessera::engine::Script;
 use tessera::sql::{parse_script, Statement};
+use tessera::TesseraError;
 
 fn cases() -> u32 {
     std::env::var("TESSERA_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(3000)
@@ -152,7 +153,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     /// Skipping malformed rows keeps exactly the well-formed ones, in order, and reports each
-    /// malformed one once at its line, however they fall in the decoder's chunks.
+    /// malformed one once at its line, in the order of the file, however they fall in the
+    /// decoder's chunks; failing on them stops at the first.
     #[test]
     fn skipping_keeps_exactly_the_well_formed_rows(
         kinds in prop::collection::vec(0u8..8, 0..120),
@@ -186,7 +188,8 @@ proptest! {
         let Statement::CreateSource(source) = &statements[0] else { panic!("first statement declares the source") };
         let dead_letter = tempfile::NamedTempFile::new().expect("temp file");
         let options = ReadOptions { batch_size, on_error: OnError::Skip, dead_letter_path: dead_letter.path().to_path_buf() };
-        let mut reader = read_text(source, "rows".into(), Box::new(std::io::Cursor::new(text.into_bytes())), None, &options)
+        let text_bytes = text.into_bytes();
+        let mut reader = read_text(source, "rows".into(), Box::new(std::io::Cursor::new(text_bytes.clone())), None, &options)
             .expect("reader");
         let mut kept = Vec::new();
         while let Some(batch) = reader.next_batch().expect("skipping never fails") {
@@ -196,13 +199,20 @@ proptest! {
         prop_assert_eq!(kept, good);
         prop_assert_eq!(reader.skipped().rows, bad_lines.len() as u64);
         let written = std::fs::read_to_string(dead_letter.path()).unwrap_or_default();
-        let mut lines: Vec<u64> = written
+        let lines: Vec<u64> = written
             .lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("an entry")["line"].as_u64().expect("a line"))
             .collect();
-        // Within a chunk, records that do not decode are written before decoded rows missing
-        // a required value.
-        lines.sort_unstable();
-        prop_assert_eq!(lines, bad_lines);
+        prop_assert_eq!(&lines, &bad_lines);
+        // Failing on malformed rows, the run stops at the first.
+        let options = ReadOptions { batch_size, ..ReadOptions::default() };
+        let mut reader = read_text(source, "rows".into(), Box::new(std::io::Cursor::new(text_bytes)), None, &options)
+            .expect("reader");
+        let outcome = std::iter::from_fn(|| reader.next_batch().transpose()).find_map(Result::err);
+        match (outcome, bad_lines.first()) {
+            (Some(TesseraError::Input { line, .. }), Some(&first)) => prop_assert_eq!(line, first),
+            (None, None) => {}
+            (outcome, first) => prop_assert!(false, "{:?} against the first malformed line {:?}", outcome, first),
+        }
     }
 }
