@@ -19,6 +19,11 @@ use crate::state::codec::{batch_bytes, batch_from_bytes, StateReader, StateWrite
 const DENSE_KEYS: i64 = 1 << 16;
 const NO_ID: u32 = u32::MAX;
 
+/// Keys in the row format reached interning without their converted rows.
+fn unconverted() -> TesseraError {
+    TesseraError::Internal("group keys in the row format were not converted".into())
+}
+
 pub struct KeyInterner {
     types: Vec<DataType>,
     kind: KeyKind,
@@ -84,6 +89,22 @@ impl KeyInterner {
 
     /// The id of every row's key (inserting new keys).
     pub fn intern(&mut self, columns: &[ArrayRef], num_rows: usize) -> Result<Vec<u32>> {
+        let converted = self.convert(columns)?;
+        self.intern_converted(columns, converted, num_rows)
+    }
+
+    /// Keys kept in Arrow's row format: the batch's key columns in that format (`None` for
+    /// other keys), converted once for a lookup and the interning that may follow it.
+    fn convert(&self, columns: &[ArrayRef]) -> Result<Option<Rows>> {
+        match &self.kind {
+            KeyKind::Rows { converter, .. } => Ok(Some(converter.convert_columns(columns)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// [`intern`](Self::intern) with the rows [`convert`](Self::convert) made of `columns`
+    /// (which it must be given for keys in the row format).
+    fn intern_converted(&mut self, columns: &[ArrayRef], converted: Option<Rows>, num_rows: usize) -> Result<Vec<u32>> {
         match &mut self.kind {
             KeyKind::Unit { seen } => {
                 *seen |= num_rows > 0;
@@ -124,8 +145,8 @@ impl KeyInterner {
                 }
                 Ok(out)
             }
-            KeyKind::Rows { converter, table, rows, hasher } => {
-                let batch_rows = converter.convert_columns(columns)?;
+            KeyKind::Rows { table, rows, hasher, .. } => {
+                let batch_rows = converted.ok_or_else(unconverted)?;
                 let mut out = Vec::with_capacity(num_rows);
                 for i in 0..batch_rows.num_rows() {
                     let row = batch_rows.row(i);
@@ -151,6 +172,17 @@ impl KeyInterner {
     /// The id of every row's key if every key was interned before, `None` otherwise (the
     /// interner is left as it was).
     pub fn lookup(&self, columns: &[ArrayRef], num_rows: usize) -> Result<Option<Vec<u32>>> {
+        self.lookup_converted(columns, self.convert(columns)?.as_ref(), num_rows)
+    }
+
+    /// [`lookup`](Self::lookup) with the rows [`convert`](Self::convert) made of `columns`
+    /// (which it must be given for keys in the row format).
+    fn lookup_converted(
+        &self,
+        columns: &[ArrayRef],
+        converted: Option<&Rows>,
+        num_rows: usize,
+    ) -> Result<Option<Vec<u32>>> {
         match &self.kind {
             KeyKind::Unit { seen } => Ok((*seen || num_rows == 0).then(|| vec![0; num_rows])),
             KeyKind::Int { dense, ids, hasher, null_id, values } => {
@@ -173,8 +205,8 @@ impl KeyInterner {
                 }
                 Ok(Some(out))
             }
-            KeyKind::Rows { converter, table, rows, hasher } => {
-                let batch_rows = converter.convert_columns(columns)?;
+            KeyKind::Rows { table, rows, hasher, .. } => {
+                let batch_rows = converted.ok_or_else(unconverted)?;
                 let mut out = Vec::with_capacity(num_rows);
                 for row in batch_rows.iter() {
                     let hash = hasher.hash_one(row.as_ref());
@@ -299,10 +331,16 @@ impl SharedKeys {
     pub fn intern(&self, batch: &arrow::record_batch::RecordBatch, keys: &[crate::plan::ExprRef]) -> Result<Vec<u32>> {
         let n = batch.num_rows();
         let columns = keys.iter().map(|k| Ok(k.evaluate(batch)?.into_array(n)?)).collect::<Result<Vec<_>>>()?;
-        if let Some(ids) = self.read().lookup(&columns, n)? {
-            return Ok(ids);
-        }
-        self.write().intern(&columns, n)
+        // Keys in Arrow's row format are converted once, for the lookup and the interning.
+        let converted = {
+            let interner = self.read();
+            let converted = interner.convert(&columns)?;
+            if let Some(ids) = interner.lookup_converted(&columns, converted.as_ref(), n)? {
+                return Ok(ids);
+            }
+            converted
+        };
+        self.write().intern_converted(&columns, converted, n)
     }
 
     pub fn columns(&self, ids: &[u32]) -> Result<Vec<ArrayRef>> {
