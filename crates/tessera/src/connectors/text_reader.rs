@@ -222,25 +222,24 @@ impl TextReader {
             }
             _ => {}
         }
+        // The whole chunk failed: sift its halves.
         let (mut good, mut good_lines) = (Vec::new(), Vec::new());
-        self.sift(chunk, &chunk.records, (&mut good, &mut good_lines), malformed);
-        let batch = match self.decode(&good, good_lines.len()) {
-            Ok(Some(batch)) => batch,
-            Ok(None) => RecordBatch::new_empty(Arc::clone(&self.decode_schema)),
-            Err(e) => return Err(TesseraError::Internal(format!("rows that decode alone fail together: {e}"))),
-        };
-        Ok((batch, good_lines))
+        let (front, back) = chunk.records.split_at(chunk.records.len() / 2);
+        for half in [front, back] {
+            self.sift(chunk, half, (&mut good, &mut good_lines), malformed);
+        }
+        Ok((arrow::compute::concat_batches(&self.decode_schema, &good)?, good_lines))
     }
 
-    /// Appends the records of `records` that decode to `good` (their bytes, and their lines),
-    /// in order, and the others to `malformed`: a part that decodes whole is good, one that
-    /// does not is halved, down to single records (a malformed record costs about two decodes
-    /// of its chunk, not one decode per record).
+    /// Appends the decoded rows of the records of `records` that decode to `good` (as batches,
+    /// and their lines), in order, and the others to `malformed`: a part that decodes whole is
+    /// good, one that does not is halved, down to single records (a malformed record costs
+    /// about two decodes of its chunk, not one decode per record).
     fn sift(
         &self,
         chunk: &Chunk,
         records: &[(u64, Range<usize>)],
-        good: (&mut Vec<u8>, &mut Vec<u64>),
+        good: (&mut Vec<RecordBatch>, &mut Vec<u64>),
         malformed: &mut Vec<Malformed>,
     ) {
         if records.is_empty() {
@@ -249,7 +248,7 @@ impl TextReader {
         let part: Vec<u8> = records.iter().flat_map(|(_, range)| chunk.bytes[range.clone()].iter().copied()).collect();
         match (self.decode(&part, records.len()), records) {
             (Ok(Some(batch)), _) if batch.num_rows() == records.len() => {
-                good.0.extend_from_slice(&part);
+                good.0.push(batch);
                 good.1.extend(records.iter().map(|(line, _)| *line));
             }
             (outcome, [(line, range)]) => {

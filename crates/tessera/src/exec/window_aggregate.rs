@@ -523,7 +523,7 @@ impl WindowAggregateExec {
                         return emitter.emit(&node.slots, spec, m, only, out);
                     }
                     (first, second) => {
-                        let mut merged = pool.take(shape);
+                        let mut merged = GroupTable::new(shape);
                         for (_, part) in first.into_iter().chain(second).chain(parts) {
                             merged.merge_from(part, scratch)?;
                             reads += part.keys.len() as u64;
@@ -537,14 +537,13 @@ impl WindowAggregateExec {
                 let (from, to) =
                     (spec.start(m) / parent.spec.slide, (spec.end(m) - parent.spec.range) / parent.spec.slide);
                 let mut any = false;
-                let mut merged = pool.take(shape);
+                let mut merged = GroupTable::new(shape);
                 for (_, part) in parent.closed.range(from..=to) {
                     merged.merge_from(part, scratch)?;
                     reads += part.keys.len() as u64;
                     any = true;
                 }
                 if !any {
-                    pool.give(merged);
                     return Ok(());
                 }
                 merged
