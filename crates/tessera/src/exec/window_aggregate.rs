@@ -52,6 +52,46 @@ fn rows_within(times: &[i64], lo: i64, hi: i64) -> usize {
     counted + times[counted..].iter().position(|&t| !inside(t)).unwrap_or(times.len() - counted)
 }
 
+/// How many of `times` (ascending) are below `bound`. A binary search would read a dozen rows
+/// spread over the batch, each likely a cache miss; times are mostly evenly spread, so this
+/// guesses the position from the first and last time and gallops from the guess, reading a
+/// few rows near it.
+fn ascending_below(times: &[i64], bound: i64) -> usize {
+    let (Some(&first), Some(&last)) = (times.first(), times.last()) else { return 0 };
+    if first >= bound {
+        return 0;
+    }
+    if last < bound {
+        return times.len();
+    }
+    // first < bound <= last, so the spread is positive and the guess within the rows.
+    let spread = i128::from(last) - i128::from(first);
+    let guess = ((i128::from(bound) - i128::from(first)) * (times.len() as i128 - 1) / spread) as usize;
+    // Bracket the answer: times[below] < bound <= times[above].
+    let (mut below, mut above) = (guess, guess);
+    let mut step = 1;
+    if times[guess] < bound {
+        loop {
+            above = (below + step).min(times.len() - 1);
+            if times[above] >= bound {
+                break;
+            }
+            below = above;
+            step *= 2;
+        }
+    } else {
+        loop {
+            below = above.saturating_sub(step);
+            if times[below] < bound {
+                break;
+            }
+            above = below;
+            step *= 2;
+        }
+    }
+    below + 1 + times[below + 1..above].partition_point(|&t| t < bound)
+}
+
 /// A window node as planned: its window, its input and the output slots it feeds.
 #[derive(Debug, Clone)]
 pub struct WindowNodeSpec {
@@ -384,9 +424,8 @@ impl WindowAggregateExec {
             let slice = slicing.slice_of(times[row]);
             let (lo, hi) = (slicing.start(slice), slicing.end(slice));
             let later = &times[row + 1..rows.end];
-            let run_end = row
-                + 1
-                + if input.times_ascend { later.partition_point(|&t| t < hi) } else { rows_within(later, lo, hi) };
+            let run_end =
+                row + 1 + if input.times_ascend { ascending_below(later, hi) } else { rows_within(later, lo, hi) };
             let run = row..run_end;
             let mut to_slice = false;
             for node in nodes.iter_mut() {
@@ -837,7 +876,24 @@ impl StreamOperator for WindowAggregateExec {
 
 #[cfg(test)]
 mod tests {
-    use super::rows_within;
+    use super::{ascending_below, rows_within};
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn ascending_below_counts_like_a_binary_search(
+            mut times in proptest::collection::vec(-50i64..50, 0..200),
+            spread in prop_oneof![Just(1i64), Just(1_000), Just(i64::MAX / 100)],
+            bound in -60i64..60,
+        ) {
+            times.sort_unstable();
+            // Evenly spread, clustered and extreme times, duplicates included.
+            let times: Vec<i64> = times.iter().map(|t| t.saturating_mul(spread)).collect();
+            for bound in [bound.saturating_mul(spread), i64::MIN, i64::MAX] {
+                prop_assert_eq!(ascending_below(&times, bound), times.partition_point(|&t| t < bound));
+            }
+        }
+    }
 
     #[test]
     fn rows_within_stops_at_the_first_row_outside_wherever_it_falls() {
