@@ -14,7 +14,7 @@ use arrow::array::{Float64Array, Int64Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use tessera::connectors::memory::MemoryReader;
-use tessera::connectors::sink::MemorySink;
+use tessera::connectors::sink::ResultSink;
 use tessera::connectors::BatchReader;
 use tessera::engine::{run_script_with_readers, RunOptions, RunStats, Script, StateOptions};
 use tessera::exec::pipeline::Parallelism;
@@ -278,7 +278,7 @@ pub fn time_strategies(
     let mut last: Vec<Option<RunStats>> = vec![None; n];
     for round in 0..repeat.max(1) {
         for i in (0..n).map(|i| (i + round) % n) {
-            let mut sink = MemorySink::default();
+            let mut sink = DiscardSink;
             let started = Instant::now();
             let stats = run_script_with_readers(&scripts[i], &options, &mut sink, &mut |_| {
                 Ok(Box::new(MemoryReader::new(batches.to_vec())) as Box<dyn BatchReader>)
@@ -295,6 +295,37 @@ pub fn time_strategies(
             (times[times.len() / 2], stats.expect("at least one run"))
         })
         .collect())
+}
+
+/// Drops every row, as a benchmark's blackhole sink does: every strategy emits the same rows,
+/// and keeping a whole run's output in memory would time the allocator growing it (fresh
+/// pages, faulted in and zeroed) rather than the plan.
+struct DiscardSink;
+
+impl ResultSink for DiscardSink {
+    fn open_query(&mut self, _: usize, _: &arrow::datatypes::SchemaRef) -> tessera::Result<()> {
+        Ok(())
+    }
+
+    fn write_rows(&mut self, _: usize, _: &RecordBatch) -> tessera::Result<()> {
+        Ok(())
+    }
+
+    fn write_late(&mut self, _: usize, _: &RecordBatch) -> tessera::Result<()> {
+        Ok(())
+    }
+
+    fn finish(&mut self) -> tessera::Result<()> {
+        Ok(())
+    }
+
+    fn checkpoint(&mut self) -> tessera::Result<Vec<u64>> {
+        Ok(Vec::new())
+    }
+
+    fn resume(&mut self, _: &[u64]) -> tessera::Result<()> {
+        Ok(())
+    }
 }
 
 /// `events` in time order, `eta` per time unit, over `keys` keys.
