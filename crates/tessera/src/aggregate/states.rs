@@ -71,14 +71,13 @@ impl DistinctSketch {
 /// Partial states of one aggregate, one entry per group slot.
 #[derive(Clone)]
 pub enum GroupStates {
-    MinMaxInt {
+    /// MIN or MAX of integers, or of floats as their total-order keys (`float_key`). A slot
+    /// without a value holds the identity (`i64::MAX` for MIN, `i64::MIN` for MAX), so taking
+    /// a value is one branchless min or max, in updates and merges alike.
+    MinMax {
         max: bool,
+        float: bool,
         values: Vec<i64>,
-        seen: Vec<bool>,
-    },
-    MinMaxFloat {
-        max: bool,
-        values: Vec<f64>,
         seen: Vec<bool>,
     },
     MinMaxUtf8 {
@@ -119,12 +118,12 @@ impl GroupStates {
     pub fn new(function: AggregateFunction, kind: ValueKind) -> Self {
         use AggregateFunction as F;
         match (function, kind) {
-            (F::Min | F::Max, ValueKind::Int) => {
-                GroupStates::MinMaxInt { max: function == F::Max, values: vec![], seen: vec![] }
-            }
-            (F::Min | F::Max, ValueKind::Float) => {
-                GroupStates::MinMaxFloat { max: function == F::Max, values: vec![], seen: vec![] }
-            }
+            (F::Min | F::Max, ValueKind::Int | ValueKind::Float) => GroupStates::MinMax {
+                max: function == F::Max,
+                float: kind == ValueKind::Float,
+                values: vec![],
+                seen: vec![],
+            },
             (F::Min | F::Max, ValueKind::Utf8) => GroupStates::MinMaxUtf8 { max: function == F::Max, values: vec![] },
             (F::Sum | F::Avg, ValueKind::Int) => {
                 GroupStates::SumInt { avg: function == F::Avg, sums: vec![], counts: vec![] }
@@ -141,8 +140,7 @@ impl GroupStates {
 
     pub fn len(&self) -> usize {
         match self {
-            GroupStates::MinMaxInt { values, .. } => values.len(),
-            GroupStates::MinMaxFloat { values, .. } => values.len(),
+            GroupStates::MinMax { values, .. } => values.len(),
             GroupStates::MinMaxUtf8 { values, .. } => values.len(),
             GroupStates::SumInt { counts, .. } | GroupStates::SumFloat { counts, .. } => counts.len(),
             GroupStates::Count { counts } | GroupStates::Moments { counts, .. } => counts.len(),
@@ -158,12 +156,8 @@ impl GroupStates {
     /// Grows the state to `n` slots, new slots empty.
     pub fn resize(&mut self, n: usize) {
         match self {
-            GroupStates::MinMaxInt { values, seen, .. } => {
-                values.resize(n, 0);
-                seen.resize(n, false);
-            }
-            GroupStates::MinMaxFloat { values, seen, .. } => {
-                values.resize(n, 0.0);
+            GroupStates::MinMax { max, values, seen, .. } => {
+                values.resize(n, min_max_identity(*max));
                 seen.resize(n, false);
             }
             GroupStates::MinMaxUtf8 { values, .. } => values.resize(n, None),
@@ -202,19 +196,13 @@ impl GroupStates {
         let has_nulls = values.null_count() > 0;
         let nulls = values.nulls().filter(|_| has_nulls);
         match self {
-            GroupStates::MinMaxInt { max, values: state, seen } => {
+            GroupStates::MinMax { max, float: false, values: state, seen } => {
                 let input = values.as_primitive::<Int64Type>().values();
-                match max {
-                    true => keep_best(input, nulls, offset, slots, state, seen, |v, cur| v > cur),
-                    false => keep_best(input, nulls, offset, slots, state, seen, |v, cur| v < cur),
-                }
+                keep_best(input, nulls, offset, slots, (state, seen), *max, |v| v);
             }
-            GroupStates::MinMaxFloat { max, values: state, seen } => {
+            GroupStates::MinMax { max, float: true, values: state, seen } => {
                 let input = values.as_primitive::<Float64Type>().values();
-                match max {
-                    true => keep_best(input, nulls, offset, slots, state, seen, |v, cur| float_better(v, cur, true)),
-                    false => keep_best(input, nulls, offset, slots, state, seen, |v, cur| float_better(v, cur, false)),
-                }
+                keep_best(input, nulls, offset, slots, (state, seen), *max, float_key);
             }
             GroupStates::MinMaxUtf8 { max, values: state } => {
                 let input = values.as_string::<i32>();
@@ -285,12 +273,12 @@ impl GroupStates {
     /// Writes the states' values (their function and domain are the plan's, not written).
     pub fn encode(&self, w: &mut StateWriter) {
         match self {
-            GroupStates::MinMaxInt { values, seen, .. } => {
+            GroupStates::MinMax { float: false, values, seen, .. } => {
                 w.i64s(values);
                 w.bools(seen);
             }
-            GroupStates::MinMaxFloat { values, seen, .. } => {
-                w.f64s(values);
+            GroupStates::MinMax { float: true, values, seen, .. } => {
+                w.f64s(&values.iter().map(|&k| float_of_key(k)).collect::<Vec<_>>());
                 w.bools(seen);
             }
             GroupStates::MinMaxUtf8 { values, .. } => {
@@ -343,13 +331,14 @@ impl GroupStates {
     pub fn decode(&mut self, r: &mut StateReader) -> Result<()> {
         let mismatch = || TesseraError::Checkpoint("the state snapshot does not match the plan's aggregates".into());
         match self {
-            GroupStates::MinMaxInt { values, seen, .. } => {
-                (*values, *seen) = (r.i64s()?, r.bools()?);
+            GroupStates::MinMax { max, float, values, seen } => {
+                *values = if *float { r.f64s()?.into_iter().map(float_key).collect() } else { r.i64s()? };
+                *seen = r.bools()?;
                 (values.len() == seen.len()).then_some(()).ok_or_else(mismatch)?;
-            }
-            GroupStates::MinMaxFloat { values, seen, .. } => {
-                (*values, *seen) = (r.f64s()?, r.bools()?);
-                (values.len() == seen.len()).then_some(()).ok_or_else(mismatch)?;
+                // Slots without a value hold the identity, whatever was written for them.
+                for (value, _) in values.iter_mut().zip(seen.iter()).filter(|(_, &seen)| !seen) {
+                    *value = min_max_identity(*max);
+                }
             }
             GroupStates::MinMaxUtf8 { values, .. } => {
                 let n = r.len(1)?;
@@ -404,22 +393,13 @@ impl GroupStates {
     /// Merges slot `i` of `other` into slot `d` of `self` for every pair `(i, d)`.
     fn merge_slots(&mut self, other: &GroupStates, pairs: impl Iterator<Item = (usize, u32)>) -> Result<()> {
         match (self, other) {
-            (GroupStates::MinMaxInt { max, values, seen }, GroupStates::MinMaxInt { values: ov, seen: os, .. }) => {
+            (GroupStates::MinMax { max, values, seen, .. }, GroupStates::MinMax { values: ov, seen: os, .. }) => {
+                // A slot of `other` without a value holds the identity: no branch needed.
+                let best = if *max { i64::max } else { i64::min };
                 for (i, d) in pairs {
                     let d = d as usize;
-                    if os[i] && (!seen[d] || (*max && ov[i] > values[d]) || (!*max && ov[i] < values[d])) {
-                        values[d] = ov[i];
-                        seen[d] = true;
-                    }
-                }
-            }
-            (GroupStates::MinMaxFloat { max, values, seen }, GroupStates::MinMaxFloat { values: ov, seen: os, .. }) => {
-                for (i, d) in pairs {
-                    let d = d as usize;
-                    if os[i] && (!seen[d] || float_better(ov[i], values[d], *max)) {
-                        values[d] = ov[i];
-                        seen[d] = true;
-                    }
+                    values[d] = best(values[d], ov[i]);
+                    seen[d] |= os[i];
                 }
             }
             (GroupStates::MinMaxUtf8 { max, values }, GroupStates::MinMaxUtf8 { values: ov, .. }) => {
@@ -487,11 +467,11 @@ impl GroupStates {
     /// SQL values of every slot, in the state's domain (the caller casts to the return type).
     pub fn finalize(&self) -> Result<ArrayRef> {
         Ok(match self {
-            GroupStates::MinMaxInt { values, seen, .. } => {
+            GroupStates::MinMax { float: false, values, seen, .. } => {
                 primitive::<Int64Type>(values.clone(), validity(seen, |s| s))
             }
-            GroupStates::MinMaxFloat { values, seen, .. } => {
-                primitive::<Float64Type>(values.clone(), validity(seen, |s| s))
+            GroupStates::MinMax { float: true, values, seen, .. } => {
+                primitive::<Float64Type>(values.iter().map(|&k| float_of_key(k)).collect(), validity(seen, |s| s))
             }
             GroupStates::MinMaxUtf8 { values, .. } => {
                 Arc::new(StringArray::from_iter(values.iter().map(|v| v.as_deref())))
@@ -540,7 +520,7 @@ impl GroupStates {
     pub fn bytes(&self) -> usize {
         let n = self.len();
         match self {
-            GroupStates::MinMaxInt { .. } | GroupStates::MinMaxFloat { .. } => n * 9,
+            GroupStates::MinMax { .. } => n * 9,
             GroupStates::MinMaxUtf8 { values, .. } => {
                 values.iter().map(|v| 16 + v.as_ref().map_or(0, |s| s.len())).sum()
             }
@@ -576,21 +556,21 @@ fn each_valid<T: Copy>(
     }
 }
 
-/// MIN or MAX over a run: each valid value replaces its group's when the group has none yet or
-/// `better` says it wins. Selected without a branch: in a fresh slice a value wins often, and
-/// unpredictably.
+/// MIN or MAX over a run: each valid value's `key` replaces its group's when it is smaller
+/// (larger for MAX). Branchless: a slot without a value holds the identity, and in a fresh
+/// slice a value wins often, and unpredictably.
 fn keep_best<T: Copy>(
     input: &[T],
     nulls: Option<&NullBuffer>,
     offset: usize,
     slots: &[u32],
-    state: &mut [T],
-    seen: &mut [bool],
-    better: impl Fn(T, T) -> bool,
+    (state, seen): (&mut [i64], &mut [bool]),
+    max: bool,
+    key: impl Fn(T) -> i64,
 ) {
+    let best = if max { i64::max } else { i64::min };
     each_valid(input, nulls, offset, slots, |v, s| {
-        let current = state[s];
-        state[s] = if !seen[s] | better(v, current) { v } else { current };
+        state[s] = best(state[s], key(v));
         seen[s] = true;
     });
 }
@@ -608,16 +588,24 @@ fn primitive<T: ArrowPrimitiveType>(values: Vec<T::Native>, nulls: Option<NullBu
     Arc::new(PrimitiveArray::<T>::new(values.into(), nulls))
 }
 
-/// Whether `candidate` should replace `current` for MIN (or MAX); NaN sorts above every number,
-/// as in SQL engines that order floats totally.
-#[inline]
-fn float_better(candidate: f64, current: f64, max: bool) -> bool {
-    let ord = candidate.total_cmp(&current);
+/// What a MIN or MAX slot without a value holds: every value wins over it.
+fn min_max_identity(max: bool) -> i64 {
     if max {
-        ord.is_gt()
+        i64::MIN
     } else {
-        ord.is_lt()
+        i64::MAX
     }
+}
+
+/// A float as an integer that orders like `f64::total_cmp` (NaN above every number, -0 below
+/// +0, as in SQL engines that order floats totally); its own inverse.
+fn float_key(value: f64) -> i64 {
+    let bits = value.to_bits() as i64;
+    bits ^ (((bits >> 63) as u64) >> 1) as i64
+}
+
+fn float_of_key(key: i64) -> f64 {
+    f64::from_bits(float_key(f64::from_bits(key as u64)) as u64)
 }
 
 fn median(values: &[f64]) -> Option<f64> {
@@ -680,6 +668,54 @@ mod tests {
         let merged = a.finalize().unwrap();
         let (d, m) = (direct.as_primitive::<Float64Type>().value(0), merged.as_primitive::<Float64Type>().value(0));
         assert!((d - m).abs() < 1e-9, "{d} vs {m}");
+    }
+
+    proptest::proptest! {
+        /// MIN and MAX of floats order totally (NaN above every number, -0 below +0) and of
+        /// integers up to the extremes, through updates, a merge and a codec round trip.
+        #[test]
+        fn min_max_keep_the_extreme_value_through_merges_and_the_codec(
+            rows in proptest::collection::vec((0u32..3, proptest::option::weighted(0.8, 0usize..10)), 0..40),
+            split in 0usize..40,
+            max: bool,
+        ) {
+            const FLOATS: [f64; 10] =
+                [f64::NAN, -f64::NAN, -0.0, 0.0, f64::INFINITY, f64::NEG_INFINITY, 1.5, -2.25, f64::MAX, f64::MIN_POSITIVE];
+            const INTS: [i64; 10] = [i64::MIN, i64::MAX, 0, -1, 1, 7, -7, i64::MAX - 1, i64::MIN + 1, 42];
+            let function = if max { AggregateFunction::Max } else { AggregateFunction::Min };
+            let slots: Vec<u32> = rows.iter().map(|r| r.0).collect();
+            let split = split.min(rows.len());
+            let through_merge = |kind: ValueKind, values: ArrayRef| {
+                let mut a = GroupStates::new(function, kind);
+                let mut b = a.clone();
+                a.resize(3);
+                b.resize(3);
+                a.update(Some(&values), 0, &slots[..split]);
+                b.update(Some(&values), split, &slots[split..]);
+                let mut w = StateWriter::default();
+                b.encode(&mut w);
+                let bytes = w.into_bytes();
+                let mut decoded = GroupStates::new(function, kind);
+                decoded.decode(&mut StateReader::new(&bytes)).unwrap();
+                a.merge(&decoded, &[0, 1, 2]).unwrap();
+                a.finalize().unwrap()
+            };
+            let floats_out = through_merge(ValueKind::Float, floats(&rows.iter().map(|r| r.1.map(|i| FLOATS[i])).collect::<Vec<_>>()));
+            let ints_out = through_merge(ValueKind::Int, ints(&rows.iter().map(|r| r.1.map(|i| INTS[i])).collect::<Vec<_>>()));
+            for group in 0..3u32 {
+                let values = || rows.iter().filter(move |r| r.0 == group).filter_map(|r| r.1);
+                let float = values().map(|i| FLOATS[i]).reduce(|a, b| match (a.total_cmp(&b).is_lt(), max) {
+                    (true, true) | (false, false) => b,
+                    _ => a,
+                });
+                let int = if max { values().map(|i| INTS[i]).max() } else { values().map(|i| INTS[i]).min() };
+                let got = floats_out.as_primitive::<Float64Type>();
+                let got = got.is_valid(group as usize).then(|| got.value(group as usize).to_bits());
+                proptest::prop_assert_eq!(got, float.map(f64::to_bits));
+                let got = ints_out.as_primitive::<Int64Type>();
+                proptest::prop_assert_eq!(got.is_valid(group as usize).then(|| got.value(group as usize)), int);
+            }
+        }
     }
 
     #[test]
