@@ -138,6 +138,31 @@ impl GroupStates {
         }
     }
 
+    /// Makes these states a copy of `other`, reusing their buffers when both are of the same
+    /// kind (a table taking a copy of another for every emitted instance allocates nothing).
+    pub fn copy_from(&mut self, other: &GroupStates) {
+        use GroupStates as S;
+        match (self, other) {
+            (S::MinMax { max, float, values, seen }, S::MinMax { max: m, float: f, values: v, seen: s }) => {
+                (*max, *float) = (*m, *f);
+                values.clone_from(v);
+                seen.clone_from(s);
+            }
+            (S::SumFloat { avg, sums, counts }, S::SumFloat { avg: a, sums: s, counts: c }) => {
+                *avg = *a;
+                sums.clone_from(s);
+                counts.clone_from(c);
+            }
+            (S::SumInt { avg, sums, counts }, S::SumInt { avg: a, sums: s, counts: c }) => {
+                *avg = *a;
+                sums.clone_from(s);
+                counts.clone_from(c);
+            }
+            (S::Count { counts }, S::Count { counts: c }) => counts.clone_from(c),
+            (me, other) => *me = other.clone(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         match self {
             GroupStates::MinMax { values, .. } => values.len(),
@@ -395,11 +420,18 @@ impl GroupStates {
         match (self, other) {
             (GroupStates::MinMax { max, values, seen, .. }, GroupStates::MinMax { values: ov, seen: os, .. }) => {
                 // A slot of `other` without a value holds the identity: no branch needed.
-                let best = if *max { i64::max } else { i64::min };
-                for (i, d) in pairs {
-                    let d = d as usize;
-                    values[d] = best(values[d], ov[i]);
-                    seen[d] |= os[i];
+                if *max {
+                    for (i, d) in pairs {
+                        let d = d as usize;
+                        values[d] = values[d].max(ov[i]);
+                        seen[d] |= os[i];
+                    }
+                } else {
+                    for (i, d) in pairs {
+                        let d = d as usize;
+                        values[d] = values[d].min(ov[i]);
+                        seen[d] |= os[i];
+                    }
                 }
             }
             (GroupStates::MinMaxUtf8 { max, values }, GroupStates::MinMaxUtf8 { values: ov, .. }) => {
@@ -568,11 +600,17 @@ fn keep_best<T: Copy>(
     max: bool,
     key: impl Fn(T) -> i64,
 ) {
-    let best = if max { i64::max } else { i64::min };
-    each_valid(input, nulls, offset, slots, |v, s| {
-        state[s] = best(state[s], key(v));
-        seen[s] = true;
-    });
+    if max {
+        each_valid(input, nulls, offset, slots, |v, s| {
+            state[s] = state[s].max(key(v));
+            seen[s] = true;
+        });
+    } else {
+        each_valid(input, nulls, offset, slots, |v, s| {
+            state[s] = state[s].min(key(v));
+            seen[s] = true;
+        });
+    }
 }
 
 /// The validity of values whose `flags` say whether each has a value: none when all have.

@@ -66,7 +66,6 @@ impl TablePool {
 }
 
 /// Partial states of every group seen in one slice (or, while emitting, one window).
-#[derive(Clone)]
 pub(super) struct GroupTable {
     /// Slot of each interned key id.
     index: SlotIndex,
@@ -74,6 +73,26 @@ pub(super) struct GroupTable {
     pub(super) keys: Vec<u32>,
     /// One state column per aggregate.
     pub(super) states: Vec<GroupStates>,
+}
+
+impl Clone for GroupTable {
+    fn clone(&self) -> Self {
+        GroupTable { index: self.index.clone(), keys: self.keys.clone(), states: self.states.clone() }
+    }
+
+    /// A copy into this table's buffers.
+    fn clone_from(&mut self, source: &Self) {
+        match (&mut self.index, &source.index) {
+            (SlotIndex::Dense(mine), SlotIndex::Dense(theirs)) => mine.clone_from(theirs),
+            (mine, theirs) => *mine = theirs.clone(),
+        }
+        self.keys.clone_from(&source.keys);
+        self.states.truncate(source.states.len());
+        for (mine, theirs) in self.states.iter_mut().zip(&source.states) {
+            mine.copy_from(theirs);
+        }
+        self.states.extend(source.states[self.states.len()..].iter().cloned());
+    }
 }
 
 impl GroupTable {

@@ -30,6 +30,8 @@ pub(super) struct TwoStacks {
     front: Vec<(i64, GroupTable)>,
     /// The slices up to this one have been pushed (or were empty).
     pushed_through: Option<i64>,
+    /// The last instance combined from both stacks; its buffers are reused for the next.
+    combined: Option<GroupTable>,
 }
 
 impl TwoStacks {
@@ -81,9 +83,10 @@ impl TwoStacks {
             (Some((_, front)), None) => Some(Cow::Borrowed(front)),
             (None, Some(back)) => Some(Cow::Borrowed(back)),
             (Some((_, front)), Some(back)) => {
-                let mut both = front.clone();
+                let both = self.combined.get_or_insert_with(new_table);
+                both.clone_from(front);
                 both.merge_from(back, scratch)?;
-                Some(Cow::Owned(both))
+                Some(Cow::Borrowed(both))
             }
         })
     }
@@ -133,11 +136,11 @@ impl TwoStacks {
         let n = r.len(9)?;
         let front = (0..n).map(|_| Ok((r.i64()?, GroupTable::decode(plan, r)?))).collect::<Result<_>>()?;
         let pushed_through = if r.bool()? { Some(r.i64()?) } else { r.i64().map(|_| None)? };
-        Ok(TwoStacks { back, back_merged, front, pushed_through })
+        Ok(TwoStacks { back, back_merged, front, pushed_through, combined: None })
     }
 
     pub(super) fn bytes(&self) -> usize {
         self.front.iter().map(|(_, t)| t.bytes()).sum::<usize>()
-            + self.back_merged.as_ref().map_or(0, GroupTable::bytes)
+            + self.back_merged.iter().chain(&self.combined).map(GroupTable::bytes).sum::<usize>()
     }
 }
