@@ -143,9 +143,25 @@ struct Slot {
     metrics: OperatorMetrics,
 }
 
-/// Turns closed instances into result rows.
+/// The aggregated rows of closed instances not written yet, for one slot: keys, window
+/// bounds and the aggregates' final values, before HAVING and the SELECT list.
+#[derive(Default)]
+struct Aggregated {
+    /// Interned key ids, with the operator's `key_base` added back.
+    keys: Vec<u32>,
+    starts: Vec<i64>,
+    ends: Vec<i64>,
+    /// Per aggregate of the slot's plan, the values of each instance in turn.
+    values: Vec<Vec<ArrayRef>>,
+}
+
+/// Turns closed instances into result rows. The instances closed while one input batch is
+/// processed are written as one batch per slot: an instance holds a row per key, and putting
+/// a few rows at a time through HAVING and the SELECT list costs more than the rows.
 struct Emitter {
     slots: Vec<Slot>,
+    /// Per slot, the rows of instances closed since the last flush.
+    pending: Vec<Aggregated>,
     /// Interned group keys, shared with other operators that group by the same keys.
     keys: Arc<SharedKeys>,
     /// Subtracted from interned key ids to index this operator's tables (a key group's first
@@ -164,30 +180,32 @@ impl Emitter {
         }
     }
 
-    fn emit(
-        &mut self,
-        node_slots: &[usize],
-        window: WindowSpec,
-        m: i64,
-        table: &GroupTable,
-        out: &mut Output,
-    ) -> Result<()> {
+    /// Adds the rows of instance `m` of `window` to those its slots write at the next flush.
+    fn emit(&mut self, node_slots: &[usize], window: WindowSpec, m: i64, table: &GroupTable) -> Result<()> {
         for &slot in node_slots {
-            let batch = self.finalize(slot, window, m, table)?;
+            let mut pending = std::mem::take(&mut self.pending[slot]);
+            self.add(&mut pending, slot, window, m, table)?;
+            self.pending[slot] = pending;
+        }
+        Ok(())
+    }
+
+    /// Writes the rows of the instances emitted since the last flush, one batch per slot.
+    fn flush(&mut self, out: &mut Output) -> Result<()> {
+        for slot in 0..self.slots.len() {
+            if self.pending[slot].keys.is_empty() {
+                continue;
+            }
+            let aggregated = std::mem::take(&mut self.pending[slot]);
+            let batch = self.aggregate(slot, aggregated)?;
+            let plan = &self.slots[slot].plan;
+            let batch = filter_and_project(&batch, plan.having.as_ref(), &plan.projection, &plan.output_schema)?;
             self.slots[slot].metrics.rows_out += batch.num_rows() as u64;
             if batch.num_rows() > 0 {
                 out.rows.push((slot, batch));
             }
         }
         Ok(())
-    }
-
-    /// The result rows of instance `m` of `window` from its merged states: aggregate, HAVING,
-    /// SELECT list.
-    fn finalize(&self, slot: usize, window: WindowSpec, m: i64, table: &GroupTable) -> Result<RecordBatch> {
-        let plan = &self.slots[slot].plan;
-        let aggregated = self.aggregate(slot, window, m, table)?;
-        filter_and_project(&aggregated, plan.having.as_ref(), &plan.projection, &plan.output_schema)
     }
 
     /// `EMIT CHANGES`: the current rows of instance `m` for the keys of `table` (the changed
@@ -204,8 +222,10 @@ impl Emitter {
         out: &mut Output,
     ) -> Result<()> {
         for &slot in node_slots {
+            let mut rows = Aggregated::default();
+            self.add(&mut rows, slot, window, m, table)?;
+            let aggregated = self.aggregate(slot, rows)?;
             let plan = &self.slots[slot].plan;
-            let aggregated = self.aggregate(slot, window, m, table)?;
             let passes = match &plan.having {
                 Some(having) => {
                     let mask = having.evaluate(&aggregated)?.into_array(aggregated.num_rows())?;
@@ -247,30 +267,48 @@ impl Emitter {
         Ok(())
     }
 
-    /// The aggregate's result for instance `m` of `window`: keys, window bounds and the
-    /// aggregates' final values, before HAVING and the SELECT list.
-    fn aggregate(&self, slot: usize, window: WindowSpec, m: i64, table: &GroupTable) -> Result<RecordBatch> {
-        let Slot { plan, aggregate_schema, .. } = &self.slots[slot];
+    /// Adds the rows of instance `m` of `window`, merged in `table`, to `rows` of `slot`.
+    fn add(&self, rows: &mut Aggregated, slot: usize, window: WindowSpec, m: i64, table: &GroupTable) -> Result<()> {
+        let plan = &self.slots[slot].plan;
         let n = table.keys.len();
-        let key_columns = if self.key_base == 0 {
-            self.keys.columns(&table.keys)?
-        } else {
-            self.keys.columns(&table.keys.iter().map(|&k| k + self.key_base).collect::<Vec<_>>())?
-        };
-        let bound = |value: i64| -> Result<ArrayRef> {
-            let array: ArrayRef = Arc::new(Int64Array::from(vec![value; n]));
+        rows.keys.extend(table.keys.iter().map(|&k| k + self.key_base));
+        rows.starts.extend(std::iter::repeat_n(window.start(m), n));
+        rows.ends.extend(std::iter::repeat_n(window.end(m), n));
+        rows.values.resize_with(plan.aggregates.len(), Vec::new);
+        for (values, (aggregate, states)) in rows.values.iter_mut().zip(plan.aggregates.iter().zip(&table.states)) {
+            values.push(aggregate.finalize(states)?);
+        }
+        Ok(())
+    }
+
+    /// The aggregate's result rows: keys, window bounds and the aggregates' final values, before
+    /// HAVING and the SELECT list.
+    fn aggregate(&self, slot: usize, rows: Aggregated) -> Result<RecordBatch> {
+        let Slot { plan, aggregate_schema, .. } = &self.slots[slot];
+        let key_columns = self.keys.columns(&rows.keys)?;
+        let bound = |values: Vec<i64>| -> Result<ArrayRef> {
+            let array: ArrayRef = Arc::new(Int64Array::from(values));
             Ok(if self.event_time_type == DataType::Int64 { array } else { cast(&array, &self.event_time_type)? })
         };
+        let (starts, ends) = (bound(rows.starts)?, bound(rows.ends)?);
+        let values = rows
+            .values
+            .iter()
+            .map(|parts| match parts.as_slice() {
+                [one] => Ok(Arc::clone(one)),
+                _ => Ok(arrow::compute::concat(&parts.iter().map(|a| a.as_ref()).collect::<Vec<_>>())?),
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
         let columns = plan
             .aggregate_columns
             .iter()
             .map(|column| match column {
-                AggregateColumn::Key(i) => Ok(key_columns[*i].clone()),
-                AggregateColumn::WindowStart => bound(window.start(m)),
-                AggregateColumn::WindowEnd => bound(window.end(m)),
-                AggregateColumn::Aggregate(i) => plan.aggregates[*i].finalize(&table.states[*i]),
+                AggregateColumn::Key(i) => Arc::clone(&key_columns[*i]),
+                AggregateColumn::WindowStart => Arc::clone(&starts),
+                AggregateColumn::WindowEnd => Arc::clone(&ends),
+                AggregateColumn::Aggregate(i) => Arc::clone(&values[*i]),
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Vec<_>>();
         Ok(RecordBatch::try_new(aggregate_schema.clone(), columns)?)
     }
 }
@@ -342,6 +380,7 @@ impl WindowAggregateExec {
         Ok(WindowAggregateExec {
             nodes: built,
             emitter: Emitter {
+                pending: slots.iter().map(|_| Aggregated::default()).collect(),
                 slots: slots
                     .into_iter()
                     .map(|plan| Slot {
@@ -487,7 +526,7 @@ impl WindowAggregateExec {
                     break;
                 }
                 self.write_changes(Some((i, candidate)), out)?;
-                self.close_instance(i, candidate, out)?;
+                self.close_instance(i, candidate)?;
                 m = candidate + 1;
             }
             let node = &mut self.nodes[i];
@@ -520,9 +559,9 @@ impl WindowAggregateExec {
         Some(m.max(spec.first_window_ending_after(data_end - 1)))
     }
 
-    /// Merges instance `m` of node `i` from its input, emits it to the node's slots and keeps
-    /// it for the node's children.
-    fn close_instance(&mut self, i: usize, m: i64, out: &mut Output) -> Result<()> {
+    /// Merges instance `m` of node `i` from its input, emits it to the node's slots (written at
+    /// the next flush) and keeps it for the node's children.
+    fn close_instance(&mut self, i: usize, m: i64) -> Result<()> {
         let WindowAggregateExec { nodes, emitter, shape, slicing, slices, scratch, emit_reads, changed, pool, .. } =
             self;
         let (parents, rest) = nodes.split_at_mut(i);
@@ -546,7 +585,7 @@ impl WindowAggregateExec {
                 let window =
                     node.sliding.window(*range.start(), *range.end(), slices, &new_table, scratch, emit_reads)?;
                 let Some(window) = window else { return Ok(()) };
-                emitter.emit(&node.slots, spec, m, &window, out)?;
+                emitter.emit(&node.slots, spec, m, &window)?;
                 if !node.children.is_empty() {
                     node.closed.insert(m, window.into_owned());
                 }
@@ -559,7 +598,7 @@ impl WindowAggregateExec {
                     // One slice and nobody reading the instance: emit straight from the slice.
                     (Some((_, only)), None) if node.children.is_empty() => {
                         *emit_reads += only.keys.len() as u64;
-                        return emitter.emit(&node.slots, spec, m, only, out);
+                        return emitter.emit(&node.slots, spec, m, only);
                     }
                     (first, second) => {
                         let mut merged = GroupTable::new(shape);
@@ -589,7 +628,7 @@ impl WindowAggregateExec {
             }
         };
         *emit_reads += reads;
-        emitter.emit(&node.slots, spec, m, &table, out)?;
+        emitter.emit(&node.slots, spec, m, &table)?;
         if node.children.is_empty() {
             pool.give(table);
         } else {
@@ -758,6 +797,7 @@ impl StreamOperator for WindowAggregateExec {
                 self.process_filtered(&filtered, &key_ids, out)?;
             }
         }
+        self.emitter.flush(out)?;
         self.write_changes(None, out)
     }
 
@@ -765,7 +805,7 @@ impl StreamOperator for WindowAggregateExec {
         if watermark >= self.next_close() {
             self.close_windows(watermark, out)?;
         }
-        Ok(())
+        self.emitter.flush(out)
     }
 
     /// Closes the instances with data in the order of their ends, emitting after each step.
@@ -780,9 +820,11 @@ impl StreamOperator for WindowAggregateExec {
             let mut out = Output::default();
             let Some(end) = next else {
                 self.close_windows(i64::MAX, &mut out)?;
+                self.emitter.flush(&mut out)?;
                 return emit(out);
             };
             self.close_windows(end, &mut out)?;
+            self.emitter.flush(&mut out)?;
             emit(out)?;
         }
     }
