@@ -137,7 +137,37 @@ enum Command {
     Generate(generate::GenerateArgs),
 }
 
+/// The build targets x86-64-v3 (`.cargo/config.toml`): on a CPU without its instructions, say
+/// so instead of dying on the first one. `None` when the CPU has them.
+#[cfg(target_arch = "x86_64")]
+fn missing_cpu_features() -> Option<String> {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    let (basic, extended) = (__cpuid(1), __cpuid_count(7, 0));
+    let features = [
+        ("AVX2", extended.ebx & (1 << 5) != 0),
+        ("BMI2", extended.ebx & (1 << 8) != 0),
+        ("FMA", basic.ecx & (1 << 12) != 0),
+        ("AVX enabled by the OS (OSXSAVE)", basic.ecx & (1 << 27) != 0),
+    ];
+    let missing: Vec<&str> = features.iter().filter(|(_, present)| !present).map(|(name, _)| *name).collect();
+    (!missing.is_empty()).then(|| missing.join(", "))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn missing_cpu_features() -> Option<String> {
+    None
+}
+
 fn main() -> ExitCode {
+    if cfg!(target_feature = "avx2") {
+        if let Some(missing) = missing_cpu_features() {
+            eprintln!(
+                "error: this build of tessera needs an x86-64-v3 CPU, and this one lacks {missing}; \
+                 build it with RUSTFLAGS=\"-C target-cpu=x86-64\""
+            );
+            return ExitCode::from(2);
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("TESSERA_LOG"))
         .with_writer(std::io::stderr)
