@@ -155,6 +155,29 @@ struct Aggregated {
     values: Vec<Vec<ArrayRef>>,
 }
 
+impl Aggregated {
+    /// Adds the rows of instance `m` of `window`, merged in `table`, for a slot of `plan`
+    /// (`key_base`: the operator's first key id).
+    fn add(
+        &mut self,
+        plan: &WindowAggregatePlan,
+        key_base: u32,
+        window: WindowSpec,
+        m: i64,
+        table: &GroupTable,
+    ) -> Result<()> {
+        let n = table.keys.len();
+        self.keys.extend(table.keys.iter().map(|&k| k + key_base));
+        self.starts.extend(std::iter::repeat_n(window.start(m), n));
+        self.ends.extend(std::iter::repeat_n(window.end(m), n));
+        self.values.resize_with(plan.aggregates.len(), Vec::new);
+        for (values, (aggregate, states)) in self.values.iter_mut().zip(plan.aggregates.iter().zip(&table.states)) {
+            values.push(aggregate.finalize(states)?);
+        }
+        Ok(())
+    }
+}
+
 /// Turns closed instances into result rows. The instances closed while one input batch is
 /// processed are written as one batch per slot: an instance holds a row per key, and putting
 /// a few rows at a time through HAVING and the SELECT list costs more than the rows.
@@ -183,9 +206,7 @@ impl Emitter {
     /// Adds the rows of instance `m` of `window` to those its slots write at the next flush.
     fn emit(&mut self, node_slots: &[usize], window: WindowSpec, m: i64, table: &GroupTable) -> Result<()> {
         for &slot in node_slots {
-            let mut pending = std::mem::take(&mut self.pending[slot]);
-            self.add(&mut pending, slot, window, m, table)?;
-            self.pending[slot] = pending;
+            self.pending[slot].add(&self.slots[slot].plan, self.key_base, window, m, table)?;
         }
         Ok(())
     }
@@ -223,7 +244,7 @@ impl Emitter {
     ) -> Result<()> {
         for &slot in node_slots {
             let mut rows = Aggregated::default();
-            self.add(&mut rows, slot, window, m, table)?;
+            rows.add(&self.slots[slot].plan, self.key_base, window, m, table)?;
             let aggregated = self.aggregate(slot, rows)?;
             let plan = &self.slots[slot].plan;
             let passes = match &plan.having {
@@ -263,20 +284,6 @@ impl Emitter {
             if batch.num_rows() > 0 {
                 out.rows.push((slot, batch));
             }
-        }
-        Ok(())
-    }
-
-    /// Adds the rows of instance `m` of `window`, merged in `table`, to `rows` of `slot`.
-    fn add(&self, rows: &mut Aggregated, slot: usize, window: WindowSpec, m: i64, table: &GroupTable) -> Result<()> {
-        let plan = &self.slots[slot].plan;
-        let n = table.keys.len();
-        rows.keys.extend(table.keys.iter().map(|&k| k + self.key_base));
-        rows.starts.extend(std::iter::repeat_n(window.start(m), n));
-        rows.ends.extend(std::iter::repeat_n(window.end(m), n));
-        rows.values.resize_with(plan.aggregates.len(), Vec::new);
-        for (values, (aggregate, states)) in rows.values.iter_mut().zip(plan.aggregates.iter().zip(&table.states)) {
-            values.push(aggregate.finalize(states)?);
         }
         Ok(())
     }
