@@ -328,7 +328,8 @@ impl ResultSink for DiscardSink {
     }
 }
 
-/// `events` in time order, `eta` per time unit, over `keys` keys.
+/// `events` in time order, `eta` per time unit, over `keys` keys, in batches of the size a
+/// source is read in.
 pub fn stream(events: usize, eta: f64, keys: u64) -> Vec<RecordBatch> {
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
@@ -341,7 +342,7 @@ pub fn stream(events: usize, eta: f64, keys: u64) -> Vec<RecordBatch> {
             ((rng.next_u64() % keys.max(1)) as i64, (rng.next_u64() % 10_000) as f64 / 100.0, (i as f64 / eta) as i64)
         })
         .collect();
-    all.chunks(8192)
+    all.chunks(tessera::connectors::DEFAULT_BATCH_SIZE)
         .map(|chunk| {
             RecordBatch::try_new(
                 schema.clone(),

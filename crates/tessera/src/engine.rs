@@ -47,7 +47,12 @@ fn parse_window_strategy(value: &str) -> std::result::Result<Option<Strategy>, S
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { parallelism: None, batch_size: 8192, eta: 1.0, window_strategy: None }
+        Settings {
+            parallelism: None,
+            batch_size: crate::connectors::DEFAULT_BATCH_SIZE,
+            eta: 1.0,
+            window_strategy: None,
+        }
     }
 }
 
