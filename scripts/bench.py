@@ -9,7 +9,11 @@ shared_paired, shared_sliding, wcg, wcg_factor); plain w1 lets the optimizer cho
 For each workload and input format it reports the median wall time of `tessera run` (whole
 process, results written to a CSV file), tessera's compute-only time (`tessera bench`: input
 preloaded in memory) and DuckDB's time for the same queries on the same file, writing the same
-rows to a CSV file (timed inside the Python process, so DuckDB's import is not counted).
+rows to a CSV file (timed inside the Python process, so DuckDB's import is not counted). The
+runs go in rounds, each running every case once in a rotating order, so load that drifts during
+a benchmark falls on every case alike, after one untimed round; medians over the rounds are reported. With w1 and
+w1_baseline it also prints W1's criteria: the chosen plan against the baseline, and the rank
+correlation of the forced strategies' times with their modeled costs (`tessera explain`).
 Usage: scripts/bench.sh (builds the release binary and the Python env first).
 """
 
@@ -49,14 +53,34 @@ def duckdb_sql(workload, source, out):
     return f"COPY ({query}) TO '{out}' (HEADER, DELIMITER ',')"
 
 
-def median_time(fn, repeat):
-    times = []
-    result = None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times, result
+def timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def ranks(values):
+    """Ranks from 1, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(a, b):
+    """Spearman's rank correlation: Pearson's on ranks with ties averaged."""
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    var = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+    return cov / var if var else float("nan")
 
 
 def ensure_data(tessera, events, devices):
@@ -102,37 +126,82 @@ def main():
     print(f"# {args.events} events, {args.devices} devices, median of {args.repeat} runs, tessera workers: {workers}")
     print("| workload | input | tessera end to end (s) | DuckDB (s) | ratio tessera/DuckDB | tessera compute only (s) | compute events/s | rows |")
     print("|---|---|---|---|---|---|---|---|")
+    # Rounds: each runs every case once (tessera end to end, tessera compute, DuckDB), the
+    # cases in a rotating order, so load that drifts during a benchmark falls on all alike.
+    cases = [(w, fmt) for w in args.workloads.split(",") for fmt in args.formats.split(",")]
+    times = {case: {"run": [], "compute": [], "duckdb": []} for case in cases}
     with tempfile.TemporaryDirectory() as tmp:
-        out_t = os.path.join(tmp, "tessera.csv")
-        out_d = os.path.join(tmp, "duckdb.csv")
-        for workload in args.workloads.split(","):
-            for fmt in args.formats.split(","):
-                name, _, variant = workload.partition("_")
-                script = os.path.join(ROOT, "benches", f"{name}_{fmt}.sql")
-                fixed = ["--parallelism", str(args.parallelism)] if args.parallelism else []
-                if variant:
-                    fixed += ["--set", f"window_strategy={variant}"]
-                cmd = [args.tessera, "run", script, "-o", out_t, "-q", *fixed]
-                t_med, t_all, _ = median_time(lambda: subprocess.run(cmd, check=True), args.repeat)
-                bench = subprocess.run(
-                    [args.tessera, "bench", script, "--repeat", str(args.repeat), "--json", *fixed],
-                    check=True, capture_output=True, text=True,
-                )
-                compute = json.loads(bench.stdout)
-                con = duckdb.connect()
-                source = DUCKDB_SOURCE[fmt].format(path=os.path.join(DATA, f"iot.{fmt}"))
-                sql = duckdb_sql(workload, source, out_d)
-                d_med, d_all, _ = median_time(lambda: con.execute(sql), args.repeat)
-                con.close()
-                rows_t, rows_d = count_rows(out_t), count_rows(out_d)
-                if rows_t != rows_d:
-                    print(f"row counts differ for {workload}/{fmt}: tessera {rows_t}, duckdb {rows_d}", file=sys.stderr)
-                    sys.exit(1)
-                print(
-                    f"| {workload} | {fmt} | {t_med:.3f} | {d_med:.3f} | {t_med / d_med:.2f} | "
-                    f"{compute['compute_seconds_median']:.3f} | {compute['events_per_second'] / 1e6:.1f}M | {rows_t} |",
-                    flush=True,
-                )
+        commands = {}
+        for workload, fmt in cases:
+            name, _, variant = workload.partition("_")
+            script = os.path.join(ROOT, "benches", f"{name}_{fmt}.sql")
+            fixed = ["--parallelism", str(args.parallelism)] if args.parallelism else []
+            if variant:
+                fixed += ["--set", f"window_strategy={variant}"]
+            out_t = os.path.join(tmp, f"{workload}_{fmt}.tessera.csv")
+            out_d = os.path.join(tmp, f"{workload}_{fmt}.duckdb.csv")
+            source = DUCKDB_SOURCE[fmt].format(path=os.path.join(DATA, f"iot.{fmt}"))
+            commands[(workload, fmt)] = (
+                [args.tessera, "run", script, "-o", out_t, "-q", *fixed],
+                [args.tessera, "bench", script, "--repeat", "1", "--json", *fixed],
+                duckdb_sql(workload, source, out_d),
+                (out_t, out_d),
+            )
+        connections = {case: duckdb.connect() for case in cases}
+        # One untimed round first: the first runs pay for cold caches.
+        for round_ in range(-1, args.repeat):
+            for i in range(len(cases)):
+                case = cases[(i + round_) % len(cases)]
+                run, bench, sql, _ = commands[case]
+                elapsed = timed(lambda: subprocess.run(run, check=True))
+                out = subprocess.run(bench, check=True, capture_output=True, text=True).stdout
+                compute = json.loads(out)["compute_seconds_median"]
+                duckdb_elapsed = timed(lambda: connections[case].execute(sql))
+                if round_ >= 0:
+                    times[case]["run"].append(elapsed)
+                    times[case]["compute"].append(compute)
+                    times[case]["duckdb"].append(duckdb_elapsed)
+        for con in connections.values():
+            con.close()
+        median = {case: {k: statistics.median(v) for k, v in t.items()} for case, t in times.items()}
+        for case in cases:
+            workload, fmt = case
+            m = median[case]
+            rows_t, rows_d = (count_rows(path) for path in commands[case][3])
+            if rows_t != rows_d:
+                print(f"row counts differ for {workload}/{fmt}: tessera {rows_t}, duckdb {rows_d}", file=sys.stderr)
+                sys.exit(1)
+            events_per_second = args.events / m["compute"] if m["compute"] else float("nan")
+            print(
+                f"| {workload} | {fmt} | {m['run']:.3f} | {m['duckdb']:.3f} | {m['run'] / m['duckdb']:.2f} | "
+                f"{m['compute']:.3f} | {events_per_second / 1e6:.1f}M | {rows_t} |",
+                flush=True,
+            )
+    for fmt in args.formats.split(","):
+        summarize_w1(args.tessera, fmt, median)
+
+
+def summarize_w1(tessera, fmt, median):
+    """W1's criteria: the chosen plan against the baseline, and how the forced strategies'
+    times rank against their modeled costs (`tessera explain`)."""
+    if ("w1", fmt) not in median or ("w1_baseline", fmt) not in median:
+        return
+    script = os.path.join(ROOT, "benches", f"w1_{fmt}.sql")
+    explained = json.loads(subprocess.run([tessera, "explain", script, "--format", "json"], check=True,
+                                          capture_output=True, text=True).stdout)
+    query = explained["queries"][0]
+    chosen, base = median[("w1", fmt)], median[("w1_baseline", fmt)]
+    print(
+        f"\nW1 ({fmt}): the chosen plan (`{query['chosen_strategy']}`) {base['run'] / chosen['run']:.2f}x the "
+        f"baseline end to end, {base['compute'] / chosen['compute']:.2f}x in compute; "
+        f"{chosen['run'] / chosen['duckdb']:.2f} of DuckDB's time"
+    )
+    forced = [(w.partition("_")[2], t) for (w, f), t in median.items() if f == fmt and w.startswith("w1_")]
+    if len(forced) >= 3:
+        costs = [query["costs"][strategy] for strategy, _ in forced]
+        for kind, label in (("run", "end to end"), ("compute", "compute")):
+            rho = spearman(costs, [t[kind] for _, t in forced])
+            print(f"Spearman of modeled cost and {label} time over {len(forced)} strategies (equal costs share a rank): {rho:.2f}")
 
 
 if __name__ == "__main__":

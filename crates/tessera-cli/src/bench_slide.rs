@@ -5,14 +5,16 @@
 //! aggregator (`shared_sliding`). It reports throughput and the state reads and writes per
 //! event of each, for an invertible aggregate set (SUM, COUNT) and for MIN, with the state in
 //! memory or (`--state-backend disk`) spilled to disk beyond `--state-memory`, then also the
-//! key groups read from and written to disk.
+//! key groups read from and written to disk. Every plan at every ratio of one aggregate set is
+//! timed in the same rounds, so both the speedup over the naive plan and the flatness across
+//! ratios compare runs made under the same load.
 
 use serde_json::json;
 use tessera::engine::StateOptions;
 use tessera::optimizer::window_strategy::Strategy;
 use tessera::TesseraError;
 
-use crate::bench_wcg::{create_report, parse_list, stream, time_strategies};
+use crate::bench_wcg::{create_report, forced, parse_list, stream, time_scripts};
 
 #[derive(clap::Args, Debug)]
 pub struct SlideArgs {
@@ -37,7 +39,7 @@ pub struct SlideArgs {
     /// The plans to run, comma separated (window_strategy names).
     #[arg(long, default_value = "baseline,shared_paired,shared_sliding")]
     pub plans: String,
-    /// Timed runs per plan, one of each plan per round (the median is used).
+    /// Timed runs per plan and ratio, one of each per round (the median is used).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
     /// Also write the figures as JSON lines to this file.
@@ -78,7 +80,7 @@ pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
         println!("\n{aggregates}\n");
         println!("| range/slide | naive (baseline) | slices, merged at emission (shared_paired) | slices, two stacks (shared_sliding) |");
         println!("|---|---|---|---|");
-        let mut sliding_rate = Vec::new();
+        let (mut cases, mut scripts) = (Vec::new(), Vec::new());
         for &ratio in &ratios {
             let range = args.slide * ratio;
             let window = if ratio == 1 {
@@ -90,19 +92,23 @@ pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
                 "CREATE SOURCE s (k BIGINT, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'generated.csv', time_unit = 's');\n\
                  SELECT k, window_start, window_end, {aggregates} FROM {window} GROUP BY k, window_start, window_end;"
             );
-            let runs: Vec<Strategy> = PLANS
-                .into_iter()
-                .filter(|plan| plans.contains(plan) && !(*plan == Strategy::Baseline && ratio > args.naive_max_ratio))
-                .collect();
-            let mut timed = time_strategies(&text, &runs, &batches, args.repeat, &state)?.into_iter();
+            for plan in PLANS {
+                if plans.contains(&plan) && !(plan == Strategy::Baseline && ratio > args.naive_max_ratio) {
+                    cases.push((ratio, plan));
+                    scripts.push(forced(&text, plan)?);
+                }
+            }
+        }
+        let mut timed = cases.into_iter().zip(time_scripts(&scripts, &batches, args.repeat, &state)?).peekable();
+        let mut sliding_rate = Vec::new();
+        for &ratio in &ratios {
             let mut cells = Vec::new();
             let mut rows = None;
             for plan in PLANS {
-                if !runs.contains(&plan) {
+                let Some((_, (seconds, stats))) = timed.next_if(|(case, _)| *case == (ratio, plan)) else {
                     cells.push("-".to_string());
                     continue;
-                }
-                let (seconds, stats) = timed.next().expect("one timing per plan run");
+                };
                 if *rows.get_or_insert(stats.rows_out) != stats.rows_out {
                     return Err(TesseraError::Internal(format!(
                         "{} produced {} rows, another plan {rows:?}, at ratio {ratio}",

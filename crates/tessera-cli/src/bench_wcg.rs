@@ -253,10 +253,15 @@ pub fn create_report(path: Option<&std::path::Path>) -> Result<Option<std::fs::F
     .transpose()
 }
 
+/// The script `text` with `strategy` forced.
+pub fn forced(text: &str, strategy: Strategy) -> Result<Script, TesseraError> {
+    let mut script = Script::compile(text, std::path::Path::new("."))?;
+    script.settings.window_strategy = Some(strategy);
+    Ok(script)
+}
+
 /// The median compute time of `repeat` runs of the script `text` under each of `strategies`
-/// (forced, one worker, over `batches` in memory), with each one's last statistics. The runs
-/// are interleaved, one of every strategy per round in a rotating order, so a machine that
-/// slows down or speeds up while measuring affects every strategy alike.
+/// (forced; see [`time_scripts`]), with each one's last statistics.
 pub fn time_strategies(
     text: &str,
     strategies: &[Strategy],
@@ -264,14 +269,19 @@ pub fn time_strategies(
     repeat: usize,
     state: &StateOptions,
 ) -> Result<Vec<(f64, RunStats)>, TesseraError> {
-    let scripts = strategies
-        .iter()
-        .map(|&strategy| {
-            let mut script = Script::compile(text, std::path::Path::new("."))?;
-            script.settings.window_strategy = Some(strategy);
-            Ok(script)
-        })
-        .collect::<Result<Vec<_>, TesseraError>>()?;
+    let scripts = strategies.iter().map(|&strategy| forced(text, strategy)).collect::<Result<Vec<_>, _>>()?;
+    time_scripts(&scripts, batches, repeat, state)
+}
+
+/// Runs each of `scripts` `repeat` times on `batches`, one run of each per round in a rotating
+/// order (load that drifts during a benchmark falls on all alike), with one worker and the
+/// rows dropped; the median time of each, and its last run's statistics.
+pub fn time_scripts(
+    scripts: &[Script],
+    batches: &[RecordBatch],
+    repeat: usize,
+    state: &StateOptions,
+) -> Result<Vec<(f64, RunStats)>, TesseraError> {
     let options = RunOptions { parallelism: Parallelism::Fixed(1), state: state.clone(), ..RunOptions::default() };
     let n = scripts.len();
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); n];
