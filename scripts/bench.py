@@ -10,7 +10,7 @@ For each workload and input format it reports the median wall time of `tessera r
 process, results written to a CSV file), tessera's compute-only time (`tessera bench`: input
 preloaded in memory) and DuckDB's time for the same queries on the same file, writing the same
 rows to a CSV file (timed inside the Python process, so DuckDB's import is not counted). The
-runs go in rounds, each running every case once in a rotating order, so load that drifts during
+runs go in rounds, each running every case once in a shuffled order, so load that drifts during
 a benchmark falls on every case alike, after one untimed round; medians over the rounds are reported. With w1 and
 w1_baseline it also prints W1's criteria: the chosen plan against the baseline, and the rank
 correlation of the forced strategies' times with their modeled costs (`tessera explain`).
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -126,8 +127,8 @@ def main():
     print(f"# {args.events} events, {args.devices} devices, median of {args.repeat} runs, tessera workers: {workers}")
     print("| workload | input | tessera end to end (s) | DuckDB (s) | ratio tessera/DuckDB | tessera compute only (s) | compute events/s | rows |")
     print("|---|---|---|---|---|---|---|---|")
-    # Rounds: each runs every case once (tessera end to end, tessera compute, DuckDB), the
-    # cases in a rotating order, so load that drifts during a benchmark falls on all alike.
+    # Rounds: each runs every case once (tessera end to end, tessera compute, DuckDB), so load
+    # that drifts during a benchmark falls on all alike.
     cases = [(w, fmt) for w in args.workloads.split(",") for fmt in args.formats.split(",")]
     times = {case: {"run": [], "compute": [], "duckdb": []} for case in cases}
     with tempfile.TemporaryDirectory() as tmp:
@@ -148,10 +149,14 @@ def main():
                 (out_t, out_d),
             )
         connections = {case: duckdb.connect() for case in cases}
-        # One untimed round first: the first runs pay for cold caches.
+        # One untimed round first: the first runs pay for cold caches. The order is shuffled
+        # every round: in a rotating one each case would always follow the same one (the case
+        # after DuckDB's W2, which leaves much memory to reclaim, ran 40% slower).
+        order = list(cases)
+        shuffle = random.Random(len(cases)).shuffle
         for round_ in range(-1, args.repeat):
-            for i in range(len(cases)):
-                case = cases[(i + round_) % len(cases)]
+            shuffle(order)
+            for case in order:
                 run, bench, sql, _ = commands[case]
                 elapsed = timed(lambda: subprocess.run(run, check=True))
                 out = subprocess.run(bench, check=True, capture_output=True, text=True).stdout

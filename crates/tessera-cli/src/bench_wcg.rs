@@ -273,9 +273,11 @@ pub fn time_strategies(
     time_scripts(&scripts, batches, repeat, state)
 }
 
-/// Runs each of `scripts` `repeat` times on `batches`, one run of each per round in a rotating
-/// order (load that drifts during a benchmark falls on all alike), with one worker and the
-/// rows dropped; the median time of each, and its last run's statistics.
+/// Runs each of `scripts` `repeat` times on `batches`, one run of each per round (load that
+/// drifts during a benchmark falls on all alike), in an order shuffled every round (a rotating
+/// order keeps each script behind the same one, which may leave the machine in a state of its
+/// own), with one worker and the rows dropped; the median time of each, and its last run's
+/// statistics.
 pub fn time_scripts(
     scripts: &[Script],
     batches: &[RecordBatch],
@@ -286,8 +288,13 @@ pub fn time_scripts(
     let n = scripts.len();
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut last: Vec<Option<RunStats>> = vec![None; n];
-    for round in 0..repeat.max(1) {
-        for i in (0..n).map(|i| (i + round) % n) {
+    let mut rng = SplitMix::new(n as u64);
+    let mut order: Vec<usize> = (0..n).collect();
+    for _ in 0..repeat.max(1) {
+        for i in (1..n).rev() {
+            order.swap(i, rng.between(0, i as i64) as usize);
+        }
+        for &i in &order {
             let mut sink = DiscardSink;
             let started = Instant::now();
             let stats = run_script_with_readers(&scripts[i], &options, &mut sink, &mut |_| {
