@@ -58,9 +58,14 @@ impl EventBatch {
         self.event_times.is_empty()
     }
 
-    /// The bytes the batch holds: its columns, event times and watermarks.
+    /// The bytes the batch holds: its columns, event times (unless they share a column's
+    /// buffer), watermarks and interned key ids.
     pub fn memory_bytes(&self) -> u64 {
-        (self.rows.get_array_memory_size() + 8 * self.len() + self.watermarks.memory_bytes()) as u64
+        let times = self.event_times.inner().as_ptr();
+        let shared = self.rows.columns().iter().any(|c| c.to_data().buffers().iter().any(|b| b.as_ptr() == times));
+        let times_bytes = if shared { 0 } else { self.event_times.inner().len() };
+        let ids_bytes: usize = self.key_ids.iter().map(|(_, ids)| 4 * ids.len()).sum();
+        (self.rows.get_array_memory_size() + times_bytes + self.watermarks.memory_bytes() + ids_bytes) as u64
     }
 
     /// The rows where `mask` is true (NULL counts as false, as in Arrow's filter).
@@ -440,7 +445,34 @@ pub enum OperatorState {
 
 #[cfg(test)]
 mod tests {
-    use super::Watermarks;
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int64Array};
+    use arrow::buffer::ScalarBuffer;
+    use arrow::record_batch::RecordBatch;
+
+    use super::{EventBatch, Watermarks};
+
+    /// Event times read straight from an `Int64` column are its buffer: counted once. Times
+    /// of their own, and interned key ids, are counted.
+    #[test]
+    fn memory_bytes_counts_each_buffer_once() {
+        let ts = Int64Array::from_iter_values(0..1000);
+        let rows = RecordBatch::try_from_iter([("ts", Arc::new(ts.clone()) as ArrayRef)]).unwrap();
+        let batch = |event_times: ScalarBuffer<i64>| EventBatch {
+            rows: rows.clone(),
+            event_times,
+            watermarks: Watermarks::from_rows(0..1000),
+            times_ascend: true,
+            key_ids: Vec::new(),
+        };
+        let shared = batch(ts.values().clone());
+        let own = batch((0..1000).collect());
+        assert_eq!(own.memory_bytes(), shared.memory_bytes() + 8000);
+        let mut keyed = batch(ts.values().clone());
+        keyed.key_ids = vec![(0, Arc::new(vec![0; 1000]))];
+        assert_eq!(keyed.memory_bytes(), shared.memory_bytes() + 4000);
+    }
 
     #[test]
     fn watermark_steps_answer_like_one_watermark_per_row() {
