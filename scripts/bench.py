@@ -9,11 +9,12 @@ shared_paired, shared_sliding, wcg, wcg_factor); plain w1 lets the optimizer cho
 For each workload and input format it reports the median wall time of `tessera run` (whole
 process, results written to a CSV file), tessera's compute-only time (`tessera bench`: input
 preloaded in memory) and DuckDB's time for the same queries on the same file, writing the same
-rows to a CSV file (timed inside the Python process, so DuckDB's import is not counted). The
-runs go in rounds, each running every case once in a shuffled order, so load that drifts during
-a benchmark falls on every case alike, after one untimed round; medians over the rounds are reported. With w1 and
-w1_baseline it also prints W1's criteria: the chosen plan against the baseline, and the rank
-correlation of the forced strategies' times with their modeled costs (`tessera explain`).
+rows to a CSV file (timed inside the Python process, so DuckDB's import is not counted). After
+one untimed round, the runs go in rounds, each running every case once in a shuffled order, so
+load that drifts during a benchmark falls on every case alike; medians over the rounds are
+reported. With w1 and w1_baseline it also prints W1's criteria: the chosen plan against the
+baseline, and the rank correlation of the forced strategies' times with their modeled costs
+(`tessera explain`).
 Usage: scripts/bench.sh (builds the release binary and the Python env first).
 """
 

@@ -20,9 +20,10 @@ mod window_aggregate;
 
 use std::sync::Arc;
 
-use arrow::array::{Array, BooleanArray};
+use arrow::array::{Array, AsArray, BooleanArray};
 use arrow::buffer::ScalarBuffer;
 use arrow::compute::filter_record_batch;
+use arrow::datatypes::Int64Type;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{Result, TesseraError};
@@ -61,8 +62,13 @@ impl EventBatch {
     /// The bytes the batch holds: its columns, event times (unless they share a column's
     /// buffer), watermarks and interned key ids.
     pub fn memory_bytes(&self) -> u64 {
+        // Event times share the buffer of the `Int64` column they were read from.
         let times = self.event_times.inner().as_ptr();
-        let shared = self.rows.columns().iter().any(|c| c.to_data().buffers().iter().any(|b| b.as_ptr() == times));
+        let shared = self
+            .rows
+            .columns()
+            .iter()
+            .any(|c| c.as_primitive_opt::<Int64Type>().is_some_and(|a| a.values().inner().as_ptr() == times));
         let times_bytes = if shared { 0 } else { self.event_times.inner().len() };
         let ids_bytes: usize = self.key_ids.iter().map(|(_, ids)| 4 * ids.len()).sum();
         (self.rows.get_array_memory_size() + times_bytes + self.watermarks.memory_bytes() + ids_bytes) as u64

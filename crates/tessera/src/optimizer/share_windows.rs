@@ -504,9 +504,10 @@ mod tests {
     }
 
     /// The bound prunes no optimum: on random sets the search equals trying every subset of the
-    /// candidates (and Algorithm 2's plan, where it starts), and on the four tumbling windows of W1 it proves Algorithm 2 optimal in a few
-    /// nodes (each window could take its input from a smaller candidate, but one must read the
-    /// stream; without that term the search ran out of a 100,000-node budget there).
+    /// candidates (and Algorithm 2's plan, where it starts), and on the four tumbling windows
+    /// of W1 it proves Algorithm 2 optimal in a few nodes (each window could take its input
+    /// from a smaller candidate, but one must read the stream; without that term the search
+    /// ran out of a 100,000-node budget there).
     #[test]
     fn exact_search_equals_every_subset_and_proves_w1_in_a_few_nodes() {
         let w1 = tumbling(&[600, 1200, 1800, 2400]);
