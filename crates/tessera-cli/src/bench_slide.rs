@@ -1,9 +1,9 @@
 //! `tessera bench slide`: one hopping window whose range grows from 1 to 1,000 slides, run
 //! three ways on the same generated stream: every instance from the stream (the naive
 //! per-window plan: `baseline`), sub-window slices merged when an instance is emitted (the
-//! sub-window design note's plan: `shared_paired`), and slices combined by the two-stacks
-//! aggregator (`shared_sliding`). It reports throughput and the state reads and writes per
-//! event of each, for an invertible aggregate set (SUM, COUNT) and for MIN, with the state in
+//! sub-window design note's plan: `shared_paired`), and slices combined by a sliding aggregator
+//! (`shared_sliding`: a running value for SUM and COUNT, two stacks for MIN). It reports
+//! throughput and the state reads and writes per event of each, for an invertible aggregate set (SUM, COUNT) and for MIN, with the state in
 //! memory or (`--state-backend disk`) spilled to disk beyond `--state-memory`, then also the
 //! key groups read from and written to disk. Every plan at every ratio of one aggregate set is
 //! timed in the same rounds, so both the speedup over the naive plan and the flatness across
@@ -78,7 +78,7 @@ pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
     );
     for aggregates in ["SUM(v), COUNT(*)", "MIN(v)"] {
         println!("\n{aggregates}\n");
-        println!("| range/slide | naive (baseline) | slices, merged at emission (shared_paired) | slices, two stacks (shared_sliding) |");
+        println!("| range/slide | naive (baseline) | slices, merged at emission (shared_paired) | slices, sliding aggregator (shared_sliding) |");
         println!("|---|---|---|---|");
         let (mut cases, mut scripts) = (Vec::new(), Vec::new());
         for &ratio in &ratios {

@@ -8,6 +8,7 @@
 
 use serde_json::{json, Value};
 
+use crate::aggregate::slides_on_running_value;
 use crate::engine::Script;
 use crate::optimizer::share_windows::exact_min_cost;
 use crate::optimizer::window_strategy::{NodeInput, Strategy};
@@ -36,11 +37,14 @@ pub fn explain_json(script: &Script) -> Value {
             for (g, group) in mine.iter().enumerate() {
                 let name = |n: usize| names[g][n].clone();
                 let plan = &group.plan;
+                let running = group.members.first().is_some_and(|m| slides_on_running_value(&m.plan.aggregates));
                 for (n, node) in plan.nodes.iter().enumerate() {
+                    let sliding = node.input == NodeInput::Slices { sliding: true };
                     windows.push(json!({
                         "name": name(n), "range": node.spec.range, "slide": node.spec.slide, "unit": unit,
                         "output": node.output, "factor": !node.output, "input": input_name(node.input, &name),
-                        "sliding": node.input == NodeInput::Slices { sliding: true },
+                        "sliding": sliding,
+                        "sliding_aggregator": sliding.then_some(if running { "running value" } else { "two stacks" }),
                         "cost": node.cost,
                         "queries": group.members.iter().filter(|m| m.node == n).map(|m| m.query + 1).collect::<Vec<_>>(),
                     }));
@@ -250,7 +254,8 @@ fn tree(text: &mut String, from: &str, windows: &[Value], edges: &[Value], unit:
                 let feed = match from {
                     "stream" => "from every event".to_string(),
                     "slices" if w["sliding"].as_bool() == Some(true) => {
-                        format!("slides over up to {} slices (two stacks)", edge["multiplier"])
+                        let aggregator = w["sliding_aggregator"].as_str().unwrap_or("two stacks");
+                        format!("slides over up to {} slices ({aggregator})", edge["multiplier"])
                     }
                     "slices" => format!("merges up to {} slices", edge["multiplier"]),
                     parent => format!("merges {} instances of {parent}", edge["multiplier"]),

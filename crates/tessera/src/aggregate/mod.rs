@@ -153,6 +153,12 @@ impl ValueKind {
     }
 }
 
+/// Whether a hopping window of `aggregates` slides on a running value (every state can be taken
+/// away again exactly: COUNT, SUM, AVG) rather than on two stacks.
+pub fn slides_on_running_value(aggregates: &[AggregateSpec]) -> bool {
+    aggregates.iter().all(|a| a.new_states().has_exact_inverse())
+}
+
 /// One aggregate of a query, bound to its input expression.
 #[derive(Debug, Clone)]
 pub struct AggregateSpec {

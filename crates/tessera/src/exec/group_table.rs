@@ -105,7 +105,7 @@ impl GroupTable {
     }
 
     /// Empties the table, keeping its buffers.
-    fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         match &mut self.index {
             SlotIndex::Dense(dense) => dense.clear(),
             SlotIndex::Sparse { .. } => self.index = SlotIndex::Dense(Vec::new()),
@@ -123,7 +123,7 @@ impl GroupTable {
     }
 
     /// Slots for `key_ids`, creating missing ones.
-    fn slots_for(&mut self, key_ids: &[u32], out: &mut Vec<u32>) {
+    pub(super) fn slots_for(&mut self, key_ids: &[u32], out: &mut Vec<u32>) {
         out.clear();
         out.resize(key_ids.len(), NO_SLOT);
         let mut i = 0;
@@ -264,14 +264,15 @@ impl GroupTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::plan::BranchPlan;
 
-    fn plan() -> std::sync::Arc<WindowAggregatePlan> {
+    /// The plan of a window query grouping `v DOUBLE` by `k` with `aggregates`.
+    pub(in crate::exec) fn plan_of(aggregates: &str) -> std::sync::Arc<WindowAggregatePlan> {
         let script = crate::engine::Script::compile(
-            "CREATE SOURCE s (k BIGINT, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'unused.csv');
-             SELECT k, window_start, window_end, SUM(v) FROM TUMBLE(s, ts, INTERVAL '1' SECOND) GROUP BY k, window_start, window_end;",
+            &format!("CREATE SOURCE s (k BIGINT, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'unused.csv');
+             SELECT k, window_start, window_end, {aggregates} FROM TUMBLE(s, ts, INTERVAL '1' SECOND) GROUP BY k, window_start, window_end;"),
             std::path::Path::new("."),
         )
         .expect("script");
@@ -283,7 +284,7 @@ mod tests {
 
     #[test]
     fn few_keys_with_large_ids_index_sparsely_and_many_densely() {
-        let plan = plan();
+        let plan = plan_of("SUM(v)");
         let mut table = GroupTable::new(&plan);
         let mut slots = Vec::new();
         // Two keys with large ids: a hash map, not an array of a million slots.

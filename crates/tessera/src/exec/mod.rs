@@ -15,6 +15,7 @@ mod group_table;
 mod key_groups;
 pub mod key_interner;
 pub mod pipeline;
+mod running_window;
 mod two_stacks;
 mod window_aggregate;
 

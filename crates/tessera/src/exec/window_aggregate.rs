@@ -26,6 +26,7 @@ use arrow::record_batch::RecordBatch;
 
 use super::group_table::{GroupTable, TablePool};
 use super::key_interner::SharedKeys;
+use super::running_window::Sliding;
 use super::two_stacks::TwoStacks;
 use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::error::{Result, TesseraError};
@@ -117,7 +118,7 @@ struct Node {
     closed: BTreeMap<i64, GroupTable>,
     keep_from: i64,
     /// The sliding aggregator over the slices (input `Slices { sliding: true }`).
-    sliding: TwoStacks,
+    sliding: Sliding,
     /// `EMIT CHANGES`: per open instance, the (slot, key) pairs whose row stands written.
     emitted: BTreeMap<i64, hashbrown::HashSet<(usize, u32)>>,
 }
@@ -372,7 +373,7 @@ impl WindowAggregateExec {
                 open: BTreeMap::new(),
                 closed: BTreeMap::new(),
                 keep_from: i64::MIN,
-                sliding: TwoStacks::default(),
+                sliding: Sliding::for_plan(&shape),
                 emitted: BTreeMap::new(),
             })
             .collect();
@@ -733,15 +734,18 @@ impl WindowAggregateExec {
         Ok(())
     }
 
-    /// Drops slices before the first one an open instance reads, and kept instances no open
-    /// child instance reads.
+    /// Drops slices before the first one an open instance reads (or a running window has yet
+    /// to subtract), and kept instances no open child instance reads.
     fn drop_unneeded_state(&mut self) {
         let slicing = &self.slicing;
         let keep_slices_from = self
             .nodes
             .iter()
             .filter(|n| matches!(n.input, NodeInput::Slices { .. }))
-            .map(|n| slicing.slice_of(n.spec.start(n.next_window)))
+            .map(|n| {
+                let open = slicing.slice_of(n.spec.start(n.next_window));
+                n.sliding.oldest_needed().map_or(open, |counted| counted.min(open))
+            })
             .min()
             .unwrap_or(i64::MAX);
         while let Some(entry) = self.slices.first_entry().filter(|e| *e.key() < keep_slices_from) {
@@ -897,7 +901,7 @@ impl StreamOperator for WindowAggregateExec {
             node.keep_from = r.i64()?;
             node.open = tables(r)?;
             node.closed = tables(r)?;
-            node.sliding = TwoStacks::decode(&shape, r)?;
+            node.sliding = Sliding::decode(&shape, r)?;
             let instances = r.len(16)?;
             node.emitted = (0..instances)
                 .map(|_| {

@@ -9,7 +9,9 @@
 //! every event once per slicing (`T = eta * P`) and merges, for each window instance, the slices
 //! it spans, or, through a sliding aggregator (two stacks), each slice twice (pushed, then folded
 //! into the suffixes when the stacks flip) and each instance once (the two stacks' tops), which is
-//! flat in `r/s` where merging every spanned slice is linear.
+//! flat in `r/s` where merging every spanned slice is linear. A running value (COUNT, SUM, AVG)
+//! merges each slice twice too (added, then subtracted) and no instance; the model counts the
+//! dearer two stacks for both.
 
 use super::slicing::Slicing;
 use super::{lcm, WindowSpec};
