@@ -511,30 +511,54 @@ impl GroupStates {
     /// being unusable, when a float sum has no exact fixed-point form (a last bit below 2^-64,
     /// a magnitude of 2^56 or more, not finite) or these states have no exact inverse.
     pub fn add_exactly(&mut self, other: &GroupStates, dst: &[u32], fixed: &mut Vec<i128>, subtract: bool) -> bool {
+        self.add_exactly_slots(other, dst.iter().copied().enumerate(), fixed, subtract)
+    }
+
+    /// Like [`add_exactly`](Self::add_exactly) for slot `src[j]` of `other` and slot `dst[j]`
+    /// of `self`, for every `j`.
+    pub fn add_exactly_selected(
+        &mut self,
+        other: &GroupStates,
+        src: &[u32],
+        dst: &[u32],
+        fixed: &mut Vec<i128>,
+        subtract: bool,
+    ) -> bool {
+        self.add_exactly_slots(other, src.iter().map(|&s| s as usize).zip(dst.iter().copied()), fixed, subtract)
+    }
+
+    /// Adds (or takes away) slot `i` of `other` to slot `d` of `self` for every pair `(i, d)`.
+    fn add_exactly_slots(
+        &mut self,
+        other: &GroupStates,
+        pairs: impl Iterator<Item = (usize, u32)>,
+        fixed: &mut Vec<i128>,
+        subtract: bool,
+    ) -> bool {
         let sign = if subtract { -1 } else { 1 };
         match (self, other) {
             (GroupStates::Count { counts }, GroupStates::Count { counts: oc }) => {
-                for (&c, &d) in oc.iter().zip(dst) {
-                    counts[d as usize] += sign * c;
+                for (i, d) in pairs {
+                    counts[d as usize] += sign * oc[i];
                 }
             }
             (GroupStates::SumInt { sums, counts, .. }, GroupStates::SumInt { sums: os, counts: oc, .. }) => {
-                for ((&s, &c), &d) in os.iter().zip(oc).zip(dst) {
-                    sums[d as usize] += i128::from(sign) * s;
-                    counts[d as usize] += sign * c;
+                for (i, d) in pairs {
+                    sums[d as usize] += i128::from(sign) * os[i];
+                    counts[d as usize] += sign * oc[i];
                 }
             }
             (GroupStates::SumFloat { sums, counts, .. }, GroupStates::SumFloat { sums: os, counts: oc, .. }) => {
                 fixed.resize(sums.len(), 0);
-                for ((&s, &c), &d) in os.iter().zip(oc).zip(dst) {
+                for (i, d) in pairs {
                     let d = d as usize;
-                    let Some(s) = to_fixed(s) else { return false };
+                    let Some(s) = to_fixed(os[i]) else { return false };
                     // Each term is below 2^120 units: a sum out of range fails here, never wraps.
                     let Some(sum) = (if subtract { fixed[d].checked_sub(s) } else { fixed[d].checked_add(s) }) else {
                         return false;
                     };
                     fixed[d] = sum;
-                    counts[d] += sign * c;
+                    counts[d] += sign * oc[i];
                 }
             }
             _ => return false,

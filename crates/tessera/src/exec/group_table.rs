@@ -115,7 +115,7 @@ impl GroupTable {
     }
 
     /// The slot of `key`, if it has state here.
-    fn slot_of(&self, key: u32) -> Option<u32> {
+    pub(super) fn slot_of(&self, key: u32) -> Option<u32> {
         match &self.index {
             SlotIndex::Dense(dense) => dense.get(key as usize).copied().filter(|&s| s != NO_SLOT),
             SlotIndex::Sparse { slots, .. } => slots.get(&key).copied(),

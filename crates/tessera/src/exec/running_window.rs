@@ -12,7 +12,12 @@
 //! stacks, which merge partial aggregates as they are.
 //!
 //! A key stays in the running states while any counted slice holds it; keys that left every
-//! counted slice are dropped before an instance is returned.
+//! counted slice are dropped before an instance is returned. Rows arriving late in a slice the
+//! running value counts take their keys' states out and back in (two merges a key), where
+//! two stacks rebuild the next instance from all its slices. Where late rows between two
+//! instances would cost more than counting the next one afresh, it is counted afresh; where
+//! that goes on instance after instance, the window goes on with two stacks (exact merges
+//! cost about twice float ones, and such a window is rebuilt at every instance anyway).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
@@ -23,6 +28,12 @@ use crate::aggregate::slides_on_running_value;
 use crate::error::{Result, TesseraError};
 use crate::plan::WindowAggregatePlan;
 use crate::state::codec::{StateReader, StateWriter};
+
+/// Why a running value gives up (logged).
+const INEXACT: &str = "a float sum has no exact fixed-point form";
+const LATE: &str = "late rows cost a running value more than counting instances afresh";
+/// Late rows may always merge this many keys' worth between two instances.
+const LATE_FLOOR: u64 = 1024;
 
 /// The instances of one hopping window, combined from its slices as it slides.
 pub(super) enum Sliding {
@@ -40,12 +51,46 @@ impl Sliding {
         }
     }
 
-    /// A row changed slice `slice`: forget what includes it.
-    pub(super) fn invalidate(&mut self, slice: i64) {
+    /// Rows with `keys` (ids, repeats allowed) are about to be added to slice `slice`, now
+    /// `table`: a running value that counted the slice takes those keys' states out; two
+    /// stacks forget the aggregates that include the slice.
+    pub(super) fn before_rows(
+        &mut self,
+        (slice, table, keys): (i64, &GroupTable, &[u32]),
+        scratch: &mut Vec<u32>,
+        slice_reads: &mut u64,
+    ) {
         match self {
-            Sliding::Running(running) => running.invalidate(slice),
+            Sliding::Running(running) => {
+                if let Err(reason) = running.before_rows((slice, table, keys), scratch, slice_reads) {
+                    self.give_up(reason);
+                }
+            }
             Sliding::Stacks(stacks) => stacks.invalidate(slice),
         }
+    }
+
+    /// ... and were added: a running value whose instance spans the slice counts those keys'
+    /// states again (a slice that had no data is counted from now on), so a late row costs
+    /// two merges of its key's state, not a rebuild of the instance (see the module's notes
+    /// on many late rows).
+    pub(super) fn after_rows(
+        &mut self,
+        (slice, table, keys): (i64, &GroupTable, &[u32]),
+        scratch: &mut Vec<u32>,
+        slice_reads: &mut u64,
+    ) {
+        if let Sliding::Running(running) = self {
+            if let Err(reason) = running.after_rows((slice, table, keys), scratch, slice_reads) {
+                self.give_up(reason);
+            }
+        }
+    }
+
+    /// The window goes on with two stacks, built afresh, for `reason`.
+    fn give_up(&mut self, reason: &str) {
+        tracing::debug!("{reason}: the window goes on with two stacks");
+        *self = Sliding::Stacks(TwoStacks::default());
     }
 
     /// The merge of the slices `first..=last` with data (`slices`), `None` if all are empty;
@@ -62,8 +107,7 @@ impl Sliding {
     ) -> Result<Option<Cow<'a, GroupTable>>> {
         if let Sliding::Running(running) = self {
             if !running.slide(first, last, slices, new_table, scratch, slice_reads)? {
-                tracing::debug!("a float sum has no exact fixed-point form: the window goes on with two stacks");
-                *self = Sliding::Stacks(TwoStacks::default());
+                self.give_up(INEXACT);
             }
         }
         match self {
@@ -121,10 +165,20 @@ pub(super) struct RunningWindow {
     holders: Vec<u32>,
     /// Slots no counted slice holds.
     absent: usize,
+    /// The sum of `holders`: the key states counting the instance afresh would merge.
+    held: u64,
+    /// What merging late rows cost since the last instance (see `afford`).
+    late_merges: u64,
+    /// Instances in a row whose late rows cost more than counting them afresh.
+    strikes: u32,
+    /// A late run's distinct keys held by its slice, and their slots there (kept for reuse).
+    late_keys: Vec<u32>,
+    late_slots: Vec<u32>,
     /// The slices with data counted, oldest first.
     counted: VecDeque<i64>,
-    /// The slices up to this one have been counted (or were empty).
-    counted_through: Option<i64>,
+    /// The slices the states stand for, `from..=through`: those of the last instance, and up
+    /// to `through` those with data are counted.
+    span: Option<(i64, i64)>,
 }
 
 impl RunningWindow {
@@ -134,8 +188,13 @@ impl RunningWindow {
             table,
             holders: Vec::new(),
             absent: 0,
+            held: 0,
+            late_merges: 0,
+            strikes: 0,
+            late_keys: Vec::new(),
+            late_slots: Vec::new(),
             counted: VecDeque::new(),
-            counted_through: None,
+            span: None,
         }
     }
 
@@ -145,14 +204,91 @@ impl RunningWindow {
         self.fixed.iter_mut().for_each(Vec::clear);
         self.holders.clear();
         self.absent = 0;
+        self.held = 0;
         self.counted.clear();
-        self.counted_through = None;
+        self.span = None;
     }
 
-    fn invalidate(&mut self, slice: i64) {
-        if self.counted_through.is_some_and(|c| slice <= c) {
-            self.clear();
+    /// Whether late rows may go on merging a run of `keys` rows: while what late runs cost
+    /// since the last instance (their keys, and `LATE_RUN` keys' worth a run for finding
+    /// them) stays below what counting the instance afresh costs (or `LATE_FLOOR` keys'
+    /// worth, for small instances). Beyond, the instance is counted afresh (its other late
+    /// rows then cost nothing more); after `LATE_STRIKES` such instances in a row, the reason
+    /// to give up on the running value.
+    fn afford(&mut self, keys: usize) -> std::result::Result<bool, &'static str> {
+        const LATE_RUN: u64 = 32;
+        const LATE_STRIKES: u32 = 16;
+        self.late_merges += keys as u64 + LATE_RUN;
+        if self.late_merges <= self.held.max(LATE_FLOOR) {
+            return Ok(true);
         }
+        self.clear();
+        self.strikes += 1;
+        if self.strikes >= LATE_STRIKES {
+            return Err(LATE);
+        }
+        Ok(false)
+    }
+
+    fn spans(&self, slice: i64) -> bool {
+        self.span.is_some_and(|(from, through)| from <= slice && slice <= through)
+    }
+
+    /// See [`Sliding::before_rows`]; the reason to give up on the running value, if any.
+    fn before_rows(
+        &mut self,
+        (slice, table, keys): (i64, &GroupTable, &[u32]),
+        scratch: &mut Vec<u32>,
+        slice_reads: &mut u64,
+    ) -> std::result::Result<(), &'static str> {
+        if !self.spans(slice) || self.counted.binary_search(&slice).is_err() {
+            return Ok(());
+        }
+        if !self.afford(keys.len())? {
+            return Ok(());
+        }
+        self.count_keys(table, keys, true, scratch, slice_reads).then_some(()).ok_or(INEXACT)
+    }
+
+    /// See [`Sliding::after_rows`]; the reason to give up on the running value, if any.
+    fn after_rows(
+        &mut self,
+        (slice, table, keys): (i64, &GroupTable, &[u32]),
+        scratch: &mut Vec<u32>,
+        slice_reads: &mut u64,
+    ) -> std::result::Result<(), &'static str> {
+        if !self.spans(slice) {
+            return Ok(());
+        }
+        if !self.afford(keys.len())? {
+            return Ok(());
+        }
+        if let Err(at) = self.counted.binary_search(&slice) {
+            self.counted.insert(at, slice);
+        }
+        self.count_keys(table, keys, false, scratch, slice_reads).then_some(()).ok_or(INEXACT)
+    }
+
+    /// Adds (or subtracts) the states `table` holds for `keys` (ids, repeats allowed).
+    fn count_keys(
+        &mut self,
+        table: &GroupTable,
+        keys: &[u32],
+        subtract: bool,
+        scratch: &mut Vec<u32>,
+        slice_reads: &mut u64,
+    ) -> bool {
+        let (mut held, mut src) = (std::mem::take(&mut self.late_keys), std::mem::take(&mut self.late_slots));
+        held.clear();
+        held.extend_from_slice(keys);
+        held.sort_unstable();
+        held.dedup();
+        src.clear();
+        held.retain(|&k| table.slot_of(k).inspect(|&slot| src.push(slot)).is_some());
+        *slice_reads += held.len() as u64;
+        let exact = self.apply(table, &held, Some(&src), subtract, scratch);
+        (self.late_keys, self.late_slots) = (held, src);
+        exact
     }
 
     /// Moves to the instance of slices `first..=last`: subtracts the counted slices before
@@ -167,14 +303,14 @@ impl RunningWindow {
         scratch: &mut Vec<u32>,
         slice_reads: &mut u64,
     ) -> Result<bool> {
-        if self.counted_through.is_some_and(|c| last < c) {
+        if self.span.is_some_and(|(_, through)| last < through) {
             self.clear();
         }
         if self.counted.back().is_some_and(|&k| k < first) {
             // Every counted slice leaves: start afresh rather than subtract them all.
-            let through = self.counted_through;
+            let span = self.span;
             self.clear();
-            self.counted_through = through;
+            self.span = span;
         }
         while let Some(&k) = self.counted.front().filter(|&&k| k < first) {
             // A counted slice is kept until it is subtracted (see `oldest_needed`); should one
@@ -189,7 +325,7 @@ impl RunningWindow {
             *slice_reads += slice.keys.len() as u64;
             self.counted.pop_front();
         }
-        let from = self.counted_through.map_or(first, |c| first.max(c + 1));
+        let from = self.span.map_or(first, |(_, through)| first.max(through + 1));
         if from <= last {
             for (&k, slice) in slices.range(from..=last) {
                 if !self.count(slice, false, scratch) {
@@ -199,7 +335,11 @@ impl RunningWindow {
                 self.counted.push_back(k);
             }
         }
-        self.counted_through = Some(self.counted_through.map_or(last, |c| c.max(last)));
+        self.span = Some((first, self.span.map_or(last, |(_, through)| through.max(last))));
+        if self.late_merges <= self.held.max(LATE_FLOOR) {
+            self.strikes = 0;
+        }
+        self.late_merges = 0;
         for (states, fixed) in self.table.states.iter_mut().zip(&self.fixed) {
             states.round_exact(fixed);
         }
@@ -211,16 +351,38 @@ impl RunningWindow {
 
     /// Adds (or subtracts) a slice's states and who holds each key.
     fn count(&mut self, slice: &GroupTable, subtract: bool, scratch: &mut Vec<u32>) -> bool {
+        self.apply(slice, &slice.keys, None, subtract, scratch)
+    }
+
+    /// Adds (or subtracts) the states of `keys` in `slice`, at its slots `src` (`None`: every
+    /// slot, `keys` being the slice's keys), and counts the slice as a holder of each.
+    fn apply(
+        &mut self,
+        slice: &GroupTable,
+        keys: &[u32],
+        src: Option<&[u32]>,
+        subtract: bool,
+        scratch: &mut Vec<u32>,
+    ) -> bool {
         let before = self.table.keys.len();
-        self.table.slots_for(&slice.keys, scratch);
-        let RunningWindow { table, fixed, holders, absent, .. } = self;
+        self.table.slots_for(keys, scratch);
+        let RunningWindow { table, fixed, holders, absent, held, .. } = self;
         for ((mine, theirs), fixed) in table.states.iter_mut().zip(&slice.states).zip(fixed.iter_mut()) {
-            if !mine.add_exactly(theirs, scratch, fixed, subtract) {
+            let exact = match src {
+                None => mine.add_exactly(theirs, scratch, fixed, subtract),
+                Some(src) => mine.add_exactly_selected(theirs, src, scratch, fixed, subtract),
+            };
+            if !exact {
                 return false;
             }
         }
         // New slots are held by no slice until this one is counted.
         *absent += table.keys.len() - before;
+        if subtract {
+            *held -= scratch.len() as u64;
+        } else {
+            *held += scratch.len() as u64;
+        }
         holders.resize(table.keys.len(), 0);
         for &slot in scratch.iter() {
             let held = &mut holders[slot as usize];
@@ -270,8 +432,12 @@ impl RunningWindow {
         }
         w.u32s(&self.holders);
         w.i64s(&self.counted.iter().copied().collect::<Vec<_>>());
-        w.bool(self.counted_through.is_some());
-        w.i64(self.counted_through.unwrap_or(0));
+        w.bool(self.span.is_some());
+        let (from, through) = self.span.unwrap_or_default();
+        w.i64(from);
+        w.i64(through);
+        w.u64(self.late_merges);
+        w.u32(self.strikes);
     }
 
     fn decode(plan: &WindowAggregatePlan, r: &mut StateReader) -> Result<Self> {
@@ -284,13 +450,30 @@ impl RunningWindow {
             .collect::<Result<Vec<Vec<i128>>>>()?;
         let holders = r.u32s()?;
         let counted = r.i64s()?.into();
-        let counted_through = if r.bool()? { Some(r.i64()?) } else { r.i64().map(|_| None)? };
+        let spanned = r.bool()?;
+        let span = (r.i64()?, r.i64()?);
+        let span = spanned.then_some(span);
+        let late_merges = r.u64()?;
+        let strikes = r.u32()?;
         let slots = table.keys.len();
         if holders.len() != slots || fixed.iter().any(|f| !f.is_empty() && f.len() != slots) {
             return Err(TesseraError::Checkpoint("a saved running window is inconsistent".into()));
         }
         let absent = holders.iter().filter(|&&h| h == 0).count();
-        Ok(RunningWindow { table, fixed, holders, absent, counted, counted_through })
+        let held = holders.iter().map(|&h| u64::from(h)).sum();
+        Ok(RunningWindow {
+            table,
+            fixed,
+            holders,
+            absent,
+            held,
+            late_merges,
+            strikes,
+            late_keys: Vec::new(),
+            late_slots: Vec::new(),
+            counted,
+            span,
+        })
     }
 
     fn bytes(&self) -> usize {
@@ -362,7 +545,7 @@ mod tests {
 
     proptest! {
         /// Sliding over slices with keys coming and going, empty slices, rows arriving in a
-        /// slice already counted, slices dropped as soon as the operator may drop them, and
+        /// slice already counted (or spanned while empty), slices dropped as soon as the operator may drop them, and
         /// the state saved and restored between instances: every instance equals its slices
         /// merged afresh, to the bit while the running value holds; a value with no exact
         /// fixed-point form hands the window to two stacks.
@@ -402,10 +585,13 @@ mod tests {
                     if tiny_slice == Some(target as usize) {
                         continue;
                     }
+                    let before = tables.remove(&target).unwrap_or_else(new_table);
+                    sliding.before_rows((target, &before, &[key, key]), &mut scratch, &mut reads);
                     let rows = slices.entry(target).or_default();
                     rows.push((key, f64::from(v) / 4.0));
-                    tables.insert(target, slice(&plan, rows));
-                    sliding.invalidate(target);
+                    let after = slice(&plan, rows);
+                    sliding.after_rows((target, &after, &[key, key]), &mut scratch, &mut reads);
+                    tables.insert(target, after);
                 }
                 let got = values(sliding.window(first, last, &tables, &new_table, &mut scratch, &mut reads).unwrap().as_deref());
                 let mut fresh: Option<GroupTable> = None;
@@ -429,6 +615,8 @@ mod tests {
                     sliding = Sliding::decode(&plan, &mut StateReader::new(&bytes)).unwrap();
                 }
             }
+            // Two stacks only for a value with no exact form (the few late rows here cost less
+            // than a rebuild).
             prop_assert_eq!(matches!(sliding, Sliding::Stacks(_)), tiny_slice.is_some());
         }
     }

@@ -459,10 +459,10 @@ impl WindowAggregateExec {
         values: &[Option<ArrayRef>],
         late_rows: &mut [Vec<u32>],
     ) -> Result<()> {
-        let WindowAggregateExec { nodes, shape, slicing, slices, scratch, changed, pool, .. } = self;
+        let WindowAggregateExec { nodes, shape, slicing, slices, scratch, changed, pool, emit_reads, .. } = self;
         let times = &input.event_times;
         let mut updates = 0u64;
-        let mut add = |table: &mut GroupTable, run: std::ops::Range<usize>| {
+        let mut add = |table: &mut GroupTable, run: std::ops::Range<usize>, scratch: &mut Vec<u32>| {
             table.add_rows(&key_ids[run.clone()], run.start, values, scratch);
             updates += run.len() as u64;
         };
@@ -487,7 +487,7 @@ impl WindowAggregateExec {
                     // Closed instances that an open child still reads take the late row too.
                     if !node.children.is_empty() {
                         for m in first.max(node.keep_from)..=last.min(node.next_window - 1) {
-                            add(node.closed.entry(m).or_insert_with(|| GroupTable::new(shape)), run.clone());
+                            add(node.closed.entry(m).or_insert_with(|| GroupTable::new(shape)), run.clone(), scratch);
                         }
                     }
                 }
@@ -495,7 +495,7 @@ impl WindowAggregateExec {
                     match node.input {
                         NodeInput::Stream => {
                             for m in first.max(node.next_window)..=last {
-                                add(node.open.entry(m).or_insert_with(|| pool.take(shape)), run.clone());
+                                add(node.open.entry(m).or_insert_with(|| pool.take(shape)), run.clone(), scratch);
                             }
                         }
                         NodeInput::Slices { .. } => to_slice = true,
@@ -507,9 +507,14 @@ impl WindowAggregateExec {
                 changed.entry(slice).or_default().extend_from_slice(&key_ids[run.clone()]);
             }
             if to_slice {
-                add(slices.entry(slice).or_insert_with(|| pool.take(shape)), run.clone());
+                let table = slices.entry(slice).or_insert_with(|| pool.take(shape));
+                let keys = &key_ids[run.clone()];
                 for node in nodes.iter_mut() {
-                    node.sliding.invalidate(slice);
+                    node.sliding.before_rows((slice, table, keys), scratch, emit_reads);
+                }
+                add(table, run.clone(), scratch);
+                for node in nodes.iter_mut() {
+                    node.sliding.after_rows((slice, table, keys), scratch, emit_reads);
                 }
             }
             row = run_end;
