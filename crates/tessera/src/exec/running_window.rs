@@ -20,10 +20,10 @@
 //! cost about twice float ones, and such a window is rebuilt at every instance anyway).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::group_table::GroupTable;
-use super::two_stacks::TwoStacks;
+use super::two_stacks::{InstanceSlices, TwoStacks};
 use crate::aggregate::slides_on_running_value;
 use crate::error::{Result, TesseraError};
 use crate::plan::WindowAggregatePlan;
@@ -93,26 +93,23 @@ impl Sliding {
         *self = Sliding::Stacks(TwoStacks::default());
     }
 
-    /// The merge of the slices `first..=last` with data (`slices`), `None` if all are empty;
-    /// `slice_reads` counts the slices' group states read. Instances come in order (`first`
-    /// and `last` never decrease; one ending before the last one is rebuilt).
+    /// The merge of the instance's slices with data, `None` if all are empty; `slice_reads`
+    /// counts the slices' group states read. Instances come in order (`first` and `last`
+    /// never decrease; one ending before the last one is rebuilt).
     pub(super) fn window<'a>(
         &'a mut self,
-        first: i64,
-        last: i64,
-        slices: &BTreeMap<i64, GroupTable>,
-        new_table: &dyn Fn() -> GroupTable,
+        instance: &InstanceSlices,
         scratch: &mut Vec<u32>,
         slice_reads: &mut u64,
     ) -> Result<Option<Cow<'a, GroupTable>>> {
         if let Sliding::Running(running) = self {
-            if !running.slide(first, last, slices, new_table, scratch, slice_reads)? {
+            if !running.slide(instance, scratch, slice_reads)? {
                 self.give_up(INEXACT);
             }
         }
         match self {
             Sliding::Running(running) => Ok(running.current().map(Cow::Borrowed)),
-            Sliding::Stacks(stacks) => stacks.window(first, last, slices, new_table, scratch, slice_reads),
+            Sliding::Stacks(stacks) => stacks.window(instance, scratch, slice_reads),
         }
     }
 
@@ -294,15 +291,8 @@ impl RunningWindow {
     /// Moves to the instance of slices `first..=last`: subtracts the counted slices before
     /// `first`, adds those after the last counted up to `last`, and drops the keys no counted
     /// slice holds. False if a float sum has no exact form (the states are then unusable).
-    fn slide(
-        &mut self,
-        first: i64,
-        last: i64,
-        slices: &BTreeMap<i64, GroupTable>,
-        new_table: &dyn Fn() -> GroupTable,
-        scratch: &mut Vec<u32>,
-        slice_reads: &mut u64,
-    ) -> Result<bool> {
+    fn slide(&mut self, instance: &InstanceSlices, scratch: &mut Vec<u32>, slice_reads: &mut u64) -> Result<bool> {
+        let &InstanceSlices { first, last, slices, new_table } = instance;
         if self.span.is_some_and(|(_, through)| last < through) {
             self.clear();
         }
@@ -593,7 +583,8 @@ mod tests {
                     sliding.after_rows((target, &after, &[key, key]), &mut scratch, &mut reads);
                     tables.insert(target, after);
                 }
-                let got = values(sliding.window(first, last, &tables, &new_table, &mut scratch, &mut reads).unwrap().as_deref());
+                let instance = InstanceSlices { first, last, slices: &tables, new_table: &new_table };
+                let got = values(sliding.window(&instance, &mut scratch, &mut reads).unwrap().as_deref());
                 let mut fresh: Option<GroupTable> = None;
                 for (_, table) in tables.range(first..=last) {
                     fresh.get_or_insert_with(new_table).merge_from(table, &mut scratch).unwrap();

@@ -19,6 +19,15 @@ use crate::error::Result;
 use crate::plan::WindowAggregatePlan;
 use crate::state::codec::{StateReader, StateWriter};
 
+/// The slices of one instance, `first..=last`, among those with data (`slices`), and how to
+/// make the empty table merges start from.
+pub(super) struct InstanceSlices<'a> {
+    pub(super) first: i64,
+    pub(super) last: i64,
+    pub(super) slices: &'a BTreeMap<i64, GroupTable>,
+    pub(super) new_table: &'a dyn Fn() -> GroupTable,
+}
+
 #[derive(Default)]
 pub(super) struct TwoStacks {
     /// Slices pushed since the last flip, oldest first.
@@ -42,19 +51,17 @@ impl TwoStacks {
         }
     }
 
-    /// The merge of the slices `first..=last` with data (`slices`), `None` if all are empty;
-    /// `slice_reads` counts the slices' group states read (each slice is read when pushed and
-    /// when flipped; combining the stacks' own aggregates reads no slice). Instances come in order (`first` and
-    /// `last` never decrease; a window ending before the last one pushed is rebuilt).
+    /// The merge of the instance's slices with data, `None` if all are empty; `slice_reads`
+    /// counts the slices' group states read (each slice is read when pushed and when flipped;
+    /// combining the stacks' own aggregates reads no slice). Instances come in order (`first`
+    /// and `last` never decrease; a window ending before the last one pushed is rebuilt).
     pub(super) fn window<'a>(
         &'a mut self,
-        first: i64,
-        last: i64,
-        slices: &BTreeMap<i64, GroupTable>,
-        new_table: &dyn Fn() -> GroupTable,
+        instance: &InstanceSlices,
         scratch: &mut Vec<u32>,
         slice_reads: &mut u64,
     ) -> Result<Option<Cow<'a, GroupTable>>> {
+        let &InstanceSlices { first, last, slices, new_table } = instance;
         if self.pushed_through.is_some_and(|p| last < p) {
             *self = TwoStacks::default();
         }

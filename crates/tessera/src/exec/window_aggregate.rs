@@ -27,7 +27,7 @@ use arrow::record_batch::RecordBatch;
 use super::group_table::{GroupTable, TablePool};
 use super::key_interner::SharedKeys;
 use super::running_window::Sliding;
-use super::two_stacks::TwoStacks;
+use super::two_stacks::{InstanceSlices, TwoStacks};
 use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::error::{Result, TesseraError};
 use crate::optimizer::window_strategy::NodeInput;
@@ -595,8 +595,9 @@ impl WindowAggregateExec {
             NodeInput::Slices { sliding: true } => {
                 let range = slicing.slices_between(spec.start(m), spec.end(m));
                 let new_table = || GroupTable::new(shape);
-                let window =
-                    node.sliding.window(*range.start(), *range.end(), slices, &new_table, scratch, emit_reads)?;
+                let instance =
+                    InstanceSlices { first: *range.start(), last: *range.end(), slices, new_table: &new_table };
+                let window = node.sliding.window(&instance, scratch, emit_reads)?;
                 let Some(window) = window else { return Ok(()) };
                 emitter.emit(&node.slots, spec, m, &window)?;
                 if !node.children.is_empty() {
@@ -710,14 +711,13 @@ impl WindowAggregateExec {
                     for (&m, keys) in &instances {
                         let range = slicing.slices_between(node.spec.start(m), node.spec.end(m));
                         let mut table = new_table();
-                        let window = sweep.window(
-                            *range.start(),
-                            *range.end(),
-                            &partials,
-                            &new_table,
-                            scratch,
-                            &mut partial_reads,
-                        )?;
+                        let instance = InstanceSlices {
+                            first: *range.start(),
+                            last: *range.end(),
+                            slices: &partials,
+                            new_table: &new_table,
+                        };
+                        let window = sweep.window(&instance, scratch, &mut partial_reads)?;
                         if let Some(window) = window {
                             table.merge_keys_from(&window, keys, scratch)?;
                         }
