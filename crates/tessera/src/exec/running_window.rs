@@ -275,16 +275,16 @@ impl RunningWindow {
         scratch: &mut Vec<u32>,
         slice_reads: &mut u64,
     ) -> bool {
-        let (mut held, mut src) = (std::mem::take(&mut self.late_keys), std::mem::take(&mut self.late_slots));
-        held.clear();
-        held.extend_from_slice(keys);
-        held.sort_unstable();
-        held.dedup();
+        let (mut present, mut src) = (std::mem::take(&mut self.late_keys), std::mem::take(&mut self.late_slots));
+        present.clear();
+        present.extend_from_slice(keys);
+        present.sort_unstable();
+        present.dedup();
         src.clear();
-        held.retain(|&k| table.slot_of(k).inspect(|&slot| src.push(slot)).is_some());
-        *slice_reads += held.len() as u64;
-        let exact = self.apply(table, &held, Some(&src), subtract, scratch);
-        (self.late_keys, self.late_slots) = (held, src);
+        present.retain(|&k| table.slot_of(k).inspect(|&slot| src.push(slot)).is_some());
+        *slice_reads += present.len() as u64;
+        let exact = self.apply(table, &present, Some(&src), subtract, scratch);
+        (self.late_keys, self.late_slots) = (present, src);
         exact
     }
 
