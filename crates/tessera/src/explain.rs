@@ -37,9 +37,15 @@ pub fn explain_json(script: &Script) -> Value {
             for (g, group) in mine.iter().enumerate() {
                 let name = |n: usize| names[g][n].clone();
                 let plan = &group.plan;
-                let running = group.members.first().is_some_and(|m| slides_on_running_value(&m.plan.aggregates));
+                let sliced: Vec<_> =
+                    plan.nodes.iter().filter(|n| matches!(n.input, NodeInput::Slices { .. })).map(|n| n.spec).collect();
+                let slicing = Slicing::shared(&sliced);
                 for (n, node) in plan.nodes.iter().enumerate() {
                     let sliding = node.input == NodeInput::Slices { sliding: true };
+                    let running = sliding
+                        && group.members.first().is_some_and(|m| {
+                            slides_on_running_value(&m.plan.aggregates, slicing.most_slices_in(&node.spec))
+                        });
                     windows.push(json!({
                         "name": name(n), "range": node.spec.range, "slide": node.spec.slide, "unit": unit,
                         "output": node.output, "factor": !node.output, "input": input_name(node.input, &name),
@@ -163,14 +169,7 @@ fn group_edges(group: &WindowGroup, name: &dyn Fn(usize) -> String) -> Vec<Value
     for (n, node) in plan.nodes.iter().enumerate() {
         let (from, multiplier) = match node.input {
             NodeInput::Stream => ("stream".to_string(), node.spec.range),
-            NodeInput::Slices { .. } => {
-                let slices = slicing(&node.spec);
-                let most = (0..slices.period() / node.spec.slide.max(1) + 1)
-                    .map(|m| slices.slices_in(&node.spec, m))
-                    .max()
-                    .unwrap_or(1);
-                ("slices".to_string(), most)
-            }
+            NodeInput::Slices { .. } => ("slices".to_string(), slicing(&node.spec).most_slices_in(&node.spec)),
             NodeInput::Window(p) => (name(p), node.spec.covering_multiplier(&plan.nodes[p].spec)),
         };
         edges.push(json!({ "from": from, "to": name(n), "multiplier": multiplier }));

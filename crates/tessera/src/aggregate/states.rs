@@ -502,6 +502,11 @@ impl GroupStates {
         matches!(self, GroupStates::Count { .. } | GroupStates::SumInt { .. } | GroupStates::SumFloat { .. })
     }
 
+    /// Whether these states sum floats (their exact running value needs fixed point).
+    pub fn sums_floats(&self) -> bool {
+        matches!(self, GroupStates::SumFloat { .. })
+    }
+
     /// Adds slot `i` of `other` to slot `dst[i]` of `self` for every slot of `other`, or, with
     /// `subtract`, takes it away, exactly: states that slices entered and left equal those
     /// merged from the remaining slices afresh, however many came and went. Counts and integer

@@ -3,8 +3,10 @@
 //!
 //! A [`RunningWindow`] keeps the states of the last instance and moves to the next by adding
 //! the slices that enter it and subtracting those that leave: two merges a slide, whatever
-//! the range, and no stacks of partial aggregates to build and keep. It serves COUNT, SUM and
-//! AVG. Subtracting must not drift, so the states are added and taken away exactly
+//! the range, and no stacks of partial aggregates to build and keep. It serves COUNT and
+//! integer SUM and AVG, and float SUM and AVG over windows of
+//! [`RUNNING_FLOAT_SLICES`](crate::aggregate::RUNNING_FLOAT_SLICES) slices or more (below,
+//! two stacks' float merges run faster than exact ones). Subtracting must not drift, so the states are added and taken away exactly
 //! ([`GroupStates::add_exactly`](crate::aggregate::GroupStates::add_exactly): float sums in
 //! fixed point beside the float value), and an instance's value is the exact sum of its
 //! slices, rounded once. A float sum with no exact fixed-point form (values below 2^-64's
@@ -42,9 +44,10 @@ pub(super) enum Sliding {
 }
 
 impl Sliding {
-    /// A running value if every aggregate of `plan` has an exact inverse, else two stacks.
-    pub(super) fn for_plan(plan: &WindowAggregatePlan) -> Self {
-        if slides_on_running_value(&plan.aggregates) {
+    /// A running value or two stacks for `plan`'s aggregates over instances of `slices`
+    /// slices (see [`slides_on_running_value`]).
+    pub(super) fn for_plan(plan: &WindowAggregatePlan, slices: i64) -> Self {
+        if slides_on_running_value(&plan.aggregates, slices) {
             Sliding::Running(RunningWindow::new(GroupTable::new(plan)))
         } else {
             Sliding::Stacks(TwoStacks::default())
@@ -533,6 +536,19 @@ mod tests {
             })
     }
 
+    #[test]
+    fn counts_slide_on_a_running_value_float_sums_only_over_many_slices() {
+        let running = |aggregates: &str, slices: i64| {
+            matches!(Sliding::for_plan(&plan_of(aggregates), slices), Sliding::Running(_))
+        };
+        assert!(running("COUNT(*), COUNT(v)", 2));
+        assert!(!running("SUM(v), COUNT(*)", 30));
+        assert!(!running("SUM(v), COUNT(*)", crate::aggregate::RUNNING_FLOAT_SLICES - 1));
+        assert!(running("SUM(v), COUNT(*)", crate::aggregate::RUNNING_FLOAT_SLICES));
+        assert!(!running("MIN(v), COUNT(*)", 10_000));
+        assert!(!running("VAR_SAMP(v)", 10_000));
+    }
+
     proptest! {
         /// Sliding over slices with keys coming and going, empty slices, rows arriving in a
         /// slice already counted (or spanned while empty), slices dropped as soon as the operator may drop them, and
@@ -558,7 +574,7 @@ mod tests {
             }
             let mut slices: BTreeMap<i64, Vec<(u32, f64)>> = BTreeMap::new();
             let mut tables: BTreeMap<i64, GroupTable> = BTreeMap::new();
-            let mut sliding = Sliding::for_plan(&plan);
+            let mut sliding = Sliding::for_plan(&plan, crate::aggregate::RUNNING_FLOAT_SLICES);
             prop_assert!(matches!(sliding, Sliding::Running(_)));
             let (mut scratch, mut reads) = (Vec::new(), 0);
             let instances = pending.len() as i64;

@@ -361,6 +361,7 @@ impl WindowAggregateExec {
         let changes = shape.emit == EmitMode::Changes;
         let roots: Vec<WindowSpec> =
             nodes.iter().filter(|n| !matches!(n.input, NodeInput::Window(_))).map(|n| n.spec).collect();
+        let slicing = Slicing::shared(&roots);
         let mut built: Vec<Node> = nodes
             .iter()
             .map(|n| Node {
@@ -373,7 +374,11 @@ impl WindowAggregateExec {
                 open: BTreeMap::new(),
                 closed: BTreeMap::new(),
                 keep_from: i64::MIN,
-                sliding: Sliding::for_plan(&shape),
+                // Only a node sliding over the slices uses it.
+                sliding: Sliding::for_plan(
+                    &shape,
+                    if n.input == (NodeInput::Slices { sliding: true }) { slicing.most_slices_in(&n.spec) } else { 0 },
+                ),
                 emitted: BTreeMap::new(),
             })
             .collect();
@@ -403,7 +408,7 @@ impl WindowAggregateExec {
                 event_time_type,
             },
             shape,
-            slicing: Slicing::shared(&roots),
+            slicing,
             slices: BTreeMap::new(),
             pool: TablePool::default(),
             changed: changes.then(BTreeMap::new),

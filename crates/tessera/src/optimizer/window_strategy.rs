@@ -6,8 +6,9 @@
 //! - `unshared_paired`: every window on its own paired slices;
 //! - `shared_paired`: one common slicing for all windows (Krishnamurthy et al.);
 //! - `shared_sliding`: the same slices, but a hopping window whose instances span many of
-//!   them combines them through a sliding aggregator (a running value for COUNT, SUM and AVG,
-//!   two stacks otherwise) instead of merging all the slices of every instance;
+//!   them combines them through a sliding aggregator (a running value for COUNT and SUM or
+//!   AVG, see `exec::running_window`, two stacks otherwise) instead of merging all the slices
+//!   of every instance;
 //! - `wcg`: the window coverage graph, windows computed from the instances of a covering
 //!   window (Algorithm 1);
 //! - `wcg_factor`: the coverage graph with factor windows (Algorithm 2).

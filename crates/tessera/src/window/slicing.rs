@@ -98,6 +98,11 @@ impl Slicing {
         let range = self.slices_between(w.start(m), w.end(m));
         range.end() - range.start() + 1
     }
+
+    /// The most slices an instance of `w` spans (instances repeat with the slicing's period).
+    pub fn most_slices_in(&self, w: &WindowSpec) -> i64 {
+        (0..self.period() / w.slide.max(1) + 1).map(|m| self.slices_in(w, m)).max().unwrap_or(1)
+    }
 }
 
 #[cfg(test)]

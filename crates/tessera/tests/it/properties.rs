@@ -213,15 +213,17 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
 
-    /// COUNT, SUM and AVG alone slide on a running value (slices added and subtracted
-    /// exactly), in memory and spilled, with keys coming and going (NULL keys, sparse streams)
-    /// and late events; `tiny` values have no exact fixed-point form, so a window meeting one
-    /// goes on with two stacks. Equal to the reference, and the sliding plan to the naive one.
+    /// COUNT alone slides on a running value over any range, SUM and AVG over 512 slices or
+    /// more (`long`; slices added and subtracted exactly, float sums in fixed point), in
+    /// memory and spilled, with keys coming and going (NULL keys, sparse streams) and late
+    /// events; `tiny` values have no exact fixed-point form, so a window meeting one goes on
+    /// with two stacks. Equal to the reference, and the sliding plan to the naive one.
     #[test]
     fn invertible_aggregates_on_a_running_value_equal_reference(
         events in event_strategy(),
         slide in 1i64..6,
         extra in 1i64..25,
+        long in any::<bool>(),
         delay in 0i64..6,
         batch_size in 1usize..30,
         parallelism in 1usize..4,
@@ -234,14 +236,24 @@ proptest! {
                 event.value = Some(1e-30);
             }
         }
-        let range = slide + extra;
-        let aggs = [Agg::Sum, Agg::CountRows, Agg::Count, Agg::Avg];
+        let (range, slide, aggs) = if long {
+            (512 + extra, 1, vec![Agg::Sum, Agg::CountRows, Agg::Count, Agg::Avg])
+        } else {
+            (slide + extra, slide, vec![Agg::CountRows, Agg::Count])
+        };
         let select: Vec<String> = aggs.iter().map(|a| a.sql("v")).collect();
         let text = format!(
             "{}SELECT k, window_start, window_end, {} FROM HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{range}' SECOND) GROUP BY k, window_start, window_end;",
             source_ddl(delay),
             select.join(", ")
         );
+        let mut script = tessera::engine::Script::compile(&text, std::path::Path::new(".")).expect("script");
+        script.settings.window_strategy = Some(WindowStrategy::SharedSliding);
+        let explained = tessera::explain::explain_json(&script);
+        let window = &explained["queries"][0]["windows"][0];
+        if window["sliding"] == true {
+            prop_assert_eq!(&window["sliding_aggregator"], "running value");
+        }
         let (expected, late) = evaluate(&events, range, slide, delay, &aggs);
         let dir = tempfile::tempdir().expect("temp dir");
         for strategy in [WindowStrategy::SharedSliding, WindowStrategy::Baseline] {
