@@ -37,14 +37,14 @@ pub fn explain_json(script: &Script) -> Value {
             for (g, group) in mine.iter().enumerate() {
                 let name = |n: usize| names[g][n].clone();
                 let plan = &group.plan;
-                let sliced: Vec<_> =
-                    plan.nodes.iter().filter(|n| matches!(n.input, NodeInput::Slices { .. })).map(|n| n.spec).collect();
-                let slicing = Slicing::shared(&sliced);
+                let feeds = group_edges(group, &name);
                 for (n, node) in plan.nodes.iter().enumerate() {
                     let sliding = node.input == NodeInput::Slices { sliding: true };
+                    // A sliding window's feeding edge carries the most slices an instance spans.
+                    let spanned = feeds.iter().find(|e| e["to"] == name(n)).and_then(|e| e["multiplier"].as_i64());
                     let running = sliding
                         && group.members.first().is_some_and(|m| {
-                            slides_on_running_value(&m.plan.aggregates, slicing.most_slices_in(&node.spec))
+                            slides_on_running_value(&m.plan.aggregates, spanned.unwrap_or(1))
                         });
                     windows.push(json!({
                         "name": name(n), "range": node.spec.range, "slide": node.spec.slide, "unit": unit,
@@ -55,7 +55,7 @@ pub fn explain_json(script: &Script) -> Value {
                         "queries": group.members.iter().filter(|m| m.node == n).map(|m| m.query + 1).collect::<Vec<_>>(),
                     }));
                 }
-                edges.extend(group_edges(group, &name));
+                edges.extend(feeds);
                 for member in &group.members {
                     for a in &member.plan.aggregates {
                         if !aggregates.contains(&a.function.name()) {
