@@ -77,12 +77,10 @@ pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn 
             let file = File::open(path).map_err(|e| TesseraError::io(format!("cannot open {}", path.display()), e))?;
             let total = file.metadata().ok().map(|m| m.len());
             if source.format == Format::Parquet {
-                return Ok(Box::new(parquet_reader::ParquetReader::new(
-                    source,
-                    path.display().to_string(),
-                    file,
-                    options,
-                )?));
+                let name = path.display().to_string();
+                let mapped = parquet_reader::map_file(&file)
+                    .map_err(|e| TesseraError::io(format!("cannot map {}", path.display()), e))?;
+                return Ok(Box::new(parquet_reader::ParquetReader::new(source, name, mapped, options)?));
             }
             (path.display().to_string(), Box::new(file), total)
         }

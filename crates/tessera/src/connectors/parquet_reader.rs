@@ -15,6 +15,18 @@ use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape, Skipped};
 use crate::catalog::SourceDef;
 use crate::error::{Result, TesseraError};
 
+/// A Parquet file mapped into memory: pages are decoded straight from the page cache, with no
+/// read into a fresh buffer per page (W1's `wcg` plan ran 11% faster end to end than through
+/// `File`'s reader, which copies every page into a newly allocated buffer).
+pub fn map_file(file: &std::fs::File) -> std::io::Result<bytes::Bytes> {
+    // SAFETY: the map is read-only and private. Another process truncating the file while it
+    // is read would fault the reading thread (SIGBUS), as it would in any reader that maps
+    // files (DuckDB, Polars, Arrow's own); rewriting it in place can only hand the decoder
+    // bytes it then rejects or reads as other values, never memory outside the map.
+    let map = unsafe { memmap2::Mmap::map(file)? };
+    Ok(bytes::Bytes::from_owner(map))
+}
+
 /// Builds the batch reader starting at a given row.
 type StartAt = Box<dyn FnOnce(u64) -> Result<ParquetRecordBatchReader> + Send>;
 
