@@ -107,7 +107,9 @@ impl GroupTable {
     /// Empties the table, keeping its buffers.
     pub(super) fn clear(&mut self) {
         match &mut self.index {
-            SlotIndex::Dense(dense) => dense.clear(),
+            // The index keeps its length, so that the next slice's keys find their entries
+            // there (see `slots_for`); only the entries in use are reset.
+            SlotIndex::Dense(dense) => self.keys.iter().for_each(|&k| dense[k as usize] = NO_SLOT),
             SlotIndex::Sparse { .. } => self.index = SlotIndex::Dense(Vec::new()),
         }
         self.keys.clear();
@@ -128,14 +130,17 @@ impl GroupTable {
         out.resize(key_ids.len(), NO_SLOT);
         let mut i = 0;
         while i < key_ids.len() {
-            // Most keys find their slot in a dense index: a tight loop up to the first that
-            // does not, which gets its slot made (the index may change shape).
-            if let SlotIndex::Dense(dense) = &self.index {
+            // Most keys have an entry in a dense index: a tight loop, which also makes the
+            // slots of keys new here, up to the first key past the index, which gets its slot
+            // made outside (the index may change shape).
+            if let SlotIndex::Dense(dense) = &mut self.index {
                 for (slot, &key) in out[i..].iter_mut().zip(&key_ids[i..]) {
-                    match dense.get(key as usize) {
-                        Some(&found) if found != NO_SLOT => *slot = found,
-                        _ => break,
+                    let Some(entry) = dense.get_mut(key as usize) else { break };
+                    if *entry == NO_SLOT {
+                        *entry = self.keys.len() as u32;
+                        self.keys.push(key);
                     }
+                    *slot = *entry;
                     i += 1;
                 }
             }
@@ -308,5 +313,22 @@ pub(super) mod tests {
         let bytes = w.into_bytes();
         let back = GroupTable::decode(&plan, &mut StateReader::new(&bytes)).unwrap();
         assert_eq!((back.slot_of(5), back.slot_of(900_000), back.slot_of(6)), (Some(0), Some(1), None));
+    }
+
+    #[test]
+    fn a_cleared_table_reused_holds_only_its_new_keys() {
+        let plan = plan_of("COUNT(*)");
+        let mut table = GroupTable::new(&plan);
+        let mut slots = Vec::new();
+        table.slots_for(&[3, 9, 3, 1], &mut slots);
+        assert_eq!(slots, [0, 1, 0, 2]);
+        table.clear();
+        assert_eq!((table.slot_of(3), table.slot_of(9), table.slot_of(1)), (None, None, None));
+        // Keys inside the index kept from before and one past it, first seen in any order.
+        table.slots_for(&[9, 20, 2, 9], &mut slots);
+        assert_eq!(slots, [0, 1, 2, 0]);
+        assert_eq!(table.keys, [9, 20, 2]);
+        assert_eq!((table.slot_of(3), table.slot_of(20)), (None, Some(1)));
+        assert_eq!(table.states[0].len(), 3);
     }
 }
