@@ -7,12 +7,13 @@ w1_<strategy>: W1 run with --set window_strategy=<strategy> (baseline, unshared_
 shared_paired, shared_sliding, wcg, wcg_factor); plain w1 lets the optimizer choose.
 
 For each workload and input format it reports the median wall time of `tessera run` (whole
-process, results written to a CSV file), tessera's compute-only time (`tessera bench`: input
-preloaded in memory) and DuckDB's time for the same queries on the same file, writing the same
+process, results written to a CSV file), tessera's compute-only time (`tessera bench --repeat 3`:
+input preloaded in memory, the median of three runs in one process, so the first run's cold
+allocations do not decide it) and DuckDB's time for the same queries on the same file, writing the same
 rows to a CSV file (timed inside the Python process, so DuckDB's import is not counted). After
-one untimed round, the runs go in rounds, each running every case once in a shuffled order, so
-load that drifts during a benchmark falls on every case alike; medians over the rounds are
-reported. With w1 and w1_baseline it also prints W1's criteria: the chosen plan against the
+one untimed round, the runs go in rounds, each running every case once in a shuffled order
+(tessera's runs, then its compute runs, then DuckDB's queries), so load that drifts during a
+benchmark falls on every case alike; medians over the rounds are reported. With w1 and w1_baseline it also prints W1's criteria: the chosen plan against the
 baseline, and the rank correlation of the forced strategies' times with their modeled costs
 (`tessera explain`).
 Usage: scripts/bench.sh (builds the release binary and the Python env first).
@@ -145,28 +146,33 @@ def main():
             source = DUCKDB_SOURCE[fmt].format(path=os.path.join(DATA, f"iot.{fmt}"))
             commands[(workload, fmt)] = (
                 [args.tessera, "run", script, "-o", out_t, "-q", *fixed],
-                [args.tessera, "bench", script, "--repeat", "1", "--json", *fixed],
+                [args.tessera, "bench", script, "--repeat", "3", "--json", *fixed],
                 duckdb_sql(workload, source, out_d),
                 (out_t, out_d),
             )
         connections = {case: duckdb.connect() for case in cases}
         # One untimed round first: the first runs pay for cold caches. The order is shuffled
-        # every round: in a rotating one each case would always follow the same one (the case
-        # after DuckDB's W2, which leaves much memory to reclaim, ran 40% slower).
+        # every round: in a rotating one each case would always follow the same one. Within a
+        # round, every case's tessera run comes first, then their compute runs, then DuckDB's
+        # queries: a tessera run right after DuckDB's W2, which leaves much memory for the
+        # kernel to reclaim, runs slower (W1 `auto` measured 0.058 s against 0.047 for the same
+        # plan forced as `wcg` when interleaved), so interleaving them timed the neighbour.
         order = list(cases)
         shuffle = random.Random(len(cases)).shuffle
         for round_ in range(-1, args.repeat):
             shuffle(order)
+            measured = {case: {} for case in cases}
             for case in order:
-                run, bench, sql, _ = commands[case]
-                elapsed = timed(lambda: subprocess.run(run, check=True))
-                out = subprocess.run(bench, check=True, capture_output=True, text=True).stdout
-                compute = json.loads(out)["compute_seconds_median"]
-                duckdb_elapsed = timed(lambda: connections[case].execute(sql))
-                if round_ >= 0:
-                    times[case]["run"].append(elapsed)
-                    times[case]["compute"].append(compute)
-                    times[case]["duckdb"].append(duckdb_elapsed)
+                measured[case]["run"] = timed(lambda: subprocess.run(commands[case][0], check=True))
+            for case in order:
+                out = subprocess.run(commands[case][1], check=True, capture_output=True, text=True).stdout
+                measured[case]["compute"] = json.loads(out)["compute_seconds_median"]
+            for case in order:
+                measured[case]["duckdb"] = timed(lambda: connections[case].execute(commands[case][2]))
+            if round_ >= 0:
+                for case in cases:
+                    for kind, value in measured[case].items():
+                        times[case][kind].append(value)
         for con in connections.values():
             con.close()
         median = {case: {k: statistics.median(v) for k, v in t.items()} for case, t in times.items()}

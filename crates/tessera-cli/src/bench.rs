@@ -38,7 +38,7 @@ enum Suite {
     /// The multi-window evaluation: generated window sets, every strategy modeled and run.
     Wcg(crate::bench_wcg::WcgArgs),
     /// One hopping window, range/slide from 1 to 1,000: the naive plan, slices merged at
-    /// emission and slices on a two-stacks aggregator.
+    /// emission and slices on a sliding aggregator (two stacks or a running value).
     Slide(crate::bench_slide::SlideArgs),
 }
 
