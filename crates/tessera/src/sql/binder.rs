@@ -39,31 +39,46 @@ const WINDOWED_TABLE_PREFIX: &str = "__tessera_windowed_";
 /// The functions and tables DataFusion's planner may resolve.
 struct StreamContext<'a> {
     catalog: &'a Catalog,
-    scalar_functions: HashMap<String, Arc<ScalarUDF>>,
-    aggregate_functions: HashMap<String, Arc<AggregateUDF>>,
+    functions: &'static Functions,
     options: ConfigOptions,
+}
+
+/// DataFusion's scalar and aggregate functions by name and alias, made once per process (a
+/// script binds each of its queries with them).
+struct Functions {
+    scalar: HashMap<String, Arc<ScalarUDF>>,
+    aggregate: HashMap<String, Arc<AggregateUDF>>,
+}
+
+impl Functions {
+    fn get() -> &'static Functions {
+        static FUNCTIONS: std::sync::OnceLock<Functions> = std::sync::OnceLock::new();
+        FUNCTIONS.get_or_init(|| {
+            let mut scalar = HashMap::new();
+            for f in datafusion_functions::all_default_functions() {
+                for alias in f.aliases() {
+                    scalar.insert(alias.clone(), Arc::clone(&f));
+                }
+                scalar.insert(f.name().to_string(), f);
+            }
+            let mut aggregate = HashMap::new();
+            for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
+                for alias in f.aliases() {
+                    aggregate.insert(alias.clone(), Arc::clone(&f));
+                }
+                aggregate.insert(f.name().to_string(), f);
+            }
+            if let Some(approx) = aggregate.get("approx_distinct").cloned() {
+                aggregate.insert("approx_count_distinct".into(), approx);
+            }
+            Functions { scalar, aggregate }
+        })
+    }
 }
 
 impl<'a> StreamContext<'a> {
     fn new(catalog: &'a Catalog) -> Self {
-        let mut scalar_functions = HashMap::new();
-        for f in datafusion_functions::all_default_functions() {
-            for alias in f.aliases() {
-                scalar_functions.insert(alias.clone(), Arc::clone(&f));
-            }
-            scalar_functions.insert(f.name().to_string(), f);
-        }
-        let mut aggregate_functions = HashMap::new();
-        for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
-            for alias in f.aliases() {
-                aggregate_functions.insert(alias.clone(), Arc::clone(&f));
-            }
-            aggregate_functions.insert(f.name().to_string(), f);
-        }
-        if let Some(approx) = aggregate_functions.get("approx_distinct").cloned() {
-            aggregate_functions.insert("approx_count_distinct".into(), approx);
-        }
-        StreamContext { catalog, scalar_functions, aggregate_functions, options: ConfigOptions::default() }
+        StreamContext { catalog, functions: Functions::get(), options: ConfigOptions::default() }
     }
 }
 
@@ -83,7 +98,7 @@ impl ContextProvider for StreamContext<'_> {
     }
 
     fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
-        self.scalar_functions.get(name).cloned()
+        self.functions.scalar.get(name).cloned()
     }
 
     fn get_higher_order_meta(&self, _name: &str) -> Option<Arc<HigherOrderUDF>> {
@@ -91,7 +106,7 @@ impl ContextProvider for StreamContext<'_> {
     }
 
     fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
-        self.aggregate_functions.get(name).cloned()
+        self.functions.aggregate.get(name).cloned()
     }
 
     fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
@@ -107,11 +122,11 @@ impl ContextProvider for StreamContext<'_> {
     }
 
     fn udf_names(&self) -> Vec<String> {
-        self.scalar_functions.keys().cloned().collect()
+        self.functions.scalar.keys().cloned().collect()
     }
 
     fn udaf_names(&self) -> Vec<String> {
-        self.aggregate_functions.keys().cloned().collect()
+        self.functions.aggregate.keys().cloned().collect()
     }
 
     fn udwf_names(&self) -> Vec<String> {
