@@ -16,7 +16,7 @@ use crate::catalog::SourceDef;
 use crate::error::{Result, TesseraError};
 
 /// A Parquet file mapped into memory: pages are decoded straight from the page cache, with no
-/// read into a fresh buffer per page (W1's `wcg` plan ran 11% faster end to end than through
+/// read into a fresh buffer per page (W1's `wcg` plan ran 10% faster end to end than through
 /// `File`'s reader, which copies every page into a newly allocated buffer).
 pub fn map_file(file: &std::fs::File) -> std::io::Result<bytes::Bytes> {
     // SAFETY: the map is read-only and private. Another process truncating the file while it
