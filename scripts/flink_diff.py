@@ -36,6 +36,13 @@ FROM WINDOWS(readings, ts, m10 => TUMBLE(INTERVAL '10' MINUTE), m20 => TUMBLE(IN
              s30 => HOP(INTERVAL '1' MINUTE, INTERVAL '30' MINUTE))
 GROUP BY device_id, window_name, window_start, window_end;
 """,
+    # MIN and MAX share overlapping parts: hopping windows cascade over hopping parents.
+    "min_max_hopping_parents": """
+SELECT device_id, window_name, window_start, window_end, MIN(temperature) AS lo, MAX(temperature) AS hi
+FROM WINDOWS(readings, ts, h10 => HOP(INTERVAL '5' MINUTE, INTERVAL '10' MINUTE), h20 => HOP(INTERVAL '10' MINUTE, INTERVAL '20' MINUTE),
+             h25 => HOP(INTERVAL '5' MINUTE, INTERVAL '25' MINUTE), t40 => TUMBLE(INTERVAL '40' MINUTE))
+GROUP BY device_id, window_name, window_start, window_end;
+""",
     # Example 7's windows, every mergeable aggregate, WHERE and HAVING, as a UNION ALL.
     "example_7_sum_count_avg": """
 SELECT device_id, window_start, window_end, SUM(temperature) AS s, COUNT(*) AS n, AVG(temperature) AS a, MAX(temperature) AS hi

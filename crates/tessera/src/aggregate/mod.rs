@@ -116,11 +116,7 @@ impl AggregateFunction {
 
 /// The sharing all of `functions` allow: the most restrictive of theirs.
 pub fn common_sharing(functions: impl IntoIterator<Item = AggregateFunction>) -> Sharing {
-    functions.into_iter().map(AggregateFunction::sharing).fold(Sharing::CoveredBy, |acc, s| match (acc, s) {
-        (Sharing::None, _) | (_, Sharing::None) => Sharing::None,
-        (Sharing::PartitionedBy, _) | (_, Sharing::PartitionedBy) => Sharing::PartitionedBy,
-        _ => Sharing::CoveredBy,
-    })
+    functions.into_iter().map(AggregateFunction::sharing).fold(Sharing::CoveredBy, Sharing::strictest)
 }
 
 /// The value domain a state works in; inputs are cast to it before updates and results are

@@ -7,11 +7,13 @@
 //! is then a projection of its view: the query's SELECT list and HAVING with every aggregate
 //! replaced by the final value of its partials.
 //!
-//! Flink assigns a parent's rows to child windows by their `window_time` (the parent window's
-//! end), which is exact only when the parent windows do not overlap, so the plan is the
-//! coverage graph with factor windows under the "partitioned by" relation (tumbling parents),
-//! for groups whose aggregates are MIN, MAX, SUM, COUNT and AVG over plain group-key columns.
-//! Other groups compute every window from the source.
+//! The plan is the coverage graph with factor windows, for groups whose aggregates are MIN,
+//! MAX, SUM, COUNT and AVG over plain group-key columns (other groups compute every window from
+//! the source), under the relation the aggregates allow: "covered by" when they are all MIN
+//! and MAX, "partitioned by" (tumbling parents) otherwise. Flink assigns a parent's rows to
+//! child windows by their `window_time` (the parent window's end), so a child instance also
+//! receives the overlapping parent instances that started before it; under "covered by" a
+//! filter on the parent's start keeps the ones inside, whose union is the child instance.
 
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
@@ -232,7 +234,8 @@ fn compile_group(
         ast::GroupByExpr::All(_) => return Err(TesseraError::Plan("GROUP BY ALL cannot be compiled to Flink".into())),
     };
     let mut partials: Vec<Partial> = Vec::new();
-    let mut decomposable = true;
+    let plain_keys = keys.iter().all(|k| k.chars().all(|c| c.is_alphanumeric() || c == '_'));
+    let mut sharing = if plain_keys { Sharing::CoveredBy } else { Sharing::None };
     for select in selects {
         let mut calls = Vec::new();
         collect_aggregates(select, &mut calls);
@@ -241,13 +244,11 @@ fn compile_group(
             if partials.iter().any(|p| p.key == key) {
                 continue;
             }
-            let (partial, ok) = partial_of(&call, partials.len());
-            decomposable &= ok;
+            let (partial, allowed) = partial_of(&call, partials.len());
+            sharing = sharing.strictest(allowed);
             partials.push(Partial { key, ..partial });
         }
     }
-    let plain_keys = keys.iter().all(|k| k.chars().all(|c| c.is_alphanumeric() || c == '_'));
-    let sharing = if decomposable && plain_keys { Sharing::PartitionedBy } else { Sharing::None };
     let windows: Vec<WindowSpec> = group.members.iter().map(|m| m.plan.window).collect();
     let plan: WindowGroupPlan = plan_window_group(&windows, sharing, eta, Some(Strategy::WcgFactor));
     let unit = source.event_time.unit;
@@ -265,7 +266,8 @@ fn compile_group(
         let (from, filter, columns): (String, Option<String>, Vec<String>) = match node.input {
             NodeInput::Window(p) => (
                 window_tvf(&view(p), VIEW_ROWTIME, &node.spec, unit),
-                None,
+                // An overlapping parent instance ending inside the child may start before it.
+                (!plan.nodes[p].spec.is_tumbling()).then(|| format!("{VIEW_START} >= window_start")),
                 partials.iter().flat_map(|p| p.columns.iter().map(|(c, _, merge)| format!("{merge} AS {c}"))).collect(),
             ),
             _ => (
@@ -363,9 +365,9 @@ fn aggregate_name(f: &ast::Function) -> Option<String> {
     .then_some(name)
 }
 
-/// The partial columns of aggregate call `call` (the `i`-th of its group), and whether they
-/// can be merged across windows.
-fn partial_of(call: &ast::Expr, i: usize) -> (Partial, bool) {
+/// The partial columns of aggregate call `call` (the `i`-th of its group), and how windows can
+/// share them.
+fn partial_of(call: &ast::Expr, i: usize) -> (Partial, Sharing) {
     let ast::Expr::Function(f) = call else { unreachable!("collected from function calls") };
     let name = aggregate_name(f).unwrap_or_default();
     let arg = match &f.args {
@@ -379,8 +381,9 @@ fn partial_of(call: &ast::Expr, i: usize) -> (Partial, bool) {
         finalize,
     };
     match name.as_str() {
-        "MIN" | "MAX" | "SUM" => (one(call.to_string(), &name, c.clone()), true),
-        "COUNT" => (one(call.to_string(), "SUM", c.clone()), true),
+        "MIN" | "MAX" => (one(call.to_string(), &name, c.clone()), Sharing::CoveredBy),
+        "SUM" => (one(call.to_string(), &name, c.clone()), Sharing::PartitionedBy),
+        "COUNT" => (one(call.to_string(), "SUM", c.clone()), Sharing::PartitionedBy),
         "AVG" => (
             Partial {
                 key: String::new(),
@@ -390,9 +393,9 @@ fn partial_of(call: &ast::Expr, i: usize) -> (Partial, bool) {
                 ],
                 finalize: format!("{c}_sum / NULLIF({c}_count, 0)"),
             },
-            true,
+            Sharing::PartitionedBy,
         ),
-        _ => (one(call.to_string(), "", c.clone()), false),
+        _ => (one(call.to_string(), "", c.clone()), Sharing::None),
     }
 }
 
@@ -430,5 +433,29 @@ mod tests {
             "{sql}"
         );
         assert!(sql.contains("'path' = '/data/r.jsonl'"), "{sql}");
+    }
+
+    #[test]
+    fn min_max_cascade_over_hopping_parents() {
+        let text = "CREATE SOURCE r (d BIGINT, t DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+                    WITH (path = 'r.jsonl', time_unit = 's');
+                    SELECT d, window_start, window_end, MIN(t), MAX(t) FROM WINDOWS(r, ts,
+                      h10 => HOP(INTERVAL '5' MINUTE, INTERVAL '10' MINUTE), h20 => HOP(INTERVAL '10' MINUTE, INTERVAL '20' MINUTE),
+                      h25 => HOP(INTERVAL '5' MINUTE, INTERVAL '25' MINUTE), t40 => TUMBLE(INTERVAL '40' MINUTE))
+                    GROUP BY d, window_start, window_end;";
+        let script = Script::compile(text, std::path::Path::new("/data")).expect("script");
+        let sql = compile_flink(&script).expect("flink");
+        // Covered by: the hopping 10 minutes feeds a hopping factor window of 20 minutes every 5,
+        // which feeds 20 and 25; only instances starting inside the child are merged.
+        assert!(sql.contains("modeled cost 12315 per 12000 time units"), "{sql}");
+        assert!(
+            sql.contains("FROM TABLE(HOP(TABLE g1_w2, DESCRIPTOR(w_rowtime), INTERVAL '5' MINUTE, INTERVAL '20' MINUTE))\nWHERE w_start >= window_start"),
+            "{sql}"
+        );
+        // A tumbling parent needs no filter.
+        assert!(
+            sql.contains("FROM TABLE(HOP(TABLE g1_w1, DESCRIPTOR(w_rowtime), INTERVAL '5' MINUTE, INTERVAL '10' MINUTE))\nGROUP BY"),
+            "{sql}"
+        );
     }
 }

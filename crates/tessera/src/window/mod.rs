@@ -25,6 +25,17 @@ pub enum Sharing {
     None,
 }
 
+impl Sharing {
+    /// The sharing both `self` and `other` allow: the more restrictive of the two.
+    pub fn strictest(self, other: Sharing) -> Sharing {
+        match (self, other) {
+            (Sharing::None, _) | (_, Sharing::None) => Sharing::None,
+            (Sharing::PartitionedBy, _) | (_, Sharing::PartitionedBy) => Sharing::PartitionedBy,
+            _ => Sharing::CoveredBy,
+        }
+    }
+}
+
 /// A tumbling (`range == slide`) or hopping window, in event-time units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct WindowSpec {
