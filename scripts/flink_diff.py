@@ -43,6 +43,13 @@ FROM WINDOWS(readings, ts, h10 => HOP(INTERVAL '5' MINUTE, INTERVAL '10' MINUTE)
              h25 => HOP(INTERVAL '5' MINUTE, INTERVAL '25' MINUTE), t40 => TUMBLE(INTERVAL '40' MINUTE))
 GROUP BY device_id, window_name, window_start, window_end;
 """,
+    # A computed group key, named in the views; HAVING on it and on an aggregate.
+    "computed_key": """
+SELECT device_id % 3 AS bucket, window_start, window_end, SUM(temperature) AS s, COUNT(*) AS n, MIN(temperature) AS lo
+FROM WINDOWS(readings, ts, a => TUMBLE(INTERVAL '10' MINUTE), b => TUMBLE(INTERVAL '30' MINUTE),
+             c => HOP(INTERVAL '10' MINUTE, INTERVAL '20' MINUTE))
+GROUP BY device_id % 3, window_start, window_end HAVING device_id % 3 <> 1 AND COUNT(*) > 1;
+""",
     # Example 7's windows, every mergeable aggregate, WHERE and HAVING, as a UNION ALL.
     "example_7_sum_count_avg": """
 SELECT device_id, window_start, window_end, SUM(temperature) AS s, COUNT(*) AS n, AVG(temperature) AS a, MAX(temperature) AS hi

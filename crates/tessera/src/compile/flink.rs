@@ -8,8 +8,8 @@
 //! replaced by the final value of its partials.
 //!
 //! The plan is the coverage graph with factor windows, for groups whose aggregates are MIN,
-//! MAX, SUM, COUNT and AVG over plain group-key columns (other groups compute every window from
-//! the source), under the relation the aggregates allow: "covered by" when they are all MIN
+//! MAX, SUM, COUNT and AVG (other groups compute every window from the source; a computed group
+//! key becomes a named column of every view), under the relation the aggregates allow: "covered by" when they are all MIN
 //! and MAX, "partitioned by" (tumbling parents) otherwise. Flink assigns a parent's rows to
 //! child windows by their `window_time` (the parent window's end), so a child instance also
 //! receives the overlapping parent instances that started before it; under "covered by" a
@@ -225,17 +225,26 @@ fn compile_group(
     eta: f64,
 ) -> Result<CompiledGroup> {
     let first = selects[0];
-    let keys: Vec<String> = match &first.group_by {
+    let keys: Vec<GroupKey> = match &first.group_by {
         ast::GroupByExpr::Expressions(exprs, _) => exprs
             .iter()
-            .map(|e| e.to_string())
-            .filter(|e| !e.eq_ignore_ascii_case(WINDOW_START) && !e.eq_ignore_ascii_case(WINDOW_END))
+            .filter(|e| {
+                let text = e.to_string();
+                !text.eq_ignore_ascii_case(WINDOW_START) && !text.eq_ignore_ascii_case(WINDOW_END)
+            })
+            .enumerate()
+            .map(|(i, e)| GroupKey {
+                expr: e.to_string(),
+                column: match e {
+                    ast::Expr::Identifier(name) => name.to_string(),
+                    _ => format!("k{i}"),
+                },
+            })
             .collect(),
         ast::GroupByExpr::All(_) => return Err(TesseraError::Plan("GROUP BY ALL cannot be compiled to Flink".into())),
     };
     let mut partials: Vec<Partial> = Vec::new();
-    let plain_keys = keys.iter().all(|k| k.chars().all(|c| c.is_alphanumeric() || c == '_'));
-    let mut sharing = if plain_keys { Sharing::CoveredBy } else { Sharing::None };
+    let mut sharing = Sharing::CoveredBy;
     for select in selects {
         let mut calls = Vec::new();
         collect_aggregates(select, &mut calls);
@@ -253,7 +262,12 @@ fn compile_group(
     let plan: WindowGroupPlan = plan_window_group(&windows, sharing, eta, Some(Strategy::WcgFactor));
     let unit = source.event_time.unit;
     let view = |n: usize| format!("g{}_w{}", g + 1, n + 1);
-    let key_list = if keys.is_empty() { String::new() } else { format!("{}, ", keys.join(", ")) };
+    // A root computes the keys from the source's columns (named when computed); a cascaded
+    // node groups by its parent's key columns.
+    let key_list = |items: &mut dyn Iterator<Item = String>| items.map(|k| format!("{k}, ")).collect::<String>();
+    let root_keys = key_list(&mut keys.iter().map(|k| k.select_from_source()));
+    let root_group = key_list(&mut keys.iter().map(|k| k.expr.clone()));
+    let key_columns = key_list(&mut keys.iter().map(|k| k.column.clone()));
     let mut views = format!(
         "-- window group {}: {} (modeled cost {} per {} time units; tessera itself would run {})\n",
         g + 1,
@@ -263,6 +277,10 @@ fn compile_group(
         group.plan.strategy.name()
     );
     for (n, node) in plan.nodes.iter().enumerate() {
+        let (select_keys, group_keys) = match node.input {
+            NodeInput::Window(_) => (&key_columns, &key_columns),
+            _ => (&root_keys, &root_group),
+        };
         let (from, filter, columns): (String, Option<String>, Vec<String>) = match node.input {
             NodeInput::Window(p) => (
                 window_tvf(&view(p), VIEW_ROWTIME, &node.spec, unit),
@@ -278,7 +296,7 @@ fn compile_group(
         };
         let role = if node.output { "" } else { " -- factor window: computed, not output" };
         views.push_str(&format!(
-            "CREATE TEMPORARY VIEW {} AS{role}\nSELECT {key_list}window_start AS {VIEW_START}, window_end AS {VIEW_END}, window_time AS {VIEW_ROWTIME}, {}\nFROM {from}{}\nGROUP BY {key_list}window_start, window_end, window_time;\n\n",
+            "CREATE TEMPORARY VIEW {} AS{role}\nSELECT {select_keys}window_start AS {VIEW_START}, window_end AS {VIEW_END}, window_time AS {VIEW_ROWTIME}, {}\nFROM {from}{}\nGROUP BY {group_keys}window_start, window_end, window_time;\n\n",
             view(n),
             columns.join(", "),
             filter.map(|f| format!("\nWHERE {f}")).unwrap_or_default(),
@@ -294,17 +312,34 @@ fn compile_group(
                 .iter()
                 .position(|node| node.output && node.spec == member.plan.window)
                 .ok_or_else(|| TesseraError::Internal("an output window without a node".into()))?;
-            Ok(final_select(select, &view(n), &partials))
+            Ok(final_select(select, &view(n), &partials, &keys))
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(CompiledGroup { views, outputs })
 }
 
-/// The branch's SELECT over its node's view: aggregates replaced by their final values, HAVING
-/// as WHERE, no GROUP BY (the view is grouped already).
-fn final_select(select: &ast::Select, view: &str, partials: &[Partial]) -> String {
+/// A group key: the expression as written, and its column in the window views (the same
+/// name for a plain column, `k<i>` for a computed key).
+struct GroupKey {
+    expr: String,
+    column: String,
+}
+
+impl GroupKey {
+    fn select_from_source(&self) -> String {
+        if self.expr == self.column {
+            self.expr.clone()
+        } else {
+            format!("{} AS {}", self.expr, self.column)
+        }
+    }
+}
+
+/// The branch's SELECT over its node's view: aggregates replaced by their final values and
+/// computed keys by their columns, HAVING as WHERE, no GROUP BY (the view is grouped already).
+fn final_select(select: &ast::Select, view: &str, partials: &[Partial], keys: &[GroupKey]) -> String {
     let mut select = select.clone();
-    let replace = |e: &mut ast::Expr| {
+    let finalize = |e: &mut ast::Expr| {
         if let ast::Expr::Function(_) = e {
             let key = e.to_string().to_ascii_uppercase();
             if let Some(p) = partials.iter().find(|p| p.key == key) {
@@ -313,17 +348,29 @@ fn final_select(select: &ast::Select, view: &str, partials: &[Partial]) -> Strin
         }
         std::ops::ControlFlow::<()>::Continue(())
     };
+    // After the aggregates, whose arguments may contain a key's expression.
+    let key_column = |e: &mut ast::Expr| {
+        let text = e.to_string();
+        if let Some(k) = keys.iter().find(|k| k.expr != k.column && k.expr.eq_ignore_ascii_case(&text)) {
+            *e = ast::Expr::Identifier(ast::Ident::new(&k.column));
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    };
     for item in &mut select.projection {
-        // Keep the output name an aggregate had when it was written without an alias.
-        if let ast::SelectItem::UnnamedExpr(e @ ast::Expr::Function(_)) = item {
-            let alias = ast::Ident::with_quote('`', e.to_string());
-            *item = ast::SelectItem::ExprWithAlias { expr: e.clone(), alias };
+        // Keep the output name an aggregate or a computed key had when written without an alias.
+        if let ast::SelectItem::UnnamedExpr(e) = item {
+            if !matches!(e, ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_)) {
+                let alias = ast::Ident::with_quote('`', e.to_string());
+                *item = ast::SelectItem::ExprWithAlias { expr: e.clone(), alias };
+            }
         }
     }
-    let _ = ast::visit_expressions_mut(&mut select.projection, replace);
+    let _ = ast::visit_expressions_mut(&mut select.projection, finalize);
+    let _ = ast::visit_expressions_mut(&mut select.projection, key_column);
     let mut having = select.having.clone();
     if let Some(h) = having.as_mut() {
-        let _ = ast::visit_expressions_mut(h, replace);
+        let _ = ast::visit_expressions_mut(h, finalize);
+        let _ = ast::visit_expressions_mut(h, key_column);
     }
     let items: Vec<String> = select.projection.iter().map(|i| i.to_string()).collect();
     format!(
@@ -433,6 +480,26 @@ mod tests {
             "{sql}"
         );
         assert!(sql.contains("'path' = '/data/r.jsonl'"), "{sql}");
+    }
+
+    #[test]
+    fn computed_keys_are_named_in_the_views() {
+        let text = "CREATE SOURCE r (d BIGINT, t DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+                    WITH (path = 'r.jsonl', time_unit = 's');
+                    SELECT d % 3, window_start, SUM(t) AS s FROM WINDOWS(r, ts,
+                      a => TUMBLE(INTERVAL '10' MINUTE), b => TUMBLE(INTERVAL '30' MINUTE))
+                    GROUP BY d % 3, window_start HAVING d % 3 <> 1;";
+        let script = Script::compile(text, std::path::Path::new("/data")).expect("script");
+        let sql = compile_flink(&script).expect("flink");
+        assert!(sql.contains("SELECT d % 3 AS k0, window_start AS w_start"), "{sql}");
+        assert!(sql.contains("GROUP BY d % 3, window_start, window_end, window_time"), "{sql}");
+        // The cascade groups by the parent's key column.
+        assert!(sql.contains("SELECT k0, window_start AS w_start"), "{sql}");
+        assert!(sql.contains("GROUP BY k0, window_start, window_end, window_time"), "{sql}");
+        assert!(
+            sql.contains("SELECT k0 AS `d % 3`, window_start, p0 AS s FROM (SELECT *, w_start AS window_start, w_end AS window_end FROM g1_w2) WHERE k0 <> 1"),
+            "{sql}"
+        );
     }
 
     #[test]
