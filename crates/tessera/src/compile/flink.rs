@@ -8,12 +8,13 @@
 //! replaced by the final value of its partials.
 //!
 //! The plan is the coverage graph with factor windows, for groups whose aggregates are MIN,
-//! MAX, SUM, COUNT and AVG (other groups compute every window from the source; a computed group
-//! key becomes a named column of every view), under the relation the aggregates allow: "covered by" when they are all MIN
-//! and MAX, "partitioned by" (tumbling parents) otherwise. Flink assigns a parent's rows to
-//! child windows by their `window_time` (the parent window's end), so a child instance also
-//! receives the overlapping parent instances that started before it; under "covered by" a
-//! filter on the parent's start keeps the ones inside, whose union is the child instance.
+//! MAX, SUM, COUNT and AVG (other groups compute every window from the source), under the
+//! relation the aggregates allow: "covered by" when they are all MIN and MAX, "partitioned by"
+//! (tumbling parents) otherwise. Flink assigns a parent's rows to child windows by their
+//! `window_time` (the parent window's end), so a child instance also receives the overlapping
+//! parent instances that started before it; under "covered by" a filter on the parent's start
+//! keeps the ones inside, whose union is the child instance. A computed group key becomes a
+//! named column of every view.
 
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
@@ -264,10 +265,10 @@ fn compile_group(
     let view = |n: usize| format!("g{}_w{}", g + 1, n + 1);
     // A root computes the keys from the source's columns (named when computed); a cascaded
     // node groups by its parent's key columns.
-    let key_list = |items: &mut dyn Iterator<Item = String>| items.map(|k| format!("{k}, ")).collect::<String>();
-    let root_keys = key_list(&mut keys.iter().map(|k| k.select_from_source()));
-    let root_group = key_list(&mut keys.iter().map(|k| k.expr.clone()));
-    let key_columns = key_list(&mut keys.iter().map(|k| k.column.clone()));
+    let leading = |items: Vec<String>| items.into_iter().map(|k| k + ", ").collect::<String>();
+    let root_keys = leading(keys.iter().map(GroupKey::select_from_source).collect());
+    let root_group = leading(keys.iter().map(|k| k.expr.clone()).collect());
+    let key_columns = leading(keys.iter().map(|k| k.column.clone()).collect());
     let mut views = format!(
         "-- window group {}: {} (modeled cost {} per {} time units; tessera itself would run {})\n",
         g + 1,
