@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use proptest::prelude::*;
+use tessera::compile::flink::compile_flink;
 use tessera::connectors::{read_text, OnError, ReadOptions};
 use tessera::engine::Script;
 use tessera::sql::{parse_script, Statement};
@@ -18,6 +19,11 @@ const SEED_SCRIPT: &str = "CREATE SOURCE s (k BIGINT, name VARCHAR, v DOUBLE, ts
 SET batch_size = 10;
 SELECT k, window_start, window_end, MIN(v) AS lo, COUNT(*) n, AVG(v + 1) FROM HOP(s, ts, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE) WHERE v > 0 AND name <> 'x' GROUP BY k, window_start, window_end HAVING COUNT(*) > 1
 UNION ALL SELECT k, window_start, window_end, MAX(v), COUNT(v), MEDIAN(v) FROM TUMBLE(s, ts, INTERVAL '10' SECOND) GROUP BY k, window_start, window_end;";
+
+/// The compact multi-window form with a computed key and windows that cascade.
+const SEED_WINDOWS: &str = "CREATE SOURCE s (k BIGINT, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) WITH (path = 'e.csv', time_unit = 's');
+SELECT k % 3 AS b, window_name, window_start, MIN(v), SUM(v) AS total FROM WINDOWS(s, ts, a => TUMBLE(INTERVAL '10' MINUTE), c => HOP(INTERVAL '10' MINUTE, INTERVAL '30' MINUTE), d => TUMBLE(INTERVAL '40' MINUTE)) WHERE v > 0 GROUP BY k % 3, window_name, window_start HAVING k % 3 <> 1;
+SELECT k, window_start, MAX(v) FROM TUMBLE(s, ts, INTERVAL '20' MINUTE) GROUP BY k, window_start;";
 
 /// SQL made of tokens the grammar knows, in random order: reaches deeper than random bytes.
 fn sql_tokens() -> impl Strategy<Value = String> {
@@ -93,9 +99,9 @@ fn sql_tokens() -> impl Strategy<Value = String> {
 }
 
 /// The seed script with a random byte range replaced by random text.
-fn mutated_script() -> impl Strategy<Value = String> {
-    (0..SEED_SCRIPT.len(), 0usize..20, "\\PC{0,12}").prop_map(|(at, len, insert)| {
-        let mut s = SEED_SCRIPT.to_string();
+fn mutated_script(seed: &'static str) -> impl Strategy<Value = String> {
+    (0..seed.len(), 0usize..20, "\\PC{0,12}").prop_map(move |(at, len, insert)| {
+        let mut s = seed.to_string();
         let at = (0..=at).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
         let end = (at + len).min(s.len());
         let end = (end..=s.len()).find(|i| s.is_char_boundary(*i)).unwrap_or(s.len());
@@ -108,8 +114,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn sql_never_panics(text in prop_oneof![any::<String>(), sql_tokens(), mutated_script()]) {
-        let _ = Script::compile(&text, Path::new("."));
+    fn sql_never_panics(
+        text in prop_oneof![any::<String>(), sql_tokens(), mutated_script(SEED_SCRIPT), mutated_script(SEED_WINDOWS)]
+    ) {
+        // A script that compiles is also compiled to Flink SQL (`tessera compile`).
+        if let Ok(script) = Script::compile(&text, Path::new(".")) {
+            let _ = compile_flink(&script);
+        }
     }
 
     #[test]
