@@ -14,8 +14,9 @@ rows to a CSV file (timed inside the Python process, so DuckDB's import is not c
 one untimed round, the runs go in rounds, each running every case once in a shuffled order
 (tessera's runs, then its compute runs, then DuckDB's queries), so load that drifts during a
 benchmark falls on every case alike; medians over the rounds are reported. With w1 and w1_baseline it also prints W1's criteria: the chosen plan against the
-baseline, and the rank correlation of the forced strategies' times with their modeled costs
-(`tessera explain`).
+baseline, the rank correlation of the forced strategies' times with their modeled costs
+(`tessera explain`), and that of the state reads each strategy's run counts (`--stats-json`:
+updates and partial aggregates combined, the work the model counts).
 Usage: scripts/bench.sh (builds the release binary and the Python env first).
 """
 
@@ -214,6 +215,20 @@ def summarize_w1(tessera, fmt, median):
         for kind, label in (("run", "end to end"), ("compute", "compute")):
             rho = spearman(costs, [t[kind] for _, t in forced])
             print(f"Spearman of modeled cost and {label} time over {len(forced)} strategies (equal costs share a rank): {rho:.2f}")
+        # The work the model counts, as the runtime counted it: state reads (updates and the
+        # partial aggregates combined at emission), from one untimed run per strategy.
+        reads = [state_reads(tessera, script, strategy) for strategy, _ in forced]
+        listed = ", ".join(f"{strategy} {n:,}" for (strategy, _), n in zip(forced, reads))
+        print(f"State reads (--stats-json): {listed}; Spearman with modeled cost: {spearman(costs, reads):.2f}")
+
+
+def state_reads(tessera, script, strategy):
+    with tempfile.TemporaryDirectory() as tmp:
+        stats = os.path.join(tmp, "stats.json")
+        subprocess.run([tessera, "run", script, "-o", os.path.join(tmp, "out.csv"), "-q", "--stats-json", stats,
+                        "--set", f"window_strategy={strategy}"], check=True)
+        with open(stats) as f:
+            return json.load(f)["store_reads"]
 
 
 if __name__ == "__main__":
