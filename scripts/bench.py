@@ -216,7 +216,9 @@ def summarize_w1(tessera, fmt, median):
             rho = spearman(costs, [t[kind] for _, t in forced])
             print(f"Spearman of modeled cost and {label} time over {len(forced)} strategies (equal costs share a rank): {rho:.2f}")
         # The work the model counts, as the runtime counted it: state reads (updates and the
-        # partial aggregates combined at emission), from one untimed run per strategy.
+        # partial aggregates combined at emission, with the model's conventions: a slicing
+        # plan's instance reads every slice it spans), from one untimed run per strategy. It
+        # checks that each plan does the merges the model prescribes, not what they cost.
         reads = [state_reads(tessera, script, strategy) for strategy, _ in forced]
         listed = ", ".join(f"{strategy} {n:,}" for (strategy, _), n in zip(forced, reads))
         print(f"State reads (--stats-json): {listed}; Spearman with modeled cost: {spearman(costs, reads):.2f}")
