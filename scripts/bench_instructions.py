@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench import ROOT, spearman
+from bench import ROOT, ensure_data, spearman
 
 STRATEGIES = "baseline,unshared_paired,shared_paired,shared_sliding,wcg,wcg_factor"
 
@@ -44,6 +44,7 @@ def main():
     parser.add_argument("--script", default=os.path.join(ROOT, "benches", "w1_parquet.sql"))
     parser.add_argument("--strategies", default=STRATEGIES)
     args = parser.parse_args()
+    ensure_data(args.tessera, 10_000_000, 1000)  # the benches' files, as scripts/bench.py makes them
     explained = json.loads(subprocess.run([args.tessera, "explain", args.script, "--format", "json"], check=True,
                                           capture_output=True, text=True).stdout)
     query = explained["queries"][0]
