@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::aggregate::slides_on_running_value;
 use crate::engine::Script;
 use crate::optimizer::share_windows::exact_min_cost;
-use crate::optimizer::window_strategy::{NodeInput, Strategy};
+use crate::optimizer::window_strategy::{NodeInput, Strategy, WindowGroupPlan};
 use crate::optimizer::WindowGroup;
 use crate::plan::EmitMode;
 use crate::window::cost::CostModel;
@@ -37,14 +37,12 @@ pub fn explain_json(script: &Script) -> Value {
             for (g, group) in mine.iter().enumerate() {
                 let name = |n: usize| names[g][n].clone();
                 let plan = &group.plan;
-                let feeds = group_edges(group, &name);
+                let spanned = slices_spanned(plan);
                 for (n, node) in plan.nodes.iter().enumerate() {
                     let sliding = node.input == NodeInput::Slices { sliding: true };
-                    // A sliding window's feeding edge carries the most slices an instance spans.
-                    let spanned = feeds.iter().find(|e| e["to"] == name(n)).and_then(|e| e["multiplier"].as_i64());
                     let running = sliding
                         && group.members.first().is_some_and(|m| {
-                            slides_on_running_value(&m.plan.aggregates, spanned.unwrap_or(1))
+                            slides_on_running_value(&m.plan.aggregates, spanned[n].unwrap_or(1))
                         });
                     windows.push(json!({
                         "name": name(n), "range": node.spec.range, "slide": node.spec.slide, "unit": unit,
@@ -55,7 +53,7 @@ pub fn explain_json(script: &Script) -> Value {
                         "queries": group.members.iter().filter(|m| m.node == n).map(|m| m.query + 1).collect::<Vec<_>>(),
                     }));
                 }
-                edges.extend(feeds);
+                edges.extend(group_edges(group, &spanned, &name));
                 for member in &group.members {
                     for a in &member.plan.aggregates {
                         if !aggregates.contains(&a.function.name()) {
@@ -153,23 +151,40 @@ fn input_name(input: NodeInput, name: &dyn Fn(usize) -> String) -> String {
     }
 }
 
-/// Edges into every node: from a covering window (its covering multiplier), from the stream
-/// (the virtual root `W<1,1>` covers a window `r` times) or from the slices (the most slices
-/// an instance merges).
-fn group_edges(group: &WindowGroup, name: &dyn Fn(usize) -> String) -> Vec<Value> {
-    let plan = &group.plan;
+/// For every node fed by slices, the most slices one of its instances merges (`None` for the
+/// others): the shared slicing of all of them, or under an unshared strategy each window's own.
+fn slices_spanned(plan: &WindowGroupPlan) -> Vec<Option<i64>> {
     let sliced: Vec<_> =
         plan.nodes.iter().filter(|n| matches!(n.input, NodeInput::Slices { .. })).map(|n| n.spec).collect();
     let shared = Slicing::shared(&sliced);
-    let slicing = |spec| if plan.strategy.is_shared() { shared.clone() } else { Slicing::paired(spec) };
+    plan.nodes
+        .iter()
+        .map(|n| {
+            matches!(n.input, NodeInput::Slices { .. }).then(|| {
+                if plan.strategy.is_shared() {
+                    shared.most_slices_in(&n.spec)
+                } else {
+                    Slicing::paired(&n.spec).most_slices_in(&n.spec)
+                }
+            })
+        })
+        .collect()
+}
+
+/// Edges into every node: from a covering window (its covering multiplier), from the stream
+/// (the virtual root `W<1,1>` covers a window `r` times) or from the slices (the most slices
+/// an instance merges).
+/// `spanned` is [`slices_spanned`]'s.
+fn group_edges(group: &WindowGroup, spanned: &[Option<i64>], name: &dyn Fn(usize) -> String) -> Vec<Value> {
+    let plan = &group.plan;
     let mut edges = Vec::new();
-    if !sliced.is_empty() {
+    if spanned.iter().any(Option::is_some) {
         edges.push(json!({ "from": "stream", "to": "slices", "multiplier": 1 }));
     }
     for (n, node) in plan.nodes.iter().enumerate() {
         let (from, multiplier) = match node.input {
             NodeInput::Stream => ("stream".to_string(), node.spec.range),
-            NodeInput::Slices { .. } => ("slices".to_string(), slicing(&node.spec).most_slices_in(&node.spec)),
+            NodeInput::Slices { .. } => ("slices".to_string(), spanned[n].unwrap_or(1)),
             NodeInput::Window(p) => (name(p), node.spec.covering_multiplier(&plan.nodes[p].spec)),
         };
         edges.push(json!({ "from": from, "to": name(n), "multiplier": multiplier }));

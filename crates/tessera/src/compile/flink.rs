@@ -278,21 +278,23 @@ fn compile_group(
         group.plan.strategy.name()
     );
     for (n, node) in plan.nodes.iter().enumerate() {
-        let (select_keys, group_keys) = match node.input {
-            NodeInput::Window(_) => (&key_columns, &key_columns),
-            _ => (&root_keys, &root_group),
-        };
-        let (from, filter, columns): (String, Option<String>, Vec<String>) = match node.input {
+        let (from, filter, columns, select_keys, group_keys): (String, Option<String>, Vec<String>, _, _) = match node
+            .input
+        {
             NodeInput::Window(p) => (
                 window_tvf(&view(p), VIEW_ROWTIME, &node.spec, unit),
                 // An overlapping parent instance ending inside the child may start before it.
                 (!plan.nodes[p].spec.is_tumbling()).then(|| format!("{VIEW_START} >= window_start")),
                 partials.iter().flat_map(|p| p.columns.iter().map(|(c, _, merge)| format!("{merge} AS {c}"))).collect(),
+                &key_columns,
+                &key_columns,
             ),
             _ => (
                 window_tvf(&source.name, ROWTIME, &node.spec, unit),
                 first.selection.as_ref().map(|w| w.to_string()),
                 partials.iter().flat_map(|p| p.columns.iter().map(|(c, raw, _)| format!("{raw} AS {c}"))).collect(),
+                &root_keys,
+                &root_group,
             ),
         };
         let role = if node.output { "" } else { " -- factor window: computed, not output" };

@@ -65,7 +65,7 @@ impl Sliding {
     ) {
         match self {
             Sliding::Running(running) => {
-                if let Err(reason) = running.before_rows((slice, table, keys), scratch, slice_reads) {
+                if let Err(reason) = running.late_rows((slice, table, keys), true, scratch, slice_reads) {
                     self.give_up(reason);
                 }
             }
@@ -84,7 +84,7 @@ impl Sliding {
         slice_reads: &mut u64,
     ) {
         if let Sliding::Running(running) = self {
-            if let Err(reason) = running.after_rows((slice, table, keys), scratch, slice_reads) {
+            if let Err(reason) = running.late_rows((slice, table, keys), false, scratch, slice_reads) {
                 self.give_up(reason);
             }
         }
@@ -234,30 +234,17 @@ impl RunningWindow {
         self.span.is_some_and(|(from, through)| from <= slice && slice <= through)
     }
 
-    /// See [`Sliding::before_rows`]; the reason to give up on the running value, if any.
-    fn before_rows(
+    /// See [`Sliding::before_rows`] (`subtract`) and [`Sliding::after_rows`]; the reason to
+    /// give up on the running value, if any.
+    fn late_rows(
         &mut self,
         (slice, table, keys): (i64, &GroupTable, &[u32]),
+        subtract: bool,
         scratch: &mut Vec<u32>,
         slice_reads: &mut u64,
     ) -> std::result::Result<(), &'static str> {
-        if !self.spans(slice) || self.counted.binary_search(&slice).is_err() {
-            return Ok(());
-        }
-        if !self.afford(keys.len())? {
-            return Ok(());
-        }
-        self.count_keys(table, keys, true, scratch, slice_reads).then_some(()).ok_or(INEXACT)
-    }
-
-    /// See [`Sliding::after_rows`]; the reason to give up on the running value, if any.
-    fn after_rows(
-        &mut self,
-        (slice, table, keys): (i64, &GroupTable, &[u32]),
-        scratch: &mut Vec<u32>,
-        slice_reads: &mut u64,
-    ) -> std::result::Result<(), &'static str> {
-        if !self.spans(slice) {
+        // Before the rows, only a counted slice has states to take out.
+        if !self.spans(slice) || (subtract && self.counted.binary_search(&slice).is_err()) {
             return Ok(());
         }
         if !self.afford(keys.len())? {
@@ -266,7 +253,7 @@ impl RunningWindow {
         if let Err(at) = self.counted.binary_search(&slice) {
             self.counted.insert(at, slice);
         }
-        self.count_keys(table, keys, false, scratch, slice_reads).then_some(()).ok_or(INEXACT)
+        self.count_keys(table, keys, subtract, scratch, slice_reads).then_some(()).ok_or(INEXACT)
     }
 
     /// Adds (or subtracts) the states `table` holds for `keys` (ids, repeats allowed).
