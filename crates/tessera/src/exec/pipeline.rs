@@ -410,8 +410,6 @@ impl Partitioner {
     }
 }
 
-/// A stamped batch from the reader thread, with the watermark after it and the reader's
-/// progress.
 /// A stamped batch, the watermark and the largest event time after it, and the reader's
 /// progress.
 type Stamped = (Arc<EventBatch>, i64, i64, (u64, Option<u64>), Skipped);
@@ -503,7 +501,7 @@ pub fn run_source(
     std::thread::scope(|scope| -> Result<SourceRun> {
         let (batch_tx, batch_rx) = sync_channel::<Stamped>(4);
         let key_spaces = inline_worker.as_ref().map(|w| (Arc::clone(&w.key_spaces), Arc::clone(&intern_progress)));
-        let reading = scope.spawn(move || -> Result<u64> {
+        let read = move || -> Result<u64> {
             let mut stamp = Stamper { max_event_time, delay: source.event_time.watermark_delay };
             // Resuming: the operators' state already holds these batches; skip them unread
             // where the reader can.
@@ -535,7 +533,8 @@ pub fn run_source(
                 }
             }
             Ok(reader.skipped().rows)
-        });
+        };
+        let reading = spawn_named(scope, "tessera-read".into(), read)?;
         let checkpoints =
             checkpoints.map(|c| (Consumed { source: c.source, batches: skip_batches, started }, c.checkpointer));
         let computed = if let Some(worker) = inline_worker {
@@ -551,6 +550,17 @@ pub fn run_source(
         computed?;
         Ok(run)
     })
+}
+
+/// Starts a thread of a run under `name`, so that profilers and debuggers tell the reading
+/// thread, the workers and the sink thread apart.
+fn spawn_named<'scope, 'env, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    name: String,
+    body: impl FnOnce() -> T + Send + 'scope,
+) -> Result<std::thread::ScopedJoinHandle<'scope, T>> {
+    let thread = std::thread::Builder::new().name(name.clone());
+    thread.spawn_scoped(scope, body).map_err(|e| TesseraError::io(format!("cannot start thread {name}"), e))
 }
 
 /// Writes rows to the sink, counting them per query in `rows_out`.
@@ -695,7 +705,7 @@ fn compute_parallel(
             let (tx, rx): (SyncSender<Option<WorkerMessage>>, Receiver<Option<WorkerMessage>>) = sync_channel(4);
             senders.push(tx);
             let sink_tx = sink_tx.clone();
-            handles.push(scope.spawn(move || -> Result<Vec<(usize, OperatorMetrics)>> {
+            let work = move || -> Result<Vec<(usize, OperatorMetrics)>> {
                 let mut emit =
                     |e: Emitted| sink_tx.send((index, Ok(e))).map_err(|_| TesseraError::Internal("sink closed".into()));
                 let result = (|| -> Result<Vec<(usize, OperatorMetrics)>> {
@@ -716,11 +726,12 @@ fn compute_parallel(
                         .map(|_| Vec::new())
                         .map_err(|_| TesseraError::Internal("sink closed".into()))
                 })
-            }));
+            };
+            handles.push(spawn_named(scope, format!("tessera-work-{index}"), work)?);
         }
         drop(sink_tx);
         let mut rows_out = run.query_rows_out.clone();
-        let sink_thread = scope.spawn(move || -> Result<(Vec<u64>, u64, u64)> {
+        let write_out = move || -> Result<(Vec<u64>, u64, u64)> {
             let mut checkpointer = checkpointer;
             let (mut saved, mut saved_ms) = (0, 0);
             let mut states: Vec<Option<Vec<u8>>> = vec![None; workers];
@@ -776,7 +787,8 @@ fn compute_parallel(
                 }
             }
             failure.map_or(Ok((rows_out, saved, saved_ms)), Err)
-        });
+        };
+        let sink_thread = spawn_named(scope, "tessera-sink".into(), write_out)?;
 
         let mut partitioner = Partitioner {
             workers,
