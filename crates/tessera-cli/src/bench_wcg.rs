@@ -36,7 +36,9 @@ pub struct WcgArgs {
     /// Events of each measured stream.
     #[arg(long, default_value_t = 300_000)]
     pub events: usize,
-    /// Event rates (events per time unit), comma separated.
+    /// Event rates, comma separated: events per time unit and key (the model counts a window
+    /// instance's merges once, the runtime once per key in it, so the model's rate is each
+    /// key's); a measured stream has `eta * keys` events per time unit.
     #[arg(long, default_value = "1,10,100")]
     pub eta: String,
     /// Distinct group keys in each measured stream.
@@ -213,7 +215,7 @@ fn measure_strategies(
         "CREATE SOURCE s (k BIGINT, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'generated.csv', time_unit = 's');\nSET eta = {eta};\n{};",
         branches.join("\nUNION ALL\n")
     );
-    let batches = stream(args.events, eta, args.keys);
+    let batches = stream(args.events, eta * args.keys as f64, args.keys);
     let timed = time_strategies(&text, &ORDER, &batches, args.repeat, &StateOptions::Memory)?;
     let mut times = Vec::new();
     for (strategy, (median, stats)) in ORDER.iter().zip(&timed) {

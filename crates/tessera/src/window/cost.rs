@@ -1,5 +1,7 @@
 //! The multi-window cost model: the work of computing a set of windows over one period with
-//! `eta` events per time unit. The period is `lcm(S, R)`, `S` the lcm of the slides and `R` of
+//! `eta` events per time unit and group key (the paper's stream has one group; with keys, an
+//! instance's merges happen once per key it holds, so the rate that weighs events against
+//! merges is each key's, and a grouped query's cost is this one's times its keys). The period is `lcm(S, R)`, `S` the lcm of the slides and `R` of
 //! the ranges, so the coverage-graph plans (counted per `R` in the paper) and the slicing plans
 //! (per `S`, Table 1) are compared over the same stretch of time.
 //!
