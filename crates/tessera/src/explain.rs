@@ -217,7 +217,7 @@ pub fn explain_text(explained: &Value) -> String {
         ));
         let how = if q["forced"].as_bool() == Some(true) { "forced by SET window_strategy" } else { "the cheapest" };
         text.push_str(&format!(
-            "  strategy: {} ({how}), modeled cost {} per {} time units at eta {}\n",
+            "  strategy: {} ({how}), modeled cost {} per key and {} time units at eta {} (events per time unit and key)\n",
             q["chosen_strategy"].as_str().unwrap_or(""),
             number(&q["costs"]["chosen"]),
             q["period"],

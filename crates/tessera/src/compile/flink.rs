@@ -270,7 +270,7 @@ fn compile_group(
     let root_group = leading(keys.iter().map(|k| k.expr.clone()).collect());
     let key_columns = leading(keys.iter().map(|k| k.column.clone()).collect());
     let mut views = format!(
-        "-- window group {}: {} (modeled cost {} per {} time units; tessera itself would run {})\n",
+        "-- window group {}: {} (modeled cost {} per key and {} time units; tessera itself would run {})\n",
         g + 1,
         Strategy::WcgFactor.name(),
         plan.cost(),
@@ -517,7 +517,7 @@ mod tests {
         let sql = compile_flink(&script).expect("flink");
         // Covered by: the hopping 10 minutes feeds a hopping factor window of 20 minutes every 5,
         // which feeds 20 and 25; only instances starting inside the child are merged.
-        assert!(sql.contains("modeled cost 12315 per 12000 time units"), "{sql}");
+        assert!(sql.contains("modeled cost 12315 per key and 12000 time units"), "{sql}");
         assert!(
             sql.contains("FROM TABLE(HOP(TABLE g1_w2, DESCRIPTOR(w_rowtime), INTERVAL '5' MINUTE, INTERVAL '20' MINUTE))\nWHERE w_start >= window_start"),
             "{sql}"
