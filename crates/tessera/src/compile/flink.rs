@@ -462,15 +462,24 @@ mod tests {
         assert_eq!(interval(1500, TimeUnit::Millisecond), "INTERVAL '1.500' SECOND");
     }
 
+    /// Flink SQL for `queries` over source `r` (d, t, ts; 5 s watermark delay) in `/data`.
+    fn compile_over_r(queries: &str) -> String {
+        let text = format!(
+            "CREATE SOURCE r (d BIGINT, t DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+             WITH (path = 'r.jsonl', time_unit = 's');
+             {queries}"
+        );
+        let script = Script::compile(&text, std::path::Path::new("/data")).expect("script");
+        compile_flink(&script).expect("flink")
+    }
+
     #[test]
     fn w1_compiles_to_a_cascade() {
-        let text = "CREATE SOURCE r (d BIGINT, t DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
-                    WITH (path = 'r.jsonl', time_unit = 's');
-                    SELECT d, window_start, window_end, MIN(t) AS lo, AVG(t) FROM WINDOWS(r, ts,
+        let sql = compile_over_r(
+            "SELECT d, window_start, window_end, MIN(t) AS lo, AVG(t) FROM WINDOWS(r, ts,
                       a => TUMBLE(INTERVAL '20' MINUTE), b => TUMBLE(INTERVAL '30' MINUTE), c => TUMBLE(INTERVAL '40' MINUTE))
-                    WHERE t > 0 GROUP BY d, window_start, window_end;";
-        let script = Script::compile(text, std::path::Path::new("/data")).expect("script");
-        let sql = compile_flink(&script).expect("flink");
+                    WHERE t > 0 GROUP BY d, window_start, window_end;",
+        );
         // Example 7: the factor window of 10 minutes feeds 20 and 30; 40 reads 20.
         assert!(sql.contains("CREATE TEMPORARY VIEW g1_w1 AS -- factor window"), "{sql}");
         assert!(
@@ -487,13 +496,11 @@ mod tests {
 
     #[test]
     fn computed_keys_are_named_in_the_views() {
-        let text = "CREATE SOURCE r (d BIGINT, t DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
-                    WITH (path = 'r.jsonl', time_unit = 's');
-                    SELECT d % 3, window_start, SUM(t) AS s FROM WINDOWS(r, ts,
+        let sql = compile_over_r(
+            "SELECT d % 3, window_start, SUM(t) AS s FROM WINDOWS(r, ts,
                       a => TUMBLE(INTERVAL '10' MINUTE), b => TUMBLE(INTERVAL '30' MINUTE))
-                    GROUP BY d % 3, window_start HAVING d % 3 <> 1;";
-        let script = Script::compile(text, std::path::Path::new("/data")).expect("script");
-        let sql = compile_flink(&script).expect("flink");
+                    GROUP BY d % 3, window_start HAVING d % 3 <> 1;",
+        );
         assert!(sql.contains("SELECT d % 3 AS k0, window_start AS w_start"), "{sql}");
         assert!(sql.contains("GROUP BY d % 3, window_start, window_end, window_time"), "{sql}");
         // The cascade groups by the parent's key column.
@@ -507,14 +514,12 @@ mod tests {
 
     #[test]
     fn min_max_cascade_over_hopping_parents() {
-        let text = "CREATE SOURCE r (d BIGINT, t DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
-                    WITH (path = 'r.jsonl', time_unit = 's');
-                    SELECT d, window_start, window_end, MIN(t), MAX(t) FROM WINDOWS(r, ts,
+        let sql = compile_over_r(
+            "SELECT d, window_start, window_end, MIN(t), MAX(t) FROM WINDOWS(r, ts,
                       h10 => HOP(INTERVAL '5' MINUTE, INTERVAL '10' MINUTE), h20 => HOP(INTERVAL '10' MINUTE, INTERVAL '20' MINUTE),
                       h25 => HOP(INTERVAL '5' MINUTE, INTERVAL '25' MINUTE), t40 => TUMBLE(INTERVAL '40' MINUTE))
-                    GROUP BY d, window_start, window_end;";
-        let script = Script::compile(text, std::path::Path::new("/data")).expect("script");
-        let sql = compile_flink(&script).expect("flink");
+                    GROUP BY d, window_start, window_end;",
+        );
         // Covered by: the hopping 10 minutes feeds a hopping factor window of 20 minutes every 5,
         // which feeds 20 and 25; only instances starting inside the child are merged.
         assert!(sql.contains("modeled cost 12315 per key and 12000 time units"), "{sql}");
