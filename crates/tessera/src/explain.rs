@@ -193,9 +193,11 @@ fn group_edges(group: &WindowGroup, spanned: &[Option<i64>], name: &dyn Fn(usize
 }
 
 /// The plan as text: per query the chosen strategy and its cost against every other, then the
-/// windows as a tree from the stream.
+/// windows as a tree from the stream. Queries evaluated by one shared plan (the JSON repeats it
+/// for each, as every query's object stands alone) show it once, under the first of them.
 pub fn explain_text(explained: &Value) -> String {
     let mut text = String::new();
+    let mut shown: Vec<(Value, usize)> = Vec::new();
     for (i, q) in explained["queries"].as_array().into_iter().flatten().enumerate() {
         text.push_str(&format!("query {}: {}\n", i + 1, q["sql"].as_str().unwrap_or("")));
         text.push_str(&format!("  source: {}\n", q["source"].as_str().unwrap_or("")));
@@ -207,6 +209,12 @@ pub fn explain_text(explained: &Value) -> String {
             text.push_str("  stateless: filter and project each row\n");
             continue;
         }
+        let plan = shared_plan(q);
+        if let Some((_, first)) = shown.iter().find(|(p, _)| *p == plan) {
+            text.push_str(&format!("  evaluated by the plan shown for query {first}\n"));
+            continue;
+        }
+        shown.push((plan, i + 1));
         text.push_str(&format!(
             "  aggregates: {} (windows combine when {})\n",
             q["aggregates"]
@@ -250,6 +258,26 @@ pub fn explain_text(explained: &Value) -> String {
         }
     }
     text
+}
+
+/// What a query's plan is made of apart from the query itself: equal for the queries one
+/// window group evaluates together.
+fn shared_plan(q: &Value) -> Value {
+    const FIELDS: [&str; 12] = [
+        "source",
+        "aggregates",
+        "semantics",
+        "chosen_strategy",
+        "forced",
+        "costs",
+        "period",
+        "eta",
+        "windows",
+        "edges",
+        "exact_wcg_factor",
+        "partial_cost",
+    ];
+    Value::Object(FIELDS.iter().map(|f| (f.to_string(), q[*f].clone())).collect())
 }
 
 fn tree(text: &mut String, from: &str, windows: &[Value], edges: &[Value], unit: &str, depth: usize) {
@@ -323,4 +351,35 @@ pub fn explain_dot(explained: &Value) -> String {
     }
     dot.push_str("}\n");
     dot
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_of_one_window_group_show_its_plan_once() {
+        let window = |minutes: i64| {
+            format!(
+                "SELECT d, window_start, window_end, MIN(t) AS lo FROM TUMBLE(r, ts, INTERVAL '{minutes}' MINUTE)
+                 GROUP BY d, window_start, window_end;"
+            )
+        };
+        let text = format!(
+            "CREATE SOURCE r (d BIGINT, t DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'r.jsonl', time_unit = 's');
+             {}{}
+             SELECT d, window_start, window_end, SUM(t) AS total FROM TUMBLE(r, ts, INTERVAL '10' MINUTE)
+             GROUP BY d, window_start, window_end;",
+            window(10),
+            window(20)
+        );
+        let script = Script::compile(&text, std::path::Path::new("/data")).expect("script");
+        let shown = explain_text(&explain_json(&script));
+        assert_eq!(shown.matches("costs of every strategy").count(), 2, "{shown}");
+        assert!(shown.contains("query 2: SELECT"), "{shown}");
+        assert!(shown.contains("  evaluated by the plan shown for query 1\n"), "{shown}");
+        // The SUM query reads the same source but combines differently: a plan of its own.
+        let third = &shown[shown.find("query 3:").expect("query 3")..];
+        assert!(third.contains("costs of every strategy") && third.contains("plan:"), "{shown}");
+    }
 }
