@@ -330,6 +330,9 @@ pub struct WindowAggregateExec {
     /// Cuts time where any node's instances start or end: a run of rows inside one slice
     /// belongs to the same instances of every node.
     slicing: Slicing,
+    /// Per node, where its own instances start or end: a node taking rows alone takes them in
+    /// runs inside one of these, not cut at every other node's edges.
+    cuts: Vec<Slicing>,
     /// Slices with data (for nodes reading slices), by index in `slicing`.
     slices: BTreeMap<i64, GroupTable>,
     /// `EMIT CHANGES`: the keys of the rows each slice took since rows were last written.
@@ -409,6 +412,7 @@ impl WindowAggregateExec {
             },
             shape,
             slicing,
+            cuts: nodes.iter().map(|n| Slicing::paired(&n.spec)).collect(),
             slices: BTreeMap::new(),
             pool: TablePool::default(),
             changed: changes.then(BTreeMap::new),
@@ -427,22 +431,17 @@ impl WindowAggregateExec {
 
     /// Aggregates rows that passed the WHERE clause; `key_ids` are their interned keys.
     fn process_filtered(&mut self, input: &EventBatch, key_ids: &[u32], out: &mut Output) -> Result<()> {
-        let n = input.len();
         let values = self.shape.aggregates.iter().map(|a| a.evaluate_arg(&input.rows)).collect::<Result<Vec<_>>>()?;
         let mut late_rows: Vec<Vec<u32>> = vec![Vec::new(); self.emitter.slots.len()];
-        let mut start = 0;
-        while start < n {
-            // Take rows up to the first one that meets a watermark closing an instance; close
-            // instances before taking it.
-            // Watermarks never decrease along a batch: a binary search, not a scan per row.
-            let threshold = self.next_close();
-            let end = input.watermarks.first_reaching(threshold, start, n);
-            if end == start {
-                self.close_windows(input.watermarks.at(start), out)?;
-                continue;
-            }
-            self.update(input, start..end, key_ids, &values, &mut late_rows)?;
-            start = end;
+        // A node reading the stream that no other node reads takes the batch on its own, cut
+        // only where its own instances close; the others take it together, cut wherever any of
+        // them closes one (with a 1-second window among them, every second).
+        let (alone, together): (Vec<usize>, Vec<usize>) = (0..self.nodes.len()).partition(|&i| self.reads_alone(i));
+        for i in alone {
+            self.take_rows(input, &[i], key_ids, &values, &mut late_rows, out)?;
+        }
+        if !together.is_empty() {
+            self.take_rows(input, &together, key_ids, &values, &mut late_rows, out)?;
         }
         for (slot, rows) in late_rows.into_iter().enumerate() {
             if !rows.is_empty() {
@@ -453,18 +452,64 @@ impl WindowAggregateExec {
         Ok(())
     }
 
-    /// Adds `rows` to the instances and slices they belong to, run by run: consecutive rows in
-    /// one slice belong to the same instances of every node, so they share the lookups and the
-    /// lateness decision, and update the states as one contiguous range.
+    fn every_node(&self) -> Vec<usize> {
+        (0..self.nodes.len()).collect()
+    }
+
+    /// Whether node `i` can take rows apart from the others: it reads the stream, no node
+    /// reads its instances and no `EMIT CHANGES` tracks the rows by the common slices.
+    fn reads_alone(&self, i: usize) -> bool {
+        let node = &self.nodes[i];
+        self.changed.is_none() && node.input == NodeInput::Stream && node.children.is_empty()
+    }
+
+    /// Adds the batch's rows to nodes `which`, closing their instances as the rows' watermark
+    /// reaches their ends.
+    fn take_rows(
+        &mut self,
+        input: &EventBatch,
+        which: &[usize],
+        key_ids: &[u32],
+        values: &[Option<ArrayRef>],
+        late_rows: &mut [Vec<u32>],
+        out: &mut Output,
+    ) -> Result<()> {
+        let n = input.len();
+        let mut start = 0;
+        while start < n {
+            // Take rows up to the first one that meets a watermark closing an instance; close
+            // instances before taking it.
+            // Watermarks never decrease along a batch: a binary search, not a scan per row.
+            let threshold = which.iter().map(|&i| self.nodes[i].next_close()).min().unwrap_or(i64::MAX);
+            let end = input.watermarks.first_reaching(threshold, start, n);
+            if end == start {
+                self.close_windows(input.watermarks.at(start), which, out)?;
+                continue;
+            }
+            self.update(input, start..end, which, key_ids, values, late_rows)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Adds `rows` to the instances and slices of nodes `which` they belong to, run by run:
+    /// consecutive rows in one slice belong to the same instances of every node, so they share
+    /// the lookups and the lateness decision, and update the states as one contiguous range. A
+    /// node taking rows alone cuts them by its own slices, which are longer.
     fn update(
         &mut self,
         input: &EventBatch,
         rows: std::ops::Range<usize>,
+        which: &[usize],
         key_ids: &[u32],
         values: &[Option<ArrayRef>],
         late_rows: &mut [Vec<u32>],
     ) -> Result<()> {
-        let WindowAggregateExec { nodes, shape, slicing, slices, scratch, changed, pool, emit_reads, .. } = self;
+        let cut = match which {
+            [i] if self.reads_alone(*i) => &self.cuts[*i],
+            _ => &self.slicing,
+        };
+        let WindowAggregateExec { nodes, shape, slices, scratch, changed, pool, emit_reads, .. } = self;
         let times = &input.event_times;
         let mut updates = 0u64;
         let mut add = |table: &mut GroupTable, run: std::ops::Range<usize>, scratch: &mut Vec<u32>| {
@@ -473,14 +518,15 @@ impl WindowAggregateExec {
         };
         let mut row = rows.start;
         while row < rows.end {
-            let slice = slicing.slice_of(times[row]);
-            let (lo, hi) = (slicing.start(slice), slicing.end(slice));
+            let slice = cut.slice_of(times[row]);
+            let (lo, hi) = (cut.start(slice), cut.end(slice));
             let later = &times[row + 1..rows.end];
             let run_end =
                 row + 1 + if input.times_ascend { ascending_below(later, hi) } else { rows_within(later, lo, hi) };
             let run = row..run_end;
             let mut to_slice = false;
-            for node in nodes.iter_mut() {
+            for &i in which {
+                let node = &mut nodes[i];
                 let (first, last) = node.spec.windows_containing(lo);
                 if first > last {
                     continue;
@@ -532,8 +578,8 @@ impl WindowAggregateExec {
 
     /// Closes, node by node (parents first), every instance whose end is at or before
     /// `watermark`, then drops the slices and kept instances nothing open needs.
-    fn close_windows(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
-        for i in 0..self.nodes.len() {
+    fn close_windows(&mut self, watermark: i64, which: &[usize], out: &mut Output) -> Result<()> {
+        for &i in which {
             if watermark <= self.nodes[i].closed_through {
                 continue;
             }
@@ -551,7 +597,9 @@ impl WindowAggregateExec {
             node.closed_through = watermark;
             node.next_window = node.next_window.max(spec.first_window_ending_after(watermark));
         }
-        self.drop_unneeded_state();
+        if !which.iter().all(|&i| self.reads_alone(i)) {
+            self.drop_unneeded_state();
+        }
         Ok(())
     }
 
@@ -824,7 +872,7 @@ impl StreamOperator for WindowAggregateExec {
 
     fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
         if watermark >= self.next_close() {
-            self.close_windows(watermark, out)?;
+            self.close_windows(watermark, &self.every_node(), out)?;
         }
         self.emitter.flush(out)
     }
@@ -840,11 +888,11 @@ impl StreamOperator for WindowAggregateExec {
                 .min();
             let mut out = Output::default();
             let Some(end) = next else {
-                self.close_windows(i64::MAX, &mut out)?;
+                self.close_windows(i64::MAX, &self.every_node(), &mut out)?;
                 self.emitter.flush(&mut out)?;
                 return emit(out);
             };
-            self.close_windows(end, &mut out)?;
+            self.close_windows(end, &self.every_node(), &mut out)?;
             self.emitter.flush(&mut out)?;
             emit(out)?;
         }
