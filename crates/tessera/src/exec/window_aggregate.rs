@@ -668,7 +668,7 @@ impl WindowAggregateExec {
                         return emitter.emit(&node.slots, spec, m, only);
                     }
                     (first, second) => {
-                        let mut merged = GroupTable::new(shape);
+                        let mut merged = pool.take(shape);
                         for (_, part) in first.into_iter().chain(second).chain(parts) {
                             merged.merge_from(part, scratch)?;
                             reads += part.keys.len() as u64;
@@ -682,13 +682,14 @@ impl WindowAggregateExec {
                 let (from, to) =
                     (spec.start(m) / parent.spec.slide, (spec.end(m) - parent.spec.range) / parent.spec.slide);
                 let mut any = false;
-                let mut merged = GroupTable::new(shape);
+                let mut merged = pool.take(shape);
                 for (_, part) in parent.closed.range(from..=to) {
                     merged.merge_from(part, scratch)?;
                     reads += part.keys.len() as u64;
                     any = true;
                 }
                 if !any {
+                    pool.give(merged);
                     return Ok(());
                 }
                 merged
@@ -822,8 +823,8 @@ impl WindowAggregateExec {
                 .unwrap_or(i64::MAX);
             let node = &mut self.nodes[i];
             node.keep_from = keep_from;
-            if node.closed.first_key_value().is_some_and(|(&k, _)| k < keep_from) {
-                node.closed = node.closed.split_off(&keep_from);
+            while let Some(entry) = node.closed.first_entry().filter(|e| *e.key() < keep_from) {
+                self.pool.give(entry.remove());
             }
         }
     }
