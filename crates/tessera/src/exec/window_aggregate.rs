@@ -321,6 +321,32 @@ impl Emitter {
     }
 }
 
+/// Nodes that take an input batch's rows together. A node reading the stream that no other
+/// node reads (and no `EMIT CHANGES` tracks by the common slices) takes them alone, cut only
+/// where its own instances close and in runs of its own slices; the others take them together,
+/// cut wherever any of them closes an instance (with a 1-second window among them, every
+/// second) and in runs of the slices all their edges cut.
+struct Takers {
+    nodes: Vec<usize>,
+    /// A node taking rows alone: its own slices.
+    own_slices: Option<Slicing>,
+}
+
+impl Takers {
+    fn of(nodes: &[Node], changes: bool) -> Vec<Takers> {
+        let alone = |n: &Node| !changes && n.input == NodeInput::Stream && n.children.is_empty();
+        let mut takers: Vec<Takers> = (0..nodes.len())
+            .filter(|&i| alone(&nodes[i]))
+            .map(|i| Takers { nodes: vec![i], own_slices: Some(Slicing::paired(&nodes[i].spec)) })
+            .collect();
+        let together: Vec<usize> = (0..nodes.len()).filter(|&i| !alone(&nodes[i])).collect();
+        if !together.is_empty() {
+            takers.push(Takers { nodes: together, own_slices: None });
+        }
+        takers
+    }
+}
+
 pub struct WindowAggregateExec {
     /// Parents before children.
     nodes: Vec<Node>,
@@ -330,9 +356,9 @@ pub struct WindowAggregateExec {
     /// Cuts time where any node's instances start or end: a run of rows inside one slice
     /// belongs to the same instances of every node.
     slicing: Slicing,
-    /// Per node, where its own instances start or end: a node taking rows alone takes them in
-    /// runs inside one of these, not cut at every other node's edges.
-    cuts: Vec<Slicing>,
+    /// How the nodes take an input batch's rows: each group in turn, cut where its instances
+    /// close.
+    takers: Vec<Takers>,
     /// Slices with data (for nodes reading slices), by index in `slicing`.
     slices: BTreeMap<i64, GroupTable>,
     /// `EMIT CHANGES`: the keys of the rows each slice took since rows were last written.
@@ -393,6 +419,7 @@ impl WindowAggregateExec {
                 built[p].children.push(i);
             }
         }
+        let takers = Takers::of(&built, changes);
         Ok(WindowAggregateExec {
             nodes: built,
             emitter: Emitter {
@@ -412,7 +439,7 @@ impl WindowAggregateExec {
             },
             shape,
             slicing,
-            cuts: nodes.iter().map(|n| Slicing::paired(&n.spec)).collect(),
+            takers,
             slices: BTreeMap::new(),
             pool: TablePool::default(),
             changed: changes.then(BTreeMap::new),
@@ -433,16 +460,10 @@ impl WindowAggregateExec {
     fn process_filtered(&mut self, input: &EventBatch, key_ids: &[u32], out: &mut Output) -> Result<()> {
         let values = self.shape.aggregates.iter().map(|a| a.evaluate_arg(&input.rows)).collect::<Result<Vec<_>>>()?;
         let mut late_rows: Vec<Vec<u32>> = vec![Vec::new(); self.emitter.slots.len()];
-        // A node reading the stream that no other node reads takes the batch on its own, cut
-        // only where its own instances close; the others take it together, cut wherever any of
-        // them closes one (with a 1-second window among them, every second).
-        let (alone, together): (Vec<usize>, Vec<usize>) = (0..self.nodes.len()).partition(|&i| self.reads_alone(i));
-        for i in alone {
-            self.take_rows(input, &[i], key_ids, &values, &mut late_rows, out)?;
-        }
-        if !together.is_empty() {
-            self.take_rows(input, &together, key_ids, &values, &mut late_rows, out)?;
-        }
+        let takers = std::mem::take(&mut self.takers);
+        let taken = takers.iter().try_for_each(|t| self.take_rows(input, t, key_ids, &values, &mut late_rows, out));
+        self.takers = takers;
+        taken?;
         for (slot, rows) in late_rows.into_iter().enumerate() {
             if !rows.is_empty() {
                 self.emitter.slots[slot].metrics.late_events += rows.len() as u64;
@@ -456,19 +477,12 @@ impl WindowAggregateExec {
         (0..self.nodes.len()).collect()
     }
 
-    /// Whether node `i` can take rows apart from the others: it reads the stream, no node
-    /// reads its instances and no `EMIT CHANGES` tracks the rows by the common slices.
-    fn reads_alone(&self, i: usize) -> bool {
-        let node = &self.nodes[i];
-        self.changed.is_none() && node.input == NodeInput::Stream && node.children.is_empty()
-    }
-
-    /// Adds the batch's rows to nodes `which`, closing their instances as the rows' watermark
-    /// reaches their ends.
+    /// Adds the batch's rows to the nodes of `takers`, closing their instances as the rows'
+    /// watermark reaches their ends.
     fn take_rows(
         &mut self,
         input: &EventBatch,
-        which: &[usize],
+        takers: &Takers,
         key_ids: &[u32],
         values: &[Option<ArrayRef>],
         late_rows: &mut [Vec<u32>],
@@ -480,19 +494,19 @@ impl WindowAggregateExec {
             // Take rows up to the first one that meets a watermark closing an instance; close
             // instances before taking it.
             // Watermarks never decrease along a batch: a binary search, not a scan per row.
-            let threshold = which.iter().map(|&i| self.nodes[i].next_close()).min().unwrap_or(i64::MAX);
+            let threshold = takers.nodes.iter().map(|&i| self.nodes[i].next_close()).min().unwrap_or(i64::MAX);
             let end = input.watermarks.first_reaching(threshold, start, n);
             if end == start {
-                self.close_windows(input.watermarks.at(start), which, out)?;
+                self.close_windows(input.watermarks.at(start), &takers.nodes, out)?;
                 continue;
             }
-            self.update(input, start..end, which, key_ids, values, late_rows)?;
+            self.update(input, start..end, takers, key_ids, values, late_rows)?;
             start = end;
         }
         Ok(())
     }
 
-    /// Adds `rows` to the instances and slices of nodes `which` they belong to, run by run:
+    /// Adds `rows` to the instances and slices of the nodes of `takers`, run by run:
     /// consecutive rows in one slice belong to the same instances of every node, so they share
     /// the lookups and the lateness decision, and update the states as one contiguous range. A
     /// node taking rows alone cuts them by its own slices, which are longer.
@@ -500,15 +514,12 @@ impl WindowAggregateExec {
         &mut self,
         input: &EventBatch,
         rows: std::ops::Range<usize>,
-        which: &[usize],
+        takers: &Takers,
         key_ids: &[u32],
         values: &[Option<ArrayRef>],
         late_rows: &mut [Vec<u32>],
     ) -> Result<()> {
-        let cut = match which {
-            [i] if self.reads_alone(*i) => &self.cuts[*i],
-            _ => &self.slicing,
-        };
+        let cut = takers.own_slices.as_ref().unwrap_or(&self.slicing);
         let WindowAggregateExec { nodes, shape, slices, scratch, changed, pool, emit_reads, .. } = self;
         let times = &input.event_times;
         let mut updates = 0u64;
@@ -525,7 +536,7 @@ impl WindowAggregateExec {
                 row + 1 + if input.times_ascend { ascending_below(later, hi) } else { rows_within(later, lo, hi) };
             let run = row..run_end;
             let mut to_slice = false;
-            for &i in which {
+            for &i in &takers.nodes {
                 let node = &mut nodes[i];
                 let (first, last) = node.spec.windows_containing(lo);
                 if first > last {
@@ -597,7 +608,8 @@ impl WindowAggregateExec {
             node.closed_through = watermark;
             node.next_window = node.next_window.max(spec.first_window_ending_after(watermark));
         }
-        if !which.iter().all(|&i| self.reads_alone(i)) {
+        // Only slices and instances kept for children are dropped.
+        if which.iter().any(|&i| !self.nodes[i].children.is_empty() || self.nodes[i].input != NodeInput::Stream) {
             self.drop_unneeded_state();
         }
         Ok(())
