@@ -27,8 +27,10 @@ pub struct Settings {
     pub parallelism: Option<usize>,
     /// Rows per batch read from a source.
     pub batch_size: usize,
-    /// Events per event-time unit assumed by the cost model.
+    /// Events per event-time unit and group key assumed by the cost model.
     pub eta: f64,
+    /// Distinct group keys assumed by the cost model (`SET keys`; `None`: many).
+    pub keys: Option<f64>,
     /// How windows are evaluated (`SET window_strategy`): `None` lets the optimizer choose.
     pub window_strategy: Option<Strategy>,
 }
@@ -51,6 +53,7 @@ impl Default for Settings {
             parallelism: None,
             batch_size: crate::connectors::DEFAULT_BATCH_SIZE,
             eta: 1.0,
+            keys: None,
             window_strategy: None,
         }
     }
@@ -74,9 +77,12 @@ impl Settings {
                     .filter(|v| v.is_finite() && *v > 0.0)
                     .ok_or_else(|| format!("eta must be a positive number, got '{value}'"))?
             }
+            "keys" => self.keys = Some(positive(value)? as f64),
             "window_strategy" => self.window_strategy = parse_window_strategy(value)?,
             _ => {
-                return Err(format!("unknown setting `{name}` (known: parallelism, batch_size, eta, window_strategy)"))
+                return Err(format!(
+                    "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy)"
+                ))
             }
         }
         Ok(())
@@ -114,7 +120,7 @@ impl Script {
 
     /// The script's window groups, planned with its settings.
     pub fn window_groups(&self) -> Vec<WindowGroup> {
-        window_groups(&self.queries, self.settings.eta, self.settings.window_strategy)
+        window_groups(&self.queries, (self.settings.eta, self.settings.keys), self.settings.window_strategy)
     }
 
     pub fn compile(text: &str, base_dir: &Path) -> Result<Script> {

@@ -79,7 +79,7 @@ pub fn compile_flink(script: &Script) -> Result<String> {
             script.catalog.source(&group.source).ok_or_else(|| TesseraError::Internal("unbound source".into()))?;
         let members: Vec<(usize, usize)> = group_branches(script, group);
         let member_selects: Vec<&ast::Select> = members.iter().map(|&(q, b)| &selects[q][b]).collect();
-        let compiled = compile_group(g, group, source, &member_selects, script.settings.eta)?;
+        let compiled = compile_group(g, group, source, &member_selects, (script.settings.eta, script.settings.keys))?;
         out.push_str(&compiled.views);
         for ((q, b), sql) in members.into_iter().zip(compiled.outputs) {
             branch_sql[q][b] = Some(sql);
@@ -223,7 +223,7 @@ fn compile_group(
     group: &WindowGroup,
     source: &SourceDef,
     selects: &[&ast::Select],
-    eta: f64,
+    rates: (f64, Option<f64>),
 ) -> Result<CompiledGroup> {
     let first = selects[0];
     let keys: Vec<GroupKey> = match &first.group_by {
@@ -260,7 +260,7 @@ fn compile_group(
         }
     }
     let windows: Vec<WindowSpec> = group.members.iter().map(|m| m.plan.window).collect();
-    let plan: WindowGroupPlan = plan_window_group(&windows, sharing, eta, Some(Strategy::WcgFactor));
+    let plan: WindowGroupPlan = plan_window_group(&windows, sharing, rates, Some(Strategy::WcgFactor));
     let unit = source.event_time.unit;
     let view = |n: usize| format!("g{}_w{}", g + 1, n + 1);
     // A root computes the keys from the source's columns (named when computed); a cascaded

@@ -31,8 +31,9 @@ pub struct WindowGroup {
 }
 
 /// Groups the window branches of `queries` and plans each group (`forced` strategy, or the
-/// cheapest for the event rate `eta`).
-pub fn window_groups(queries: &[QueryPlan], eta: f64, forced: Option<Strategy>) -> Vec<WindowGroup> {
+/// cheapest for `eta` events per time unit and key over `keys` keys, as
+/// [`plan_window_group`] takes them).
+pub fn window_groups(queries: &[QueryPlan], rates: (f64, Option<f64>), forced: Option<Strategy>) -> Vec<WindowGroup> {
     // (source, input signature, members as (query, plan))
     type Members = Vec<(usize, Arc<WindowAggregatePlan>)>;
     let mut grouped: Vec<(String, String, Members)> = Vec::new();
@@ -57,12 +58,12 @@ pub fn window_groups(queries: &[QueryPlan], eta: f64, forced: Option<Strategy>) 
             let changes = members[0].1.emit == EmitMode::Changes;
             let forced = match forced {
                 Some(strategy) if !changes || strategy.emits_changes() => Some(strategy),
-                _ if changes => {
-                    Some(plan_window_group(&windows, sharing, eta, None).costs.cheapest_where(Strategy::emits_changes))
-                }
+                _ if changes => Some(
+                    plan_window_group(&windows, sharing, rates, None).costs.cheapest_where(Strategy::emits_changes),
+                ),
                 _ => None,
             };
-            let plan = plan_window_group(&windows, sharing, eta, forced);
+            let plan = plan_window_group(&windows, sharing, rates, forced);
             let members = members
                 .into_iter()
                 .map(|(query, p)| {

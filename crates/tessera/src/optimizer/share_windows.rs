@@ -163,12 +163,13 @@ pub fn factor_benefit(target: Input, factor: &WindowSpec, below: &[WindowSpec], 
 /// With `P / s` instances per period, `M(W_j, W_f) = r_j / r_f` and `M(W_f, W) = r_f / r_W`,
 /// Equation 2 becomes `c - c' = P * (lambda * (1/r_f - w/r_W) + w/r_W)` where
 /// `lambda = sum_j r_j / s_j` (the paper's Equation 4, `sum n_j / m_j`) and `w` weighs an
-/// instance read from the stream (`eta`, with `r_W = 1`) against one read from a window (1).
+/// instance read from the stream (the model's [`stream_weight`](CostModel::stream_weight),
+/// `eta` in the paper's, with `r_W = 1`) against one read from a window (1).
 /// So a single tumbling downstream window (`lambda = 1`) never gains, and otherwise the factor
 /// helps iff `r_f / r_W >= lambda / (w * (lambda - 1))`.
-pub fn factor_helps_partitioned(target: Input, factor: &WindowSpec, below: &[WindowSpec], eta: f64) -> bool {
+pub fn factor_helps_partitioned(target: Input, factor: &WindowSpec, below: &[WindowSpec], stream_weight: f64) -> bool {
     let (target_range, weight) = match target {
-        Input::Stream => (1.0, eta),
+        Input::Stream => (1.0, stream_weight),
         Input::Window(t) => (t.range as f64, 1.0),
     };
     let lambda: f64 = below.iter().map(|w| w.range as f64 / w.slide as f64).sum();
@@ -195,7 +196,7 @@ pub fn best_factor_partitioned(target: Input, below: &[WindowSpec], model: &Cost
         .filter(|d| d % target_range == 0)
         .map(WindowSpec::tumbling)
         .filter(|f| Input::Window(*f) != target && !below.contains(f))
-        .filter(|f| factor_helps_partitioned(target, f, below, model.eta))
+        .filter(|f| factor_helps_partitioned(target, f, below, model.stream_weight()))
         .collect();
     let undominated = helpful.iter().filter(|f| !helpful.iter().any(|o| o != *f && o.is_covered_by(f)));
     undominated.max_by_key(|f| f.range).map(|f| (*f, factor_benefit(target, f, below, model)))
@@ -603,8 +604,8 @@ mod tests {
                     distinct.push(w);
                 }
             }
-            for eta in [1.0, 3.0, 10.0] {
-                let model = CostModel::new(&distinct, eta);
+            for (eta, keys) in [(1.0, None), (3.0, None), (10.0, None), (10.0, Some(10.0)), (100.0, Some(1.0))] {
+                let model = CostModel::new(&distinct, eta).with_keys(keys);
                 let targets = [Input::Stream, Input::Window(WindowSpec::tumbling(base))];
                 for target in targets {
                     if distinct.iter().any(|w| Input::Window(*w) == target) {
@@ -614,9 +615,9 @@ mod tests {
                     for c in &candidates {
                         let exact = factor_benefit(target, c, &distinct, &model);
                         assert_eq!(
-                            factor_helps_partitioned(target, c, &distinct, eta),
+                            factor_helps_partitioned(target, c, &distinct, model.stream_weight()),
                             exact <= 1e-9,
-                            "{c:?} for {distinct:?} from {target:?} at eta {eta}: benefit {exact}"
+                            "{c:?} for {distinct:?} from {target:?} at eta {eta}, keys {keys:?}: benefit {exact}"
                         );
                         checked += 1;
                     }

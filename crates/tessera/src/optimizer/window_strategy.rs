@@ -141,6 +141,8 @@ pub struct WindowNode {
 pub struct WindowGroupPlan {
     pub sharing: Sharing,
     pub eta: f64,
+    /// Distinct group keys the model assumed (`None`: many, the paper's model).
+    pub keys: Option<f64>,
     pub period: i64,
     pub costs: StrategyCosts,
     pub strategy: Strategy,
@@ -156,11 +158,12 @@ impl WindowGroupPlan {
     }
 }
 
-/// Costs every strategy for the distinct `windows` and plans the forced one, or the cheapest.
+/// Costs every strategy for the distinct `windows` at `eta` events per time unit and key over
+/// `keys` keys, and plans the forced one, or the cheapest.
 pub fn plan_window_group(
     windows: &[WindowSpec],
     sharing: Sharing,
-    eta: f64,
+    (eta, keys): (f64, Option<f64>),
     forced: Option<Strategy>,
 ) -> WindowGroupPlan {
     let mut distinct: Vec<WindowSpec> = Vec::new();
@@ -169,7 +172,7 @@ pub fn plan_window_group(
             distinct.push(*w);
         }
     }
-    let model = CostModel::new(&distinct, eta);
+    let model = CostModel::new(&distinct, eta).with_keys(keys);
     let outputs: Vec<(WindowSpec, bool)> = distinct.iter().map(|w| (*w, true)).collect();
     let wcg = min_cost_forest(&outputs, sharing, &model);
     let wcg_factor = min_cost_with_factor_windows(&distinct, sharing, &model);
@@ -220,7 +223,7 @@ pub fn plan_window_group(
         Strategy::Wcg => (coverage_nodes(&wcg), 0.0),
         Strategy::WcgFactor => (coverage_nodes(&wcg_factor), 0.0),
     };
-    WindowGroupPlan { sharing, eta, period: model.period, costs, strategy, nodes, partial_cost }
+    WindowGroupPlan { sharing, eta, keys, period: model.period, costs, strategy, nodes, partial_cost }
 }
 
 /// The nodes of a coverage-graph plan, parents first: a covering window is never longer than
@@ -251,7 +254,7 @@ mod tests {
     #[test]
     fn example_7_costs_and_the_factor_window_plan() {
         let windows: Vec<WindowSpec> = [20, 30, 40].iter().map(|&r| WindowSpec::tumbling(r)).collect();
-        let plan = plan_window_group(&windows, Sharing::PartitionedBy, 1.0, Some(Strategy::WcgFactor));
+        let plan = plan_window_group(&windows, Sharing::PartitionedBy, (1.0, None), Some(Strategy::WcgFactor));
         assert_eq!(plan.period, 120);
         assert_eq!(plan.costs.baseline, 360.0);
         assert_eq!(plan.costs.wcg, 246.0);
@@ -273,14 +276,14 @@ mod tests {
         assert_eq!(plan.costs.cheapest(), Strategy::SharedPaired);
         // Example 6 (10, 20, 30, 40): the coverage graph is cheapest.
         let windows: Vec<WindowSpec> = [10, 20, 30, 40].iter().map(|&r| WindowSpec::tumbling(r)).collect();
-        let plan = plan_window_group(&windows, Sharing::CoveredBy, 1.0, None);
+        let plan = plan_window_group(&windows, Sharing::CoveredBy, (1.0, None), None);
         assert_eq!((plan.strategy, plan.cost(), plan.costs.shared_paired), (Strategy::Wcg, 150.0, 168.0));
     }
 
     #[test]
     fn sliding_windows_choose_slices() {
         // W2: HOP 1 min / 30 min: from the stream each event is in 30 instances.
-        let plan = plan_window_group(&[WindowSpec::hopping(60, 1800)], Sharing::PartitionedBy, 1.0, None);
+        let plan = plan_window_group(&[WindowSpec::hopping(60, 1800)], Sharing::PartitionedBy, (1.0, None), None);
         // Slices of a minute, or a factor window of a minute: the same work.
         assert_eq!(plan.costs.shared_paired, plan.costs.wcg_factor);
         assert_eq!(plan.costs.baseline, 20.0 * plan.costs.shared_paired);
@@ -288,8 +291,12 @@ mod tests {
         // instances one merge, against 30 merges per instance.
         assert_eq!((plan.strategy, plan.cost()), (Strategy::SharedSliding, 1800.0 + 2.0 * 30.0 + 30.0));
         assert_eq!(plan.nodes[0].input, NodeInput::Slices { sliding: true });
-        let forced =
-            plan_window_group(&[WindowSpec::hopping(60, 1800)], Sharing::PartitionedBy, 1.0, Some(Strategy::Baseline));
+        let forced = plan_window_group(
+            &[WindowSpec::hopping(60, 1800)],
+            Sharing::PartitionedBy,
+            (1.0, None),
+            Some(Strategy::Baseline),
+        );
         assert_eq!(forced.nodes[0].input, NodeInput::Stream);
         assert_eq!(forced.cost(), plan.costs.baseline);
     }
@@ -303,9 +310,10 @@ mod tests {
                 let params = GeneratorParams { tumbling, ..GeneratorParams::default() };
                 let sharing = if tumbling { Sharing::PartitionedBy } else { Sharing::CoveredBy };
                 for size in [5, 10] {
-                    for eta in [1.0, 10.0, 100.0] {
+                    for (eta, keys) in [(1.0, None), (10.0, None), (100.0, None), (1.0, Some(10.0)), (10.0, Some(1.0))]
+                    {
                         let windows = generate(generator, size, &params, &mut rng);
-                        let plan = plan_window_group(&windows, sharing, eta, None);
+                        let plan = plan_window_group(&windows, sharing, (eta, keys), None);
                         for strategy in Strategy::ALL {
                             assert!(
                                 plan.cost() <= plan.costs.get(strategy),
@@ -316,7 +324,7 @@ mod tests {
                                 continue;
                             }
                             // A forced plan costs what the model says for it, node by node.
-                            let forced = plan_window_group(&windows, sharing, eta, Some(strategy));
+                            let forced = plan_window_group(&windows, sharing, (eta, keys), Some(strategy));
                             let summed = forced.partial_cost + forced.nodes.iter().map(|n| n.cost).sum::<f64>();
                             assert!((summed - forced.cost()).abs() <= 1e-6 * forced.cost(), "{strategy:?} {windows:?}");
                         }

@@ -14,6 +14,14 @@
 //! flat in `r/s` where merging every spanned slice is linear. A running value (COUNT, SUM, AVG)
 //! merges each slice twice too (added, then subtracted) and no instance; the model counts the
 //! dearer two stacks for both.
+//!
+//! Beyond the paper: a merge combines one instance's partial aggregate of a key into another's,
+//! and the runtime pays, per instance merged, a cost that does not depend on the keys it holds
+//! (finding the instance, walking its table, closing it). Per key that is small when instances
+//! hold many keys and dominant when they hold few, so with the number of keys known
+//! (`SET keys = N`) a merge weighs `1 + MERGE_OVERHEAD / N` events instead of one. That is the
+//! paper's model at the rate `eta / weight`, scaled by the weight, so every algorithm (and its
+//! fast paths) applies unchanged to the stream weight [`CostModel::stream_weight`].
 
 use super::slicing::Slicing;
 use super::{lcm, WindowSpec};
@@ -25,17 +33,35 @@ pub enum Input {
     Window(WindowSpec),
 }
 
+/// What merging one instance into another costs beyond its keys' merges, in events: fitted to
+/// the runtime's times over 42 generated window sets at 10, 100 and 1,000 keys (BENCHMARKS.md,
+/// 2026-12-01 (late evening)), where a merge measured 4.7, 1.9 and 1.4 times an event.
+pub const MERGE_OVERHEAD: f64 = 40.0;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CostModel {
     pub eta: f64,
     /// `R`: the least common multiple of the ranges of the query's windows.
     pub period: i64,
+    /// Events one merge of a key's partial aggregates weighs: 1 in the paper's model.
+    pub merge_weight: f64,
 }
 
 impl CostModel {
     /// The model for a set of (output) windows.
     pub fn new(windows: &[WindowSpec], eta: f64) -> Self {
-        CostModel { eta, period: windows.iter().fold(1, |acc, w| lcm(lcm(acc, w.range), w.slide)) }
+        CostModel { eta, period: windows.iter().fold(1, |acc, w| lcm(lcm(acc, w.range), w.slide)), merge_weight: 1.0 }
+    }
+
+    /// The model for windows holding `keys` distinct group keys (`None`: many, the paper's).
+    pub fn with_keys(self, keys: Option<f64>) -> Self {
+        CostModel { merge_weight: merge_weight(keys), ..self }
+    }
+
+    /// What an instance read from the stream weighs against one merge, per unit of range: the
+    /// rate the paper's formulas take.
+    pub fn stream_weight(&self) -> f64 {
+        self.eta / self.merge_weight
     }
 
     /// `n`: instances of `w` per period, `P / s`. The paper's `1 + (P/r - 1) * r/s` counts the
@@ -50,7 +76,7 @@ impl CostModel {
     pub fn instance_cost(&self, w: &WindowSpec, input: Input) -> f64 {
         match input {
             Input::Stream => self.eta * w.range as f64,
-            Input::Window(parent) => w.covering_multiplier(&parent) as f64,
+            Input::Window(parent) => self.merge_weight * w.covering_multiplier(&parent) as f64,
         }
     }
 
@@ -75,7 +101,7 @@ impl CostModel {
     pub fn sliced_final(&self, w: &WindowSpec, slicing: &Slicing) -> f64 {
         let repeat = lcm(slicing.period(), w.slide);
         let spanned: i64 = (0..repeat / w.slide).map(|m| slicing.slices_in(w, m)).sum();
-        spanned as f64 * self.period as f64 / repeat as f64
+        self.merge_weight * spanned as f64 * self.period as f64 / repeat as f64
     }
 
     /// The final aggregation of `w` on `slicing` through a sliding aggregator: every slice of a
@@ -83,7 +109,7 @@ impl CostModel {
     /// (1 merge).
     pub fn sliding_final(&self, w: &WindowSpec, slicing: &Slicing) -> f64 {
         let slices = slicing.slices_per_period() as f64 * self.period as f64 / slicing.period() as f64;
-        2.0 * slices + self.recurrences(w)
+        self.merge_weight * (2.0 * slices + self.recurrences(w))
     }
 
     /// The cheaper final aggregation of `w` on `slicing`, and whether it slides.
@@ -114,6 +140,11 @@ impl CostModel {
         let slicing = Slicing::shared(windows);
         self.events() + windows.iter().map(|w| self.sliced_final(w, &slicing)).sum::<f64>()
     }
+}
+
+/// Events one merge weighs with `keys` distinct group keys (`None`: many).
+pub fn merge_weight(keys: Option<f64>) -> f64 {
+    keys.map_or(1.0, |k| 1.0 + MERGE_OVERHEAD / k.max(1.0))
 }
 
 #[cfg(test)]
@@ -191,12 +222,35 @@ mod tests {
     }
 
     #[test]
+    fn known_keys_weigh_merges_as_the_paper_model_at_a_lower_rate() {
+        let (a, b) = (WindowSpec::hopping(3, 10), WindowSpec::hopping(4, 6));
+        let paper = CostModel::new(&[a, b], 2.0);
+        assert_eq!(paper.with_keys(None), paper);
+        let few = paper.with_keys(Some(10.0));
+        assert_eq!(few.merge_weight, 5.0);
+        assert_eq!(few.stream_weight(), 0.4);
+        // Events cost what they did; every merge five times as much: the paper's cost at
+        // eta / 5, times 5.
+        let slower = CostModel { eta: 0.4, ..paper };
+        assert_eq!(few.baseline(&[a, b]), paper.baseline(&[a, b]));
+        for cost in [CostModel::unshared_paired, CostModel::shared_paired, CostModel::shared_sliding] {
+            assert!((cost(&few, &[a, b]) - 5.0 * cost(&slower, &[a, b])).abs() < 1e-9);
+        }
+        let (t10, t20) = (WindowSpec::tumbling(10), WindowSpec::tumbling(20));
+        let model = CostModel::new(&[t10, t20], 1.0).with_keys(Some(10.0));
+        assert_eq!(model.cost(&t20, Input::Window(t10)), 5.0 * 2.0);
+        assert_eq!(model.cost(&t20, Input::Stream), 20.0);
+        // One key: a merge costs as much as 41 events.
+        assert_eq!(merge_weight(Some(1.0)), 1.0 + MERGE_OVERHEAD);
+    }
+
+    #[test]
     fn hopping_windows_recur_by_slide() {
         let w = WindowSpec::hopping(2, 10);
         let model = CostModel::new(&[w], 1.0);
         assert_eq!(model.period, 10);
         assert_eq!(model.recurrences(&w), 5.0);
-        let model = CostModel { eta: 3.0, period: 30 };
+        let model = CostModel { eta: 3.0, period: 30, merge_weight: 1.0 };
         assert_eq!(model.recurrences(&w), 15.0);
         assert_eq!(model.cost(&w, Input::Stream), 450.0);
     }
