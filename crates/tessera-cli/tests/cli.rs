@@ -472,4 +472,8 @@ fn benchmarks_run_every_plan() {
     let sets = out.lines().filter(|l| l.starts_with("| ") && l.contains(" | 1/1 | ")).count();
     assert_eq!(sets, 14, "{out}");
     assert!(out.contains("Spearman between modeled cost and measured time over"), "{out}");
+    // Both choices, the paper model's and the one told the keys, measured against the fastest.
+    for model in ["the paper's model", "the model told the keys"] {
+        assert!(out.contains(&format!("The plan {model} chose, measured over the fastest plan: mean +")), "{out}");
+    }
 }

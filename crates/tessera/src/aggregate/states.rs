@@ -163,6 +163,36 @@ impl GroupStates {
         }
     }
 
+    /// Appends the slots of `other`, states of the same aggregate, after these.
+    pub fn extend_from(&mut self, other: &GroupStates) -> Result<()> {
+        use GroupStates as S;
+        match (self, other) {
+            (S::MinMax { values, seen, .. }, S::MinMax { values: v, seen: s, .. }) => {
+                values.extend_from_slice(v);
+                seen.extend_from_slice(s);
+            }
+            (S::MinMaxUtf8 { values, .. }, S::MinMaxUtf8 { values: v, .. }) => values.extend_from_slice(v),
+            (S::SumInt { sums, counts, .. }, S::SumInt { sums: s, counts: c, .. }) => {
+                sums.extend_from_slice(s);
+                counts.extend_from_slice(c);
+            }
+            (S::SumFloat { sums, counts, .. }, S::SumFloat { sums: s, counts: c, .. }) => {
+                sums.extend_from_slice(s);
+                counts.extend_from_slice(c);
+            }
+            (S::Count { counts }, S::Count { counts: c }) => counts.extend_from_slice(c),
+            (S::Moments { counts, means, m2s, .. }, S::Moments { counts: c, means: m, m2s: m2, .. }) => {
+                counts.extend_from_slice(c);
+                means.extend_from_slice(m);
+                m2s.extend_from_slice(m2);
+            }
+            (S::Median { values }, S::Median { values: v }) => values.extend_from_slice(v),
+            (S::Distinct { sketches }, S::Distinct { sketches: s }) => sketches.extend_from_slice(s),
+            _ => return Err(TesseraError::Internal("states of different aggregates appended".into())),
+        }
+        Ok(())
+    }
+
     pub fn len(&self) -> usize {
         match self {
             GroupStates::MinMax { values, .. } => values.len(),
@@ -824,6 +854,29 @@ mod tests {
         assert_eq!(out.as_primitive::<Int64Type>().values().to_vec(), vec![2, 0]);
         let out = run(AggregateFunction::CountRows, ValueKind::Int, None, &[0, 0, 0, 1]);
         assert_eq!(out.as_primitive::<Int64Type>().values().to_vec(), vec![3, 1]);
+    }
+
+    #[test]
+    fn appended_states_finalize_as_the_concatenated_values() {
+        use AggregateFunction as F;
+        let values = floats(&[Some(2.5), None, Some(-1.0), Some(4.0), Some(4.0)]);
+        for function in [F::Min, F::Max, F::Sum, F::Count, F::CountRows, F::Avg, F::VarSamp, F::Median] {
+            let states = |slots: &[u32]| {
+                let mut s = GroupStates::new(function, ValueKind::Float);
+                s.resize(3);
+                s.update(Some(&values), 0, slots);
+                s
+            };
+            let (first, second) = (states(&[0, 1, 0, 2, 2]), states(&[2, 2, 1, 1, 0]));
+            let mut appended = first.clone();
+            appended.extend_from(&second).unwrap();
+            assert_eq!(appended.len(), 6);
+            let parts = [first.finalize().unwrap(), second.finalize().unwrap()];
+            let expected = arrow::compute::concat(&[parts[0].as_ref(), parts[1].as_ref()]).unwrap();
+            assert_eq!(appended.finalize().unwrap().as_ref(), expected.as_ref(), "{function:?}");
+        }
+        let mut count = GroupStates::new(F::Count, ValueKind::Int);
+        assert!(count.extend_from(&GroupStates::new(F::Sum, ValueKind::Int)).is_err());
     }
 
     #[test]

@@ -29,6 +29,7 @@ use super::key_interner::SharedKeys;
 use super::running_window::Sliding;
 use super::two_stacks::{InstanceSlices, TwoStacks};
 use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
+use crate::aggregate::GroupStates;
 use crate::error::{Result, TesseraError};
 use crate::optimizer::window_strategy::NodeInput;
 use crate::plan::{AggregateColumn, EmitMode, WindowAggregatePlan};
@@ -152,8 +153,10 @@ struct Aggregated {
     keys: Vec<u32>,
     starts: Vec<i64>,
     ends: Vec<i64>,
-    /// Per aggregate of the slot's plan, the values of each instance in turn.
-    values: Vec<Vec<ArrayRef>>,
+    /// Per aggregate of the slot's plan, the partial states of each instance in turn,
+    /// finalized once per flush (an instance of a few keys finalized alone made arrays of a
+    /// few rows, each allocated, concatenated and freed).
+    states: Vec<GroupStates>,
 }
 
 impl Aggregated {
@@ -171,9 +174,13 @@ impl Aggregated {
         self.keys.extend(table.keys.iter().map(|&k| k + key_base));
         self.starts.extend(std::iter::repeat_n(window.start(m), n));
         self.ends.extend(std::iter::repeat_n(window.end(m), n));
-        self.values.resize_with(plan.aggregates.len(), Vec::new);
-        for (values, (aggregate, states)) in self.values.iter_mut().zip(plan.aggregates.iter().zip(&table.states)) {
-            values.push(aggregate.finalize(states)?);
+        debug_assert_eq!(plan.aggregates.len(), table.states.len());
+        if self.states.is_empty() {
+            self.states = table.states.clone();
+            return Ok(());
+        }
+        for (states, instance) in self.states.iter_mut().zip(&table.states) {
+            states.extend_from(instance)?;
         }
         Ok(())
     }
@@ -299,13 +306,11 @@ impl Emitter {
             Ok(if self.event_time_type == DataType::Int64 { array } else { cast(&array, &self.event_time_type)? })
         };
         let (starts, ends) = (bound(rows.starts)?, bound(rows.ends)?);
-        let values = rows
-            .values
+        let values = plan
+            .aggregates
             .iter()
-            .map(|parts| match parts.as_slice() {
-                [one] => Ok(Arc::clone(one)),
-                _ => Ok(arrow::compute::concat(&parts.iter().map(|a| a.as_ref()).collect::<Vec<_>>())?),
-            })
+            .zip(&rows.states)
+            .map(|(aggregate, states)| aggregate.finalize(states))
             .collect::<Result<Vec<ArrayRef>>>()?;
         let columns = plan
             .aggregate_columns
