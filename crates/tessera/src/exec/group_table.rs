@@ -65,6 +65,100 @@ impl TablePool {
     }
 }
 
+/// Tables by instance or slice index, in index order. An operator holds a few at a time per
+/// node, added mostly at the back and dropped from the front: a sorted deque, where a B-tree's
+/// inserts and removals took a tenth of a run whose instances hold a few keys each.
+#[derive(Default)]
+pub(super) struct Tables {
+    entries: std::collections::VecDeque<(i64, GroupTable)>,
+}
+
+impl Tables {
+    /// Where `index` is, or would go.
+    fn find(&self, index: i64) -> std::result::Result<usize, usize> {
+        match self.entries.back() {
+            Some(&(last, _)) if last < index => Err(self.entries.len()),
+            _ => self.entries.binary_search_by_key(&index, |&(k, _)| k),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(super) fn get(&self, index: i64) -> Option<&GroupTable> {
+        self.find(index).ok().map(|i| &self.entries[i].1)
+    }
+
+    /// The table of `index`, made by `new` if there is none.
+    pub(super) fn get_or_insert_with(&mut self, index: i64, new: impl FnOnce() -> GroupTable) -> &mut GroupTable {
+        let i = self.find(index).unwrap_or_else(|i| {
+            self.entries.insert(i, (index, new()));
+            i
+        });
+        &mut self.entries[i].1
+    }
+
+    pub(super) fn insert(&mut self, index: i64, table: GroupTable) {
+        match self.find(index) {
+            Ok(i) => self.entries[i].1 = table,
+            Err(i) => self.entries.insert(i, (index, table)),
+        }
+    }
+
+    pub(super) fn remove(&mut self, index: i64) -> Option<GroupTable> {
+        let i = self.find(index).ok()?;
+        self.entries.remove(i).map(|(_, table)| table)
+    }
+
+    /// Removes the first table if its index is below `index`.
+    pub(super) fn pop_below(&mut self, index: i64) -> Option<GroupTable> {
+        match self.entries.front() {
+            Some(&(first, _)) if first < index => self.entries.pop_front().map(|(_, table)| table),
+            _ => None,
+        }
+    }
+
+    /// The tables whose indexes are in `range`, in order.
+    pub(super) fn range(
+        &self,
+        range: impl std::ops::RangeBounds<i64>,
+    ) -> impl DoubleEndedIterator<Item = (i64, &GroupTable)> + '_ {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let first = |pred: &dyn Fn(i64) -> bool| self.entries.partition_point(|&(k, _)| pred(k));
+        let start = match range.start_bound() {
+            Included(&a) => first(&|k| k < a),
+            Excluded(&a) => first(&|k| k <= a),
+            Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Included(&b) => first(&|k| k <= b),
+            Excluded(&b) => first(&|k| k < b),
+            Unbounded => self.entries.len(),
+        };
+        self.entries.range(start..end.max(start)).map(|(k, table)| (*k, table))
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (i64, &GroupTable)> + '_ {
+        self.range(..)
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &GroupTable> + '_ {
+        self.entries.iter().map(|(_, table)| table)
+    }
+}
+
+impl FromIterator<(i64, GroupTable)> for Tables {
+    /// Tables from entries in ascending index order.
+    fn from_iter<I: IntoIterator<Item = (i64, GroupTable)>>(entries: I) -> Self {
+        let mut tables = Tables::default();
+        for (index, table) in entries {
+            tables.insert(index, table);
+        }
+        tables
+    }
+}
+
 /// Partial states of every group seen in one slice (or, while emitting, one window).
 pub(super) struct GroupTable {
     /// Slot of each interned key id.
@@ -284,6 +378,54 @@ pub(super) mod tests {
         match &script.queries[0].branches[0] {
             BranchPlan::WindowAggregate(plan) => plan.clone(),
             BranchPlan::Stateless(_) => panic!("a window query"),
+        }
+    }
+
+    proptest::proptest! {
+        /// Tables keep the order and contents of a B-tree map under any inserts, removals,
+        /// drops from the front and range queries.
+        #[test]
+        fn tables_behave_as_an_ordered_map(ops in proptest::collection::vec((0u8..5, -20i64..20, -20i64..20), 0..80)) {
+            let plan = plan_of("SUM(v)");
+            let table_of = |k: i64| {
+                let mut table = GroupTable::new(&plan);
+                table.slots_for(&[k.unsigned_abs() as u32], &mut Vec::new());
+                table
+            };
+            let key = |t: &GroupTable| t.keys[0];
+            let mut tables = Tables::default();
+            let mut map = std::collections::BTreeMap::new();
+            for (op, a, b) in ops {
+                match op {
+                    0 => {
+                        tables.insert(a, table_of(b));
+                        map.insert(a, b.unsigned_abs() as u32);
+                    }
+                    1 => {
+                        let got = key(tables.get_or_insert_with(a, || table_of(b)));
+                        proptest::prop_assert_eq!(got, *map.entry(a).or_insert(b.unsigned_abs() as u32));
+                    }
+                    2 => proptest::prop_assert_eq!(tables.remove(a).map(|t| key(&t)), map.remove(&a)),
+                    3 => {
+                        while let Some(t) = tables.pop_below(a) {
+                            let (first, k) = map.pop_first().expect("the map holds it too");
+                            proptest::prop_assert!(first < a);
+                            proptest::prop_assert_eq!(key(&t), k);
+                        }
+                        proptest::prop_assert!(map.first_key_value().is_none_or(|(&first, _)| first >= a));
+                    }
+                    _ => {
+                        let got: Vec<(i64, u32)> = tables.range(a..=b).map(|(k, t)| (k, key(t))).collect();
+                        let want: Vec<(i64, u32)> =
+                            if a <= b { map.range(a..=b).map(|(&k, &v)| (k, v)).collect() } else { Vec::new() };
+                        proptest::prop_assert_eq!(got, want);
+                        let after: Vec<i64> = tables.range(a..).map(|(k, _)| k).collect();
+                        proptest::prop_assert_eq!(after, map.range(a..).map(|(&k, _)| k).collect::<Vec<_>>());
+                    }
+                }
+                proptest::prop_assert_eq!(tables.len(), map.len());
+                proptest::prop_assert_eq!(tables.get(a).map(key), map.get(&a).copied());
+            }
         }
     }
 

@@ -295,7 +295,7 @@ impl RunningWindow {
         while let Some(&k) = self.counted.front().filter(|&&k| k < first) {
             // A counted slice is kept until it is subtracted (see `oldest_needed`); should one
             // be gone, count the instance afresh.
-            let Some(slice) = slices.get(&k) else {
+            let Some(slice) = slices.get(k) else {
                 self.clear();
                 break;
             };
@@ -307,7 +307,7 @@ impl RunningWindow {
         }
         let from = self.span.map_or(first, |(_, through)| first.max(through + 1));
         if from <= last {
-            for (&k, slice) in slices.range(from..=last) {
+            for (k, slice) in slices.range(from..=last) {
                 if !self.count(slice, false, scratch) {
                     return Ok(false);
                 }
@@ -466,6 +466,7 @@ impl RunningWindow {
 
 #[cfg(test)]
 mod tests {
+    use crate::exec::group_table::Tables;
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
@@ -560,7 +561,7 @@ mod tests {
                 pending[t] = vec![(pending[t][0].0, 1e-30)];
             }
             let mut slices: BTreeMap<i64, Vec<(u32, f64)>> = BTreeMap::new();
-            let mut tables: BTreeMap<i64, GroupTable> = BTreeMap::new();
+            let mut tables = Tables::default();
             let mut sliding = Sliding::for_plan(&plan, crate::aggregate::RUNNING_FLOAT_SLICES);
             prop_assert!(matches!(sliding, Sliding::Running(_)));
             let (mut scratch, mut reads) = (Vec::new(), 0);
@@ -578,7 +579,7 @@ mod tests {
                     if tiny_slice == Some(target as usize) {
                         continue;
                     }
-                    let before = tables.remove(&target).unwrap_or_else(new_table);
+                    let before = tables.remove(target).unwrap_or_else(new_table);
                     sliding.before_rows((target, &before, &[key, key]), &mut scratch, &mut reads);
                     let rows = slices.entry(target).or_default();
                     rows.push((key, f64::from(v) / 4.0));
@@ -600,7 +601,7 @@ mod tests {
                 }
                 // What the operator drops before the next instance.
                 let keep_from = sliding.oldest_needed().map_or(first + 1, |k| k.min(first + 1));
-                tables.retain(|&k, _| k >= keep_from);
+                while tables.pop_below(keep_from).is_some() {}
                 slices.retain(|&k, _| k >= keep_from);
                 if saves[m as usize] {
                     let mut w = StateWriter::default();

@@ -11,20 +11,18 @@
 //! [`invalidate`](TwoStacks::invalidate)s from that slice and the next instance rebuilds from
 //! the slices (late rows are rare, and counted).
 
-use std::borrow::Cow;
-use std::collections::BTreeMap;
-
-use super::group_table::GroupTable;
+use super::group_table::{GroupTable, Tables};
 use crate::error::Result;
 use crate::plan::WindowAggregatePlan;
 use crate::state::codec::{StateReader, StateWriter};
+use std::borrow::Cow;
 
 /// The slices of one instance, `first..=last`, among those with data (`slices`), and how to
 /// make the empty table merges start from.
 pub(super) struct InstanceSlices<'a> {
     pub(super) first: i64,
     pub(super) last: i64,
-    pub(super) slices: &'a BTreeMap<i64, GroupTable>,
+    pub(super) slices: &'a Tables,
     pub(super) new_table: &'a dyn Fn() -> GroupTable,
 }
 
@@ -78,7 +76,7 @@ impl TwoStacks {
         // Push the new ones.
         let from = self.pushed_through.map_or(first, |p| first.max(p + 1));
         if from <= last {
-            for (&k, table) in slices.range(from..=last) {
+            for (k, table) in slices.range(from..=last) {
                 self.back.push(k);
                 self.back_merged.get_or_insert_with(new_table).merge_from(table, scratch)?;
                 *slice_reads += table.keys.len() as u64;
@@ -103,7 +101,7 @@ impl TwoStacks {
     fn flip(
         &mut self,
         first: i64,
-        slices: &BTreeMap<i64, GroupTable>,
+        slices: &Tables,
         new_table: &dyn Fn() -> GroupTable,
         scratch: &mut Vec<u32>,
         slice_reads: &mut u64,
@@ -111,7 +109,7 @@ impl TwoStacks {
         let back = std::mem::take(&mut self.back);
         self.back_merged = None;
         for &k in back.iter().rev().take_while(|&&k| k >= first) {
-            let Some(table) = slices.get(&k) else { continue };
+            let Some(table) = slices.get(k) else { continue };
             let mut suffix = self.front.last().map_or_else(new_table, |(_, newer)| newer.clone());
             suffix.merge_from(table, scratch)?;
             *slice_reads += table.keys.len() as u64;

@@ -24,7 +24,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use super::group_table::{GroupTable, TablePool};
+use super::group_table::{GroupTable, TablePool, Tables};
 use super::key_interner::SharedKeys;
 use super::running_window::Sliding;
 use super::two_stacks::{InstanceSlices, TwoStacks};
@@ -114,9 +114,9 @@ struct Node {
     /// The watermark up to which instances are closed.
     closed_through: i64,
     /// Open instances with data (stream input).
-    open: BTreeMap<i64, GroupTable>,
+    open: Tables,
     /// Closed instances with data that children may still read, from `keep_from` on.
-    closed: BTreeMap<i64, GroupTable>,
+    closed: Tables,
     keep_from: i64,
     /// The sliding aggregator over the slices (input `Slices { sliding: true }`).
     sliding: Sliding,
@@ -365,7 +365,7 @@ pub struct WindowAggregateExec {
     /// close.
     takers: Vec<Takers>,
     /// Slices with data (for nodes reading slices), by index in `slicing`.
-    slices: BTreeMap<i64, GroupTable>,
+    slices: Tables,
     /// `EMIT CHANGES`: the keys of the rows each slice took since rows were last written.
     changed: Option<BTreeMap<i64, Vec<u32>>>,
     /// State reads and writes of rows updating partial aggregates (one of each per row and
@@ -405,8 +405,8 @@ impl WindowAggregateExec {
                 children: Vec::new(),
                 next_window: n.spec.first_window_ending_after(i64::MIN),
                 closed_through: i64::MIN,
-                open: BTreeMap::new(),
-                closed: BTreeMap::new(),
+                open: Tables::default(),
+                closed: Tables::default(),
                 keep_from: i64::MIN,
                 // Only a node sliding over the slices uses it.
                 sliding: Sliding::for_plan(
@@ -445,7 +445,7 @@ impl WindowAggregateExec {
             shape,
             slicing,
             takers,
-            slices: BTreeMap::new(),
+            slices: Tables::default(),
             pool: TablePool::default(),
             changed: changes.then(BTreeMap::new),
             store_reads: 0,
@@ -554,7 +554,7 @@ impl WindowAggregateExec {
                     // Closed instances that an open child still reads take the late row too.
                     if !node.children.is_empty() {
                         for m in first.max(node.keep_from)..=last.min(node.next_window - 1) {
-                            add(node.closed.entry(m).or_insert_with(|| GroupTable::new(shape)), run.clone(), scratch);
+                            add(node.closed.get_or_insert_with(m, || GroupTable::new(shape)), run.clone(), scratch);
                         }
                     }
                 }
@@ -562,7 +562,7 @@ impl WindowAggregateExec {
                     match node.input {
                         NodeInput::Stream => {
                             for m in first.max(node.next_window)..=last {
-                                add(node.open.entry(m).or_insert_with(|| pool.take(shape)), run.clone(), scratch);
+                                add(node.open.get_or_insert_with(m, || pool.take(shape)), run.clone(), scratch);
                             }
                         }
                         NodeInput::Slices { .. } => to_slice = true,
@@ -574,7 +574,7 @@ impl WindowAggregateExec {
                 changed.entry(slice).or_default().extend_from_slice(&key_ids[run.clone()]);
             }
             if to_slice {
-                let table = slices.entry(slice).or_insert_with(|| pool.take(shape));
+                let table = slices.get_or_insert_with(slice, || pool.take(shape));
                 let keys = &key_ids[run.clone()];
                 for node in nodes.iter_mut() {
                     node.sliding.before_rows((slice, table, keys), scratch, emit_reads);
@@ -628,14 +628,14 @@ impl WindowAggregateExec {
         // The end of the first unit of input data at or after the start of `m`; the first
         // instance containing that unit is the candidate.
         let data_end = match node.input {
-            NodeInput::Stream => return node.open.range(m..).next().map(|(&k, _)| k),
+            NodeInput::Stream => return node.open.range(m..).next().map(|(k, _)| k),
             NodeInput::Slices { .. } => {
-                let (&k, _) = self.slices.range(self.slicing.slice_of(spec.start(m))..).next()?;
+                let (k, _) = self.slices.range(self.slicing.slice_of(spec.start(m))..).next()?;
                 self.slicing.end(k)
             }
             NodeInput::Window(p) => {
                 let parent = self.nodes[p].spec;
-                let (&j, _) = self.nodes[p].closed.range(floor_div(spec.start(m), parent.slide)..).next()?;
+                let (j, _) = self.nodes[p].closed.range(floor_div(spec.start(m), parent.slide)..).next()?;
                 parent.end(j)
             }
         };
@@ -651,14 +651,14 @@ impl WindowAggregateExec {
         let node = &mut rest[0];
         if changed.is_some() {
             // Its rows were written as they changed.
-            node.open.remove(&m);
+            node.open.remove(m);
             node.emitted.remove(&m);
             return Ok(());
         }
         let spec = node.spec;
         let mut reads = 0u64;
         let table = match node.input {
-            NodeInput::Stream => match node.open.remove(&m) {
+            NodeInput::Stream => match node.open.remove(m) {
                 Some(table) => table,
                 None => return Ok(()),
             },
@@ -753,7 +753,7 @@ impl WindowAggregateExec {
                 NodeInput::Stream => {
                     for (&m, keys) in &instances {
                         let mut table = new_table();
-                        if let Some(open) = node.open.get(&m) {
+                        if let Some(open) = node.open.get(m) {
                             *emit_reads += table.merge_keys_from(open, keys, scratch)? as u64;
                         }
                         tables.push((m, table));
@@ -771,8 +771,8 @@ impl WindowAggregateExec {
                     changed_keys.sort_unstable();
                     changed_keys.dedup();
                     let span = slicing.slice_of(node.spec.start(first))..=slicing.slice_of(node.spec.end(last) - 1);
-                    let mut partials = BTreeMap::new();
-                    for (&k, slice) in slices.range(span) {
+                    let mut partials = Tables::default();
+                    for (k, slice) in slices.range(span) {
                         let mut partial = new_table();
                         *emit_reads += partial.merge_keys_from(slice, &changed_keys, scratch)? as u64;
                         partials.insert(k, partial);
@@ -824,8 +824,8 @@ impl WindowAggregateExec {
             })
             .min()
             .unwrap_or(i64::MAX);
-        while let Some(entry) = self.slices.first_entry().filter(|e| *e.key() < keep_slices_from) {
-            self.pool.give(entry.remove());
+        while let Some(table) = self.slices.pop_below(keep_slices_from) {
+            self.pool.give(table);
         }
         for i in 0..self.nodes.len() {
             if self.nodes[i].children.is_empty() {
@@ -840,8 +840,8 @@ impl WindowAggregateExec {
                 .unwrap_or(i64::MAX);
             let node = &mut self.nodes[i];
             node.keep_from = keep_from;
-            while let Some(entry) = node.closed.first_entry().filter(|e| *e.key() < keep_from) {
-                self.pool.give(entry.remove());
+            while let Some(table) = node.closed.pop_below(keep_from) {
+                self.pool.give(table);
             }
         }
     }
@@ -917,9 +917,9 @@ impl StreamOperator for WindowAggregateExec {
     }
 
     fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
-        let tables = |w: &mut StateWriter, map: &BTreeMap<i64, GroupTable>| {
+        let tables = |w: &mut StateWriter, map: &Tables| {
             w.len(map.len());
-            for (&k, table) in map {
+            for (k, table) in map.iter() {
                 w.i64(k);
                 table.encode(w);
             }
@@ -953,7 +953,7 @@ impl StreamOperator for WindowAggregateExec {
 
     fn restore(&mut self, r: &mut StateReader) -> Result<()> {
         let shape = Arc::clone(&self.shape);
-        let tables = |r: &mut StateReader| -> Result<BTreeMap<i64, GroupTable>> {
+        let tables = |r: &mut StateReader| -> Result<Tables> {
             let n = r.len(9)?;
             (0..n).map(|_| Ok((r.i64()?, GroupTable::decode(&shape, r)?))).collect()
         };
