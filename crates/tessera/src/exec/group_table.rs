@@ -123,7 +123,7 @@ impl Tables {
     pub(super) fn range(
         &self,
         range: impl std::ops::RangeBounds<i64>,
-    ) -> impl DoubleEndedIterator<Item = (i64, &GroupTable)> + '_ {
+    ) -> impl Iterator<Item = (i64, &GroupTable)> + '_ {
         use std::ops::Bound::{Excluded, Included, Unbounded};
         let first = |pred: &dyn Fn(i64) -> bool| self.entries.partition_point(|&(k, _)| pred(k));
         let start = match range.start_bound() {
@@ -149,7 +149,7 @@ impl Tables {
 }
 
 impl FromIterator<(i64, GroupTable)> for Tables {
-    /// Tables from entries in ascending index order.
+    /// Tables from entries in any order (a later entry of an index replaces an earlier one).
     fn from_iter<I: IntoIterator<Item = (i64, GroupTable)>>(entries: I) -> Self {
         let mut tables = Tables::default();
         for (index, table) in entries {
