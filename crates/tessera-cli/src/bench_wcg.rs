@@ -180,7 +180,9 @@ fn evaluate_set(
     });
     if measure {
         let (mut times, mut stats) = measure_strategies(windows, sharing, eta, args)?;
-        let (keyed_time, _) = (times.pop().expect("the keyed plan"), stats.pop());
+        // The last run is the keyed plan's; the rest are the strategies', in ORDER.
+        let keyed_time = times.pop().expect("the keyed plan");
+        stats.pop();
         let rho = spearman(&costs, &times);
         summary.spearman.push(rho);
         // Both choices against the fastest plan measured.
