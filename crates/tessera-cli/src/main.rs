@@ -382,6 +382,23 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
     if stats.late_events > 0 && args.late_output.is_none() {
         text.push_str("\n  late events were dropped; --late-output FILE keeps them");
     }
+    for hint in &stats.keys_hints {
+        let queries: Vec<String> = hint.queries.iter().map(|q| (q + 1).to_string()).collect();
+        let other = if hint.with_keys == hint.planned { "another " } else { "" };
+        text.push_str(&format!(
+            "\n  the windows of {} {} held {} group keys each on average; planned for many keys, they ran `{}`: \
+             told `SET keys = {}`, the cost model chooses {other}`{}`, {:.2}x cheaper for that many keys \
+             (`tessera explain --set keys={}` shows it)",
+            if queries.len() == 1 { "query" } else { "queries" },
+            queries.join(", "),
+            hint.keys,
+            hint.planned,
+            hint.keys,
+            hint.with_keys,
+            hint.modeled_ratio,
+            hint.keys
+        ));
+    }
     text
 }
 

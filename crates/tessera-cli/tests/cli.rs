@@ -170,10 +170,72 @@ fn results_stats_and_late_events() {
     }
     assert_eq!(stats["late_events"], 1);
     assert_eq!(stats["rows_out"], 3);
+    // Windows [0, 10) with devices 1 and 2, [10, 20) with device 1.
+    assert_eq!(stats["queries"][0]["windows_out"], 2);
+    assert_eq!(stats["queries"][0]["keys_per_window"], 1.5);
     // One window: every strategy but the sliced ones reads each event once; the coverage
     // graph (here a single root) wins the tie.
     assert_eq!(stats["queries"][0]["chosen_strategy"], "wcg");
     assert!(stats["queries"][0]["sql"].as_str().unwrap().contains("TUMBLE"));
+}
+
+#[test]
+fn a_run_whose_windows_held_few_keys_says_which_plan_the_model_told_them_chooses() {
+    // Tumbling 10, 20, 30 and 40 s over one event a second per device. Planned for many keys
+    // the coverage graph merges 30 instances per period of 120 s (cost 150 against 480); with
+    // one key per window a merge weighs 41 events and every window is cheaper from the stream
+    // (the coverage graph's tree of roots, the baseline's plan); with five a merge weighs 9 and
+    // the tree stays.
+    let windows: Vec<String> = [10, 20, 30, 40]
+        .iter()
+        .map(|r| format!("SELECT window_start, window_end, MIN(temperature) AS lo FROM TUMBLE(readings, ts, INTERVAL '{r}' SECOND) GROUP BY window_start, window_end"))
+        .collect();
+    for (devices, hint) in [(1, true), (5, false)] {
+        let mut data = String::from("device_id,temperature,ts\n");
+        for t in 0..480 {
+            for d in 0..devices {
+                data.push_str(&format!("{d},{}.5,{t}\n", (t * 7 + d) % 40));
+            }
+        }
+        let dir = workspace(&data);
+        let grouped =
+            windows.iter().map(|q| q.replace("SELECT ", "SELECT device_id, ").replace("BY ", "BY device_id, "));
+        let queries: Vec<String> = if devices == 1 { windows.clone() } else { grouped.collect() };
+        std::fs::write(dir.path().join("q.sql"), format!("{SOURCE}{};", queries.join("\nUNION ALL\n"))).unwrap();
+        let out = tessera(&["run", "q.sql", "-o", "out.csv", "--stats-json", "stats.json"], dir.path());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stats: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap()).unwrap();
+        assert_eq!(stats["queries"][0]["chosen_strategy"], "wcg");
+        assert_eq!(stats["queries"][0]["keys_per_window"], devices as f64);
+        let summary = text(&out.stderr);
+        if hint {
+            let hints = &stats["keys_hints"];
+            assert_eq!(hints.as_array().unwrap().len(), 1, "{stats}");
+            assert_eq!(hints[0]["keys"], 1.0);
+            assert_eq!(hints[0]["planned"], "wcg");
+            assert_eq!(hints[0]["with_keys"], "wcg");
+            // The tree costs 120 + 30 merges * 41 = 1350 against 480 from the stream.
+            assert_eq!(hints[0]["modeled_ratio"], 1350.0 / 480.0);
+            let expected = "told `SET keys = 1`, the cost model chooses another `wcg`, 2.81x cheaper";
+            assert!(summary.contains(expected), "{summary}");
+            // Told the keys, the run takes that plan, writes the same rows and has nothing to
+            // suggest.
+            let first = sorted_lines(&std::fs::read_to_string(dir.path().join("out.csv")).unwrap());
+            let out =
+                tessera(&["run", "q.sql", "-o", "out.csv", "--stats-json", "s.json", "--set", "keys=1"], dir.path());
+            let told: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert_eq!(told["queries"][0]["plan_cost"], 480.0);
+            assert_eq!(told["keys_hints"], serde_json::json!([]));
+            assert_eq!(sorted_lines(&std::fs::read_to_string(dir.path().join("out.csv")).unwrap()), first);
+            assert_eq!(first.len(), 101);
+        } else {
+            assert_eq!(stats["keys_hints"], serde_json::json!([]), "{stats}");
+            assert!(!summary.contains("SET keys"), "{summary}");
+        }
+    }
 }
 
 #[test]

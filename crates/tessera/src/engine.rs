@@ -188,6 +188,25 @@ pub struct QueryStats {
     pub windows: Vec<WindowSpec>,
     pub rows_out: u64,
     pub late_events: u64,
+    /// Window instances emitted (per worker holding them), and the group keys each held on
+    /// average before HAVING (`None`: none emitted).
+    pub windows_out: u64,
+    pub keys_per_window: Option<f64>,
+}
+
+/// A window group planned for many keys (`SET keys` unset) whose windows held few: the cost
+/// model told the keys the run saw chooses another plan (perhaps of the same strategy: a
+/// coverage graph's tree depends on what merges weigh).
+#[derive(Debug, Clone, Serialize)]
+pub struct KeysHint {
+    /// The group's queries, by index in the script.
+    pub queries: Vec<usize>,
+    /// Group keys per emitted window instance, on average, rounded.
+    pub keys: f64,
+    pub planned: &'static str,
+    pub with_keys: &'static str,
+    /// The plan that ran over the other, both costed for `keys`.
+    pub modeled_ratio: f64,
 }
 
 /// The run's statistics, as written by `--stats-json`.
@@ -217,6 +236,7 @@ pub struct RunStats {
     /// Workers that computed (the most any source used).
     pub parallelism: usize,
     pub queries: Vec<QueryStats>,
+    pub keys_hints: Vec<KeysHint>,
 }
 
 /// The strategies of the window groups `query` takes part in (one, unless its branches read
@@ -283,6 +303,8 @@ pub fn run_script_with_readers(
                     windows: query_windows(plan),
                     rows_out: 0,
                     late_events: 0,
+                    windows_out: 0,
+                    keys_per_window: None,
                 }
             })
             .collect(),
@@ -367,6 +389,7 @@ pub fn run_script_with_readers(
     if let Some(checkpointer) = checkpointer.as_mut() {
         checkpointer.complete(sink.checkpoint()?)?;
     }
+    stats.keys_hints = keys_hints(script, &groups, &stats.queries);
     stats.elapsed_ms = started.elapsed().as_millis() as u64;
     // This run's rate: the events a resumed checkpoint held were counted before.
     stats.events_per_second =
@@ -388,6 +411,8 @@ fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &S
         let m = &run.query_metrics[*q];
         stats.queries[*q].rows_out = run.query_rows_out[*q];
         stats.queries[*q].late_events = m.late_events;
+        stats.queries[*q].windows_out = m.windows_out;
+        stats.queries[*q].keys_per_window = (m.windows_out > 0).then(|| m.window_keys as f64 / m.windows_out as f64);
         stats.rows_out += run.query_rows_out[*q];
         stats.late_events += m.late_events;
         stats.store_reads += m.store_reads;
@@ -395,6 +420,38 @@ fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &S
         stats.emit_reads += m.emit_reads;
         stats.spill.add(&m.spill);
     }
+}
+
+/// The window groups, planned by the cost model for many keys, whose windows held so few that
+/// the model told their number would choose another strategy. Nothing when the script sets
+/// `keys` or forces a strategy.
+fn keys_hints(script: &Script, groups: &[WindowGroup], queries: &[QueryStats]) -> Vec<KeysHint> {
+    if script.settings.keys.is_some() || script.settings.window_strategy.is_some() {
+        return Vec::new();
+    }
+    groups
+        .iter()
+        .filter_map(|group| {
+            let mut members: Vec<usize> = group.members.iter().map(|m| m.query).collect();
+            members.dedup();
+            let (windows, keys) = members.iter().map(|&q| &queries[q]).fold((0, 0.0), |(windows, keys), q| {
+                (windows + q.windows_out, keys + q.keys_per_window.unwrap_or(0.0) * q.windows_out as f64)
+            });
+            if windows == 0 {
+                return None;
+            }
+            let keys = (keys / windows as f64).round().max(1.0);
+            let keyed = group.replanned((script.settings.eta, Some(keys)), None);
+            let planned_cost = group.plan.cost_for_keys(Some(keys));
+            (!keyed.same_nodes(&group.plan) && keyed.cost() < planned_cost * (1.0 - 1e-9)).then(|| KeysHint {
+                queries: members,
+                keys,
+                planned: group.plan.strategy.name(),
+                with_keys: keyed.strategy.name(),
+                modeled_ratio: planned_cost / keyed.cost(),
+            })
+        })
+        .collect()
 }
 
 /// Identifies what a checkpoint's state means: the tessera version, the sources (and their

@@ -217,6 +217,11 @@ pub struct OperatorMetrics {
     pub store_reads: u64,
     pub store_writes: u64,
     pub emit_reads: u64,
+    /// Window instances emitted (closed with data, per worker or key group holding them) and
+    /// the group keys they held, before HAVING: their ratio is the keys per window instance
+    /// that the cost model's `SET keys` means.
+    pub windows_out: u64,
+    pub window_keys: u64,
     /// Traffic of the disk backend's spill store (not checkpointed: the work this process did).
     pub spill: SpillCounters,
 }
@@ -252,7 +257,8 @@ impl SpillCounters {
 impl OperatorMetrics {
     /// Writes the counters (not `state_bytes`, a gauge).
     pub fn encode(&self, w: &mut StateWriter) {
-        for v in [self.rows_in, self.rows_out, self.late_events, self.store_reads, self.store_writes, self.emit_reads] {
+        let counters = [self.rows_in, self.rows_out, self.late_events, self.store_reads, self.store_writes];
+        for v in counters.into_iter().chain([self.emit_reads, self.windows_out, self.window_keys]) {
             w.u64(v);
         }
     }
@@ -266,6 +272,8 @@ impl OperatorMetrics {
             store_reads: r.u64()?,
             store_writes: r.u64()?,
             emit_reads: r.u64()?,
+            windows_out: r.u64()?,
+            window_keys: r.u64()?,
             spill: SpillCounters::default(),
         })
     }
@@ -278,6 +286,8 @@ impl OperatorMetrics {
         self.store_reads += other.store_reads;
         self.store_writes += other.store_writes;
         self.emit_reads += other.emit_reads;
+        self.windows_out += other.windows_out;
+        self.window_keys += other.window_keys;
         self.spill.add(&other.spill);
     }
 }

@@ -215,6 +215,9 @@ impl Emitter {
     fn emit(&mut self, node_slots: &[usize], window: WindowSpec, m: i64, table: &GroupTable) -> Result<()> {
         for &slot in node_slots {
             self.pending[slot].add(&self.slots[slot].plan, self.key_base, window, m, table)?;
+            let metrics = &mut self.slots[slot].metrics;
+            metrics.windows_out += 1;
+            metrics.window_keys += table.keys.len() as u64;
         }
         Ok(())
     }

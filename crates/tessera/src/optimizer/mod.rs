@@ -52,18 +52,7 @@ pub fn window_groups(queries: &[QueryPlan], rates: (f64, Option<f64>), forced: O
         .into_iter()
         .map(|(source, _, members)| {
             let windows: Vec<_> = members.iter().map(|(_, p)| p.window).collect();
-            let sharing = common_sharing(members[0].1.aggregates.iter().map(|a| a.function));
-            // EMIT CHANGES needs every open window's value: the cheapest plan that has it, even
-            // over a forced coverage-graph strategy.
-            let changes = members[0].1.emit == EmitMode::Changes;
-            let forced = match forced {
-                Some(strategy) if !changes || strategy.emits_changes() => Some(strategy),
-                _ if changes => Some(
-                    plan_window_group(&windows, sharing, rates, None).costs.cheapest_where(Strategy::emits_changes),
-                ),
-                _ => None,
-            };
-            let plan = plan_window_group(&windows, sharing, rates, forced);
+            let plan = plan_group(&windows, &members[0].1, rates, forced);
             let members = members
                 .into_iter()
                 .map(|(query, p)| {
@@ -78,4 +67,33 @@ pub fn window_groups(queries: &[QueryPlan], rates: (f64, Option<f64>), forced: O
             WindowGroup { source, members, plan }
         })
         .collect()
+}
+
+impl WindowGroup {
+    /// The group planned again as [`window_groups`] plans it, at other `rates`.
+    pub fn replanned(&self, rates: (f64, Option<f64>), forced: Option<Strategy>) -> WindowGroupPlan {
+        let windows: Vec<_> = self.members.iter().map(|m| m.plan.window).collect();
+        plan_group(&windows, &self.members[0].plan, rates, forced)
+    }
+}
+
+/// Plans `windows`, read the way `first` (any member) reads rows.
+fn plan_group(
+    windows: &[crate::window::WindowSpec],
+    first: &WindowAggregatePlan,
+    rates: (f64, Option<f64>),
+    forced: Option<Strategy>,
+) -> WindowGroupPlan {
+    let sharing = common_sharing(first.aggregates.iter().map(|a| a.function));
+    // EMIT CHANGES needs every open window's value: the cheapest plan that has it, even over a
+    // forced coverage-graph strategy.
+    let changes = first.emit == EmitMode::Changes;
+    let forced = match forced {
+        Some(strategy) if !changes || strategy.emits_changes() => Some(strategy),
+        _ if changes => {
+            Some(plan_window_group(windows, sharing, rates, None).costs.cheapest_where(Strategy::emits_changes))
+        }
+        _ => None,
+    };
+    plan_window_group(windows, sharing, rates, forced)
 }
