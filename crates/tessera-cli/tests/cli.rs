@@ -181,16 +181,21 @@ fn results_stats_and_late_events() {
 
 #[test]
 fn a_run_whose_windows_held_few_keys_says_which_plan_the_model_told_them_chooses() {
-    // Tumbling 10, 20, 30 and 40 s over one event a second per device. Planned for many keys
-    // the coverage graph merges 30 instances per period of 120 s (cost 150 against 480); with
-    // one key per window a merge weighs 41 events and every window is cheaper from the stream
-    // (the coverage graph's tree of roots, the baseline's plan); with five a merge weighs 9 and
-    // the tree stays.
-    let windows: Vec<String> = [10, 20, 30, 40]
+    // Tumbling 2, 4, 6 and 8 s over one event a second per device. Planned for many keys the
+    // coverage graph merges 30 instances per period of 24 s (cost 54 against 96); with one
+    // key per window a merge weighs 5 events and every window is cheaper from the stream (the
+    // coverage graph's tree of roots, the baseline's plan); with 50 a merge weighs 1.8 and the
+    // tree stays.
+    let windows: Vec<String> = [2, 4, 6, 8]
         .iter()
-        .map(|r| format!("SELECT window_start, window_end, MIN(temperature) AS lo FROM TUMBLE(readings, ts, INTERVAL '{r}' SECOND) GROUP BY window_start, window_end"))
+        .map(|r| format!("SELECT device_id, window_start, window_end, MIN(temperature) AS lo FROM TUMBLE(readings, ts, INTERVAL '{r}' SECOND) GROUP BY device_id, window_start, window_end"))
         .collect();
-    for (devices, hint) in [(1, true), (5, false)] {
+    let grouped = windows.join("\nUNION ALL\n");
+    let keyless = grouped.replace("SELECT device_id, ", "SELECT ").replace("BY device_id, ", "BY ");
+    let stats_of = |dir: &Path, name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
+    };
+    for devices in [1, 50] {
         let mut data = String::from("device_id,temperature,ts\n");
         for t in 0..480 {
             for d in 0..devices {
@@ -198,43 +203,47 @@ fn a_run_whose_windows_held_few_keys_says_which_plan_the_model_told_them_chooses
             }
         }
         let dir = workspace(&data);
-        let grouped =
-            windows.iter().map(|q| q.replace("SELECT ", "SELECT device_id, ").replace("BY ", "BY device_id, "));
-        let queries: Vec<String> = if devices == 1 { windows.clone() } else { grouped.collect() };
-        std::fs::write(dir.path().join("q.sql"), format!("{SOURCE}{};", queries.join("\nUNION ALL\n"))).unwrap();
+        std::fs::write(dir.path().join("q.sql"), format!("{SOURCE}{grouped};")).unwrap();
         let out = tessera(&["run", "q.sql", "-o", "out.csv", "--stats-json", "stats.json"], dir.path());
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let stats: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap()).unwrap();
-        assert_eq!(stats["queries"][0]["chosen_strategy"], "wcg");
+        let stats = stats_of(dir.path(), "stats.json");
+        assert_eq!(
+            (stats["queries"][0]["chosen_strategy"].clone(), stats["queries"][0]["plan_cost"].clone()),
+            ("wcg".into(), 54.0.into())
+        );
         assert_eq!(stats["queries"][0]["keys_per_window"], devices as f64);
         let summary = text(&out.stderr);
-        if hint {
-            let hints = &stats["keys_hints"];
-            assert_eq!(hints.as_array().unwrap().len(), 1, "{stats}");
-            assert_eq!(hints[0]["keys"], 1.0);
-            assert_eq!(hints[0]["planned"], "wcg");
-            assert_eq!(hints[0]["with_keys"], "wcg");
-            // The tree costs 120 + 30 merges * 41 = 1350 against 480 from the stream.
-            assert_eq!(hints[0]["modeled_ratio"], 1350.0 / 480.0);
-            let expected = "told `SET keys = 1`, the cost model chooses another `wcg`, 2.81x cheaper";
-            assert!(summary.contains(expected), "{summary}");
-            // Told the keys, the run takes that plan, writes the same rows and has nothing to
-            // suggest.
-            let first = sorted_lines(&std::fs::read_to_string(dir.path().join("out.csv")).unwrap());
-            let out =
-                tessera(&["run", "q.sql", "-o", "out.csv", "--stats-json", "s.json", "--set", "keys=1"], dir.path());
-            let told: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
-            assert!(out.status.success(), "{}", text(&out.stderr));
-            assert_eq!(told["queries"][0]["plan_cost"], 480.0);
-            assert_eq!(told["keys_hints"], serde_json::json!([]));
-            assert_eq!(sorted_lines(&std::fs::read_to_string(dir.path().join("out.csv")).unwrap()), first);
-            assert_eq!(first.len(), 101);
-        } else {
+        if devices == 50 {
             assert_eq!(stats["keys_hints"], serde_json::json!([]), "{stats}");
             assert!(!summary.contains("SET keys"), "{summary}");
+            continue;
         }
+        let hints = &stats["keys_hints"];
+        assert_eq!(hints.as_array().unwrap().len(), 1, "{stats}");
+        assert_eq!((hints[0]["keys"].clone(), hints[0]["planned"].clone()), (1.0.into(), "wcg".into()));
+        assert_eq!(hints[0]["with_keys"], "wcg");
+        // The tree costs 24 + 30 merges * 5 = 174 against 96 from the stream.
+        assert_eq!(hints[0]["modeled_ratio"], 174.0 / 96.0);
+        let expected = "told `SET keys = 1`, the cost model chooses another `wcg`, 1.81x cheaper";
+        assert!(summary.contains(expected), "{summary}");
+        // Told the keys, the run takes that plan, writes the same rows and has nothing to
+        // suggest; so does the same query without GROUP BY keys, planned for one key.
+        let first = sorted_lines(&std::fs::read_to_string(dir.path().join("out.csv")).unwrap());
+        assert_eq!(first.len(), 1 + 240 + 120 + 80 + 60);
+        let out = tessera(&["run", "q.sql", "-o", "out.csv", "--stats-json", "s.json", "--set", "keys=1"], dir.path());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let told = stats_of(dir.path(), "s.json");
+        assert_eq!(
+            (told["queries"][0]["plan_cost"].clone(), told["keys_hints"].clone()),
+            (96.0.into(), serde_json::json!([]))
+        );
+        assert_eq!(sorted_lines(&std::fs::read_to_string(dir.path().join("out.csv")).unwrap()), first);
+        std::fs::write(dir.path().join("q.sql"), format!("{SOURCE}{keyless};")).unwrap();
+        let out = tessera(&["run", "q.sql", "-o", "out.csv", "--stats-json", "s.json"], dir.path());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let keyless_stats = stats_of(dir.path(), "s.json");
+        assert_eq!(keyless_stats["queries"][0]["plan_cost"], 96.0);
+        assert_eq!(keyless_stats["keys_hints"], serde_json::json!([]));
     }
 }
 
@@ -384,7 +393,7 @@ fn compile_prints_flink_sql_and_refuses_spark() {
 /// nothing duplicated. `extra` are the run's options besides the state directory; returns the
 /// arguments of the run.
 fn assert_killed_runs_write_every_row_once(dir: &Path, extra: &[&'static str]) -> Vec<&'static str> {
-    // Long enough for 20 kills of 60-360 ms each, in an optimized build too.
+    // Long enough for 20 kills each some way into the run, in an optimized build too.
     let events = if cfg!(debug_assertions) { "600000" } else { "6000000" };
     generate(&["--output", "data.csv", "--events", events, "--devices", "50", "--disorder", "30"], dir);
     let select =
@@ -399,8 +408,12 @@ fn assert_killed_runs_write_every_row_once(dir: &Path, extra: &[&'static str]) -
         ),
     )
     .expect("script");
+    let started = std::time::Instant::now();
     let reference = tessera(&["run", "q.sql", "-q", "-o", "ref.csv", "--late-output", "ref-late.csv"], dir);
     assert!(reference.status.success(), "{}", text(&reference.stderr));
+    // Kills 1/60 to 1/20 of an uninterrupted run apart (150 to 450 ms at most): twenty of them
+    // come before the input ends, however fast the build and the machine.
+    let spread = (started.elapsed().as_millis() as u64 / 30).clamp(10, 300);
     let mut args = vec![
         "run",
         "q.sql",
@@ -424,7 +437,7 @@ fn assert_killed_runs_write_every_row_once(dir: &Path, extra: &[&'static str]) -
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        std::thread::sleep(std::time::Duration::from_millis(60 + rng % 300));
+        std::thread::sleep(std::time::Duration::from_millis(spread / 2 + rng % spread));
         let finished = child.try_wait().expect("wait");
         assert!(finished.is_none(), "the run ended after {kills} kills (seed {seed}): make it longer");
         child.kill().expect("SIGKILL");

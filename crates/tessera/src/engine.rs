@@ -431,6 +431,8 @@ fn keys_hints(script: &Script, groups: &[WindowGroup], queries: &[QueryStats]) -
     }
     groups
         .iter()
+        // A group without GROUP BY keys was planned for its one key already.
+        .filter(|group| group.plan.keys.is_none())
         .filter_map(|group| {
             let mut members: Vec<usize> = group.members.iter().map(|m| m.query).collect();
             members.dedup();

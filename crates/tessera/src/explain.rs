@@ -92,8 +92,11 @@ pub fn explain_json(script: &Script) -> Value {
                 "chosen_strategy": if chosen_strategy.is_empty() { "stateless".to_string() } else { chosen_strategy.join("+") },
                 "forced": script.settings.window_strategy.is_some(),
                 "eta": script.settings.eta,
-                "keys": script.settings.keys,
-                "merge_weight": merge_weight(script.settings.keys),
+                // The keys per instance the model was told: by `SET keys`, or one where the
+                // windows have no GROUP BY keys.
+                "keys": first.and_then(|p| p.keys),
+                "keys_from": first.and_then(|p| p.keys).map(|_| if script.settings.keys.is_some() { "SET keys" } else { "no GROUP BY keys" }),
+                "merge_weight": merge_weight(first.and_then(|p| p.keys)),
                 "period": first.map(|p| p.period).unwrap_or(0),
             })
         })
@@ -235,7 +238,8 @@ pub fn explain_text(explained: &Value) -> String {
         ));
         if let Some(keys) = q["keys"].as_f64() {
             text.push_str(&format!(
-                "  group keys: {keys} (SET keys), so merging an instance's partial aggregates weighs {} events\n",
+                "  group keys: {keys} ({}), so merging an instance's partial aggregates weighs {} events\n",
+                q["keys_from"].as_str().unwrap_or(""),
                 number(&q["merge_weight"])
             ));
         }
@@ -409,14 +413,25 @@ mod tests {
         assert_eq!(many["chosen_strategy"], "shared_sliding");
         assert_eq!((many["keys"].clone(), many["merge_weight"].clone()), (Value::Null, json!(1.0)));
         assert_eq!(many["costs"]["baseline"], json!(200.0));
-        // One key: each merge weighs 41 events and every window reads the stream.
+        // One key: each merge weighs 5 events and every window reads the stream (sliding
+        // over the slices: 20 events and 55 merges, 295).
         let one = explained("SET keys = 1;");
-        assert_eq!((one["keys"].clone(), one["merge_weight"].clone()), (json!(1.0), json!(41.0)));
+        assert_eq!((one["keys"].clone(), one["merge_weight"].clone()), (json!(1.0), json!(5.0)));
+        assert_eq!(one["keys_from"], "SET keys");
         assert_eq!(one["costs"]["chosen"], one["costs"]["baseline"]);
-        assert!(one["costs"]["shared_sliding"].as_f64() > Some(10.0 * 200.0), "{one}");
+        assert_eq!(one["costs"]["shared_sliding"], json!(295.0));
         let edges = one["edges"].as_array().expect("edges");
         assert!(edges.iter().all(|e| e["from"] == "stream"), "{one}");
         // Many keys: the paper's plan again.
         assert_eq!(explained("SET keys = 100000;")["chosen_strategy"], "shared_sliding");
+        // Without GROUP BY keys, one key per instance, unless SET keys says otherwise.
+        let keyless = text.replace("SELECT k, ", "SELECT ").replace("GROUP BY k, ", "GROUP BY ");
+        let script = Script::compile(&keyless, std::path::Path::new("/data")).expect("script");
+        let shown = explain_json(&script)["queries"][0].clone();
+        assert_eq!((shown["keys"].clone(), shown["keys_from"].clone()), (json!(1.0), json!("no GROUP BY keys")));
+        assert_eq!(shown["costs"]["chosen"], shown["costs"]["baseline"]);
+        assert!(explain_text(&explain_json(&script)).contains("group keys: 1 (no GROUP BY keys), so merging"));
+        let script = Script::compile(&format!("{keyless}SET keys = 100000;"), std::path::Path::new("/data")).unwrap();
+        assert_eq!(explain_json(&script)["queries"][0]["chosen_strategy"], "shared_sliding");
     }
 }

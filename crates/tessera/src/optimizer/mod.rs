@@ -32,7 +32,7 @@ pub struct WindowGroup {
 
 /// Groups the window branches of `queries` and plans each group (`forced` strategy, or the
 /// cheapest for `eta` events per time unit and key over `keys` keys, as
-/// [`plan_window_group`] takes them).
+/// [`plan_window_group`] takes them; one key where the windows have no GROUP BY keys).
 pub fn window_groups(queries: &[QueryPlan], rates: (f64, Option<f64>), forced: Option<Strategy>) -> Vec<WindowGroup> {
     // (source, input signature, members as (query, plan))
     type Members = Vec<(usize, Arc<WindowAggregatePlan>)>;
@@ -85,6 +85,11 @@ fn plan_group(
     forced: Option<Strategy>,
 ) -> WindowGroupPlan {
     let sharing = common_sharing(first.aggregates.iter().map(|a| a.function));
+    // Without GROUP BY keys every instance holds one group: the model is told so.
+    let rates = match rates {
+        (eta, None) if first.keys.is_empty() => (eta, Some(1.0)),
+        rates => rates,
+    };
     // EMIT CHANGES needs every open window's value: the cheapest plan that has it, even over a
     // forced coverage-graph strategy.
     let changes = first.emit == EmitMode::Changes;

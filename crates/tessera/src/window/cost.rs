@@ -19,7 +19,7 @@
 //! and the runtime pays, per instance merged, a cost that does not depend on the keys it holds
 //! (finding the instance, walking its table, closing it). Per key that is small when instances
 //! hold many keys and dominant when they hold few, so with the number of keys known
-//! (`SET keys = N`) a merge weighs `1 + MERGE_OVERHEAD / N` events instead of one. That is the
+//! (`SET keys = N`) a merge weighs `1 + MERGE_OVERHEAD / max(N, 10)` events instead of one. That is the
 //! paper's model at the rate `eta / weight`, scaled by the weight, so every algorithm (and its
 //! fast paths) applies unchanged to the stream weight [`CostModel::stream_weight`].
 
@@ -37,6 +37,12 @@ pub enum Input {
 /// the runtime's times over 42 generated window sets at 10, 100 and 1,000 keys (BENCHMARKS.md,
 /// 2026-12-01 (late evening)), where a merge measured 4.7, 1.9 and 1.4 times an event.
 pub const MERGE_OVERHEAD: f64 = 40.0;
+
+/// Below this many keys per instance a merge weighs no more than at it: what an instance costs
+/// whatever its input (its table, its closing, its rows out) is then most of its work, and
+/// charged to merges alone (41 events at one key) it made the model read windows from the
+/// stream where merging ran faster (BENCHMARKS.md, 2026-12-01 (night, later)).
+pub const FEWEST_KEYS_WEIGHED: f64 = 10.0;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CostModel {
@@ -142,9 +148,9 @@ impl CostModel {
     }
 }
 
-/// Events one merge weighs with `keys` distinct group keys (`None`: many).
+/// Events one merge weighs with `keys` distinct group keys per instance (`None`: many).
 pub fn merge_weight(keys: Option<f64>) -> f64 {
-    keys.map_or(1.0, |k| 1.0 + MERGE_OVERHEAD / k.max(1.0))
+    keys.map_or(1.0, |k| 1.0 + MERGE_OVERHEAD / k.max(FEWEST_KEYS_WEIGHED))
 }
 
 #[cfg(test)]
@@ -240,8 +246,10 @@ mod tests {
         let model = CostModel::new(&[t10, t20], 1.0).with_keys(Some(10.0));
         assert_eq!(model.cost(&t20, Input::Window(t10)), 5.0 * 2.0);
         assert_eq!(model.cost(&t20, Input::Stream), 20.0);
-        // One key: a merge costs as much as 41 events.
-        assert_eq!(merge_weight(Some(1.0)), 1.0 + MERGE_OVERHEAD);
+        // Fewer than ten keys weigh a merge as ten do: 5 events.
+        assert_eq!(merge_weight(Some(1.0)), 5.0);
+        assert_eq!(merge_weight(Some(3.0)), merge_weight(Some(FEWEST_KEYS_WEIGHED)));
+        assert_eq!(merge_weight(Some(20.0)), 3.0);
     }
 
     #[test]
