@@ -41,7 +41,7 @@ pub const MERGE_OVERHEAD: f64 = 40.0;
 /// Below this many keys per instance a merge weighs no more than at it: what an instance costs
 /// whatever its input (its table, its closing, its rows out) is then most of its work, and
 /// charged to merges alone (41 events at one key) it made the model read windows from the
-/// stream where merging ran faster (BENCHMARKS.md, 2026-12-01 (night, later)).
+/// stream where merging ran faster (BENCHMARKS.md, 2026-12-01 (late night)).
 pub const FEWEST_KEYS_WEIGHED: f64 = 10.0;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
