@@ -423,8 +423,8 @@ fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &S
 }
 
 /// The window groups, planned by the cost model for many keys, whose windows held so few that
-/// the model told their number would choose another strategy. Nothing when the script sets
-/// `keys` or forces a strategy.
+/// the model told their number would choose another, cheaper plan. Nothing when the script
+/// sets `keys` or forces a strategy.
 fn keys_hints(script: &Script, groups: &[WindowGroup], queries: &[QueryStats]) -> Vec<KeysHint> {
     if script.settings.keys.is_some() || script.settings.window_strategy.is_some() {
         return Vec::new();
