@@ -443,7 +443,7 @@ fn keys_hints(script: &Script, groups: &[WindowGroup], queries: &[QueryStats]) -
                 return None;
             }
             let keys = (keys / windows as f64).round().max(1.0);
-            let keyed = group.replanned((script.settings.eta, Some(keys)), None);
+            let keyed = group.replanned((script.settings.eta, Some(keys)));
             let planned_cost = group.plan.cost_for_keys(Some(keys));
             (!keyed.same_nodes(&group.plan) && keyed.cost() < planned_cost * (1.0 - 1e-9)).then(|| KeysHint {
                 queries: members,

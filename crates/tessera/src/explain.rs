@@ -76,6 +76,9 @@ pub fn explain_json(script: &Script) -> Value {
                 }
             }
             let first = mine.first().map(|g| &g.plan);
+            // The keys per instance the model was told: by `SET keys`, or one where the windows
+            // have no GROUP BY keys.
+            let keys = first.and_then(|p| p.keys);
             json!({
                 "sql": plan.sql,
                 "source": plan.source,
@@ -92,11 +95,9 @@ pub fn explain_json(script: &Script) -> Value {
                 "chosen_strategy": if chosen_strategy.is_empty() { "stateless".to_string() } else { chosen_strategy.join("+") },
                 "forced": script.settings.window_strategy.is_some(),
                 "eta": script.settings.eta,
-                // The keys per instance the model was told: by `SET keys`, or one where the
-                // windows have no GROUP BY keys.
-                "keys": first.and_then(|p| p.keys),
-                "keys_from": first.and_then(|p| p.keys).map(|_| if script.settings.keys.is_some() { "SET keys" } else { "no GROUP BY keys" }),
-                "merge_weight": merge_weight(first.and_then(|p| p.keys)),
+                "keys": keys,
+                "keys_from": keys.map(|_| if script.settings.keys.is_some() { "SET keys" } else { "no GROUP BY keys" }),
+                "merge_weight": merge_weight(keys),
                 "period": first.map(|p| p.period).unwrap_or(0),
             })
         })

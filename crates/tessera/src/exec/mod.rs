@@ -257,8 +257,16 @@ impl SpillCounters {
 impl OperatorMetrics {
     /// Writes the counters (not `state_bytes`, a gauge).
     pub fn encode(&self, w: &mut StateWriter) {
-        let counters = [self.rows_in, self.rows_out, self.late_events, self.store_reads, self.store_writes];
-        for v in counters.into_iter().chain([self.emit_reads, self.windows_out, self.window_keys]) {
+        for v in [
+            self.rows_in,
+            self.rows_out,
+            self.late_events,
+            self.store_reads,
+            self.store_writes,
+            self.emit_reads,
+            self.windows_out,
+            self.window_keys,
+        ] {
             w.u64(v);
         }
     }

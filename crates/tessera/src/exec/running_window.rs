@@ -466,7 +466,6 @@ impl RunningWindow {
 
 #[cfg(test)]
 mod tests {
-    use crate::exec::group_table::Tables;
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
@@ -477,6 +476,7 @@ mod tests {
 
     use super::*;
     use crate::exec::group_table::tests::plan_of;
+    use crate::exec::group_table::Tables;
 
     /// A slice holding `rows` (key id, value).
     fn slice(plan: &WindowAggregatePlan, rows: &[(u32, f64)]) -> GroupTable {

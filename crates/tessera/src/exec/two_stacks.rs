@@ -11,11 +11,12 @@
 //! [`invalidate`](TwoStacks::invalidate)s from that slice and the next instance rebuilds from
 //! the slices (late rows are rare, and counted).
 
+use std::borrow::Cow;
+
 use super::group_table::{GroupTable, Tables};
 use crate::error::Result;
 use crate::plan::WindowAggregatePlan;
 use crate::state::codec::{StateReader, StateWriter};
-use std::borrow::Cow;
 
 /// The slices of one instance, `first..=last`, among those with data (`slices`), and how to
 /// make the empty table merges start from.

@@ -70,10 +70,10 @@ pub fn window_groups(queries: &[QueryPlan], rates: (f64, Option<f64>), forced: O
 }
 
 impl WindowGroup {
-    /// The group planned again as [`window_groups`] plans it, at other `rates`.
-    pub fn replanned(&self, rates: (f64, Option<f64>), forced: Option<Strategy>) -> WindowGroupPlan {
+    /// The cheapest plan of the group, as [`window_groups`] plans it, at other `rates`.
+    pub fn replanned(&self, rates: (f64, Option<f64>)) -> WindowGroupPlan {
         let windows: Vec<_> = self.members.iter().map(|m| m.plan.window).collect();
-        plan_group(&windows, &self.members[0].plan, rates, forced)
+        plan_group(&windows, &self.members[0].plan, rates, None)
     }
 }
 
