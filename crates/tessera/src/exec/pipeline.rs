@@ -538,7 +538,8 @@ pub fn run_source(
         let checkpoints =
             checkpoints.map(|c| (Consumed { source: c.source, batches: skip_batches, started }, c.checkpointer));
         let computed = if let Some(worker) = inline_worker {
-            compute_inline((worker, &intern_progress), &specs, batch_rx, sink, progress, &mut run, checkpoints)
+            let batches = Batches::new(batch_rx);
+            compute_inline((worker, &intern_progress), &specs, batches, sink, progress, &mut run, checkpoints)
         } else {
             let saved = resume.as_ref().map(|(_, snapshot)| snapshot.as_slice());
             let io = Io { batches: batch_rx, sink, progress };
@@ -618,7 +619,7 @@ impl Consumed {
 fn compute_inline(
     (mut worker, interning): (Worker, &InternProgress),
     specs: &[OperatorSpec],
-    batches: Receiver<Stamped>,
+    batches: Batches<Stamped>,
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
     run: &mut SourceRun,
@@ -648,6 +649,45 @@ fn compute_inline(
         run.query_metrics[query].add(&metrics);
     }
     Ok(())
+}
+
+/// The batches a single worker receives from the reading thread. When the reading thread is
+/// the slower side, the worker waits before most batches; asleep, it has to be woken for each,
+/// and on a virtual machine a wake-up costs the reading thread tens of microseconds (W1's
+/// shared plan waited before 65 to 131 of its 153 batches). So the worker first spins a while
+/// for the next batch, on a core it has to itself, and only then sleeps.
+struct Batches<T> {
+    receiver: Receiver<T>,
+    /// How long to spin before sleeping: zero on a single core, where spinning would take the
+    /// reading thread's time.
+    spin: std::time::Duration,
+}
+
+impl<T> Batches<T> {
+    /// Longer than the reading thread takes to decode a batch of a few numeric columns.
+    const SPIN: std::time::Duration = std::time::Duration::from_millis(1);
+
+    fn new(receiver: Receiver<T>) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Batches { receiver, spin: if cores > 1 { Self::SPIN } else { std::time::Duration::ZERO } }
+    }
+}
+
+impl<T> Iterator for Batches<T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        use std::sync::mpsc::TryRecvError;
+        let started = std::time::Instant::now();
+        loop {
+            match self.receiver.try_recv() {
+                Ok(batch) => return Some(batch),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if started.elapsed() < self.spin => std::hint::spin_loop(),
+                Err(TryRecvError::Empty) => return self.receiver.recv().ok(),
+            }
+        }
+    }
 }
 
 /// Where a parallel run's batches come from and its results go.
@@ -941,7 +981,7 @@ fn watermark_after(max_event_time: i64, delay: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{watermark_after, watermarks, InternProgress};
+    use super::{watermark_after, watermarks, Batches, InternProgress};
 
     #[test]
     fn watermarks_are_the_delayed_maximum_before_each_event() {
@@ -985,6 +1025,23 @@ mod tests {
                 times.sort_unstable();
             }
             assert_eq!(super::non_decreasing(&times), times.is_sorted(), "{times:?}");
+        }
+    }
+
+    #[test]
+    fn a_spinning_worker_gets_every_batch_in_order_and_stops_when_the_reader_does() {
+        for spin in [std::time::Duration::ZERO, std::time::Duration::from_millis(1)] {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let sender = std::thread::spawn(move || {
+                for n in 0..20u32 {
+                    // Some batches come at once, some after the spin is over.
+                    std::thread::sleep(std::time::Duration::from_micros(u64::from(n % 3) * 700));
+                    tx.send(n).unwrap();
+                }
+            });
+            let received: Vec<u32> = Batches { receiver: rx, spin }.collect();
+            sender.join().unwrap();
+            assert_eq!(received, (0..20).collect::<Vec<_>>(), "spinning {spin:?}");
         }
     }
 
