@@ -691,15 +691,38 @@ fn each_valid<T: Copy>(
     mut f: impl FnMut(T, usize),
 ) {
     let input = &input[offset..offset + slots.len()];
-    match nulls {
-        None => input.iter().zip(slots).for_each(|(&v, &s)| f(v, s as usize)),
-        Some(nulls) => {
-            for (i, (&v, &s)) in input.iter().zip(slots).enumerate() {
-                if nulls.is_valid(offset + i) {
-                    f(v, s as usize);
+    // Values straight from memory arrive faster asked for a few chunks ahead than one cache
+    // line at a time when the loop reaches them.
+    const CHUNK: usize = 64;
+    const AHEAD: usize = 8 * CHUNK;
+    let line = (64 / std::mem::size_of::<T>().max(1)).max(1);
+    for (c, (values, slots)) in input.chunks(CHUNK).zip(slots.chunks(CHUNK)).enumerate() {
+        let next = c * CHUNK + AHEAD;
+        (next..next + CHUNK).step_by(line).for_each(|at| prefetch(input, at));
+        match nulls {
+            None => values.iter().zip(slots).for_each(|(&v, &s)| f(v, s as usize)),
+            Some(nulls) => {
+                let first = offset + c * CHUNK;
+                for (i, (&v, &s)) in values.iter().zip(slots).enumerate() {
+                    if nulls.is_valid(first + i) {
+                        f(v, s as usize);
+                    }
                 }
             }
         }
+    }
+}
+
+/// Asks the processor to bring `input[at]` into its cache, if there is such a row (a no-op on
+/// processors without the hint).
+#[inline(always)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+fn prefetch<T>(input: &[T], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(value) = input.get(at) {
+        // SAFETY: SSE is part of x86-64, and a prefetch reads nothing the program sees (the
+        // address is a live value's besides).
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((value as *const T).cast()) };
     }
 }
 
