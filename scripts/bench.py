@@ -6,21 +6,24 @@ W2: SUM and COUNT per device over HOP 1 minute / 30 minutes.
 w1_<strategy>: W1 run with --set window_strategy=<strategy> (baseline, unshared_paired,
 shared_paired, shared_sliding, wcg, wcg_factor); plain w1 lets the optimizer choose.
 
-For each workload and input format it reports the median wall time of `tessera run` (whole
-process, results written to a CSV file), tessera's compute-only time (`tessera bench --repeat 3`:
-input preloaded in memory, the median of three runs in one process, so the first run's cold
-allocations do not decide it) and DuckDB's time for the same queries on the same file, writing the same
-rows to a CSV file (timed inside the Python process, so DuckDB's import is not counted). After
-one untimed round, the runs go in rounds, each running every case once in a shuffled order
-(tessera's runs, then its compute runs, then DuckDB's queries), so load that drifts during a
-benchmark falls on every case alike; medians over the rounds are reported. With w1 and w1_baseline it also prints W1's criteria: the chosen plan against the
-baseline, the rank correlation of the forced strategies' times with their modeled costs
-(`tessera explain`), and that of the state reads each strategy's run counts (`--stats-json`:
-updates and partial aggregates combined, the work the model counts).
+For each workload and input format it reports the median wall time of `tessera run` (whole process,
+results written to a CSV file), tessera's compute-only time (`tessera bench --repeat 3`: input
+preloaded in memory, the median of three runs in one process, so the first run's cold allocations
+do not decide it) and DuckDB's time for the same queries on the same file, writing the same rows to
+a CSV file (timed inside the Python process, so DuckDB's import is not counted). After one untimed
+round, the runs go in rounds, each running every case once in a shuffled order (tessera's runs,
+then its compute runs, then DuckDB's queries), so load that drifts during a benchmark falls on
+every case alike; medians over the rounds are reported. Cases that run the same plan (a forced
+strategy planning what another does) are timed once and share the times. With w1 and w1_baseline it
+also prints W1's criteria: the chosen plan against the baseline, the rank correlation of the forced
+strategies' times with their modeled costs (`tessera explain`), and that of the state reads each
+strategy's run counts (`--stats-json`: updates and partial aggregates combined, the work the model
+counts).
 Usage: scripts/bench.sh (builds the release binary and the Python env first).
 """
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -100,6 +103,17 @@ def ensure_data(tessera, events, devices):
             f.write(args)
 
 
+@functools.lru_cache(maxsize=None)
+def plan_of(bench_command):
+    """The windows and edges `tessera explain` shows for a bench command (a tuple) with its
+    script and settings: two commands with the same ones run the same plan."""
+    tessera, _, script, *rest = bench_command
+    settings = [a for i, a in enumerate(rest) if a == "--set" or (i and rest[i - 1] == "--set")]
+    out = subprocess.run([tessera, "explain", script, "--format", "json", *settings], check=True,
+                         capture_output=True, text=True).stdout
+    return script, json.dumps([(q.get("windows"), q.get("edges")) for q in json.loads(out)["queries"]])
+
+
 def count_rows(path):
     with open(path) as f:
         return sum(1 for _ in f) - 1
@@ -151,18 +165,27 @@ def main():
                 duckdb_sql(workload, source, out_d),
                 (out_t, out_d),
             )
-        connections = {case: duckdb.connect() for case in cases}
+        # Forced strategies that plan the same windows the same way (W1: `wcg_factor` when no
+        # factor window pays, `shared_sliding` when no window slides) run the same plan: it is
+        # timed once, and the strategies share its times, so their ranks tie instead of
+        # ranking two samples of one plan's noise.
+        same_plan = {}
+        for case in cases:
+            plan = plan_of(tuple(commands[case][1]))
+            same_plan[case] = next(c for c in cases if plan_of(tuple(commands[c][1])) == plan)
+        timed_cases = [case for case in cases if same_plan[case] == case]
+        connections = {case: duckdb.connect() for case in timed_cases}
         # One untimed round first: the first runs pay for cold caches. The order is shuffled
         # every round: in a rotating one each case would always follow the same one. Within a
         # round, every case's tessera run comes first, then their compute runs, then DuckDB's
         # queries: a tessera run right after DuckDB's W2, which leaves much memory for the
         # kernel to reclaim, runs slower (W1 `auto` measured 0.058 s against 0.047 for the same
         # plan forced as `wcg` when interleaved), so interleaving them timed the neighbour.
-        order = list(cases)
-        shuffle = random.Random(len(cases)).shuffle
+        order = list(timed_cases)
+        shuffle = random.Random(len(timed_cases)).shuffle
         for round_ in range(-1, args.repeat):
             shuffle(order)
-            measured = {case: {} for case in cases}
+            measured = {case: {} for case in timed_cases}
             for case in order:
                 measured[case]["run"] = timed(lambda: subprocess.run(commands[case][0], check=True))
             for case in order:
@@ -172,7 +195,7 @@ def main():
                 measured[case]["duckdb"] = timed(lambda: connections[case].execute(commands[case][2]))
             if round_ >= 0:
                 for case in cases:
-                    for kind, value in measured[case].items():
+                    for kind, value in measured[same_plan[case]].items():
                         times[case][kind].append(value)
         for con in connections.values():
             con.close()
@@ -180,6 +203,9 @@ def main():
         for case in cases:
             workload, fmt = case
             m = median[case]
+            if same_plan[case] != case:
+                print(f"| {workload} | {fmt} | the plan of {same_plan[case][0]}, timed once | | | | | |")
+                continue
             rows_t, rows_d = (count_rows(path) for path in commands[case][3])
             if rows_t != rows_d:
                 print(f"row counts differ for {workload}/{fmt}: tessera {rows_t}, duckdb {rows_d}", file=sys.stderr)
@@ -214,7 +240,7 @@ def summarize_w1(tessera, fmt, median):
         costs = [query["costs"][strategy] for strategy, _ in forced]
         for kind, label in (("run", "end to end"), ("compute", "compute")):
             rho = spearman(costs, [t[kind] for _, t in forced])
-            print(f"Spearman of modeled cost and {label} time over {len(forced)} strategies (equal costs share a rank): {rho:.2f}")
+            print(f"Spearman of modeled cost and {label} time over {len(forced)} strategies (equal costs share a rank, strategies running one plan its time): {rho:.2f}")
         # The work the model counts, as the runtime counted it: state reads (updates and the
         # partial aggregates combined at emission, with the model's conventions: a slicing
         # plan's instance reads every slice it spans), from one untimed run per strategy. It
