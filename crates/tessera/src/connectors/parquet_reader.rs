@@ -9,7 +9,6 @@ use arrow::compute::cast;
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
-use parquet::file::reader::ChunkReader;
 
 use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape, Skipped};
 use crate::catalog::SourceDef;
@@ -17,14 +16,65 @@ use crate::error::{Result, TesseraError};
 
 /// A Parquet file mapped into memory: pages are decoded straight from the page cache, with no
 /// read into a fresh buffer per page (W1's `wcg` plan ran 10% faster end to end than through
-/// `File`'s reader, which copies every page into a newly allocated buffer).
-pub fn map_file(file: &std::fs::File) -> std::io::Result<bytes::Bytes> {
+/// `File`'s reader, which copies every page into a newly allocated buffer). With the bytes
+/// comes what maps the pages the reader will decode in ahead of it.
+pub fn map_file(file: &std::fs::File) -> std::io::Result<(bytes::Bytes, MapAhead)> {
     // SAFETY: the map is read-only and private. Another process truncating the file while it
     // is read would fault the reading thread (SIGBUS), as it would in any reader that maps
     // files (DuckDB, Polars, Arrow's own); rewriting it in place can only hand the decoder
     // bytes it then rejects or reads as other values, never memory outside the map.
-    let map = unsafe { memmap2::Mmap::map(file)? };
-    Ok(bytes::Bytes::from_owner(map))
+    let map = Arc::new(unsafe { memmap2::Mmap::map(file)? });
+    Ok((bytes::Bytes::from_owner(SharedMap(Arc::clone(&map))), MapAhead(map)))
+}
+
+/// The map, shared by the decoder's bytes and [`MapAhead`].
+struct SharedMap(Arc<memmap2::Mmap>);
+
+impl AsRef<[u8]> for SharedMap {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Maps byte ranges of a mapped file in (reading from disk what is not cached), in order, on a
+/// thread of its own. The reading thread otherwise takes a page fault every few pages it
+/// decodes and does any disk read itself; this runs on the core beside it, idle while the
+/// first batches are decoded (W1 ran 5 to 7 ms faster, about 10%). It stops after
+/// `LIMIT` bytes, so a file larger than memory is not read in far ahead of the decoder, and as
+/// soon as the reader has dropped the map.
+pub struct MapAhead(Arc<memmap2::Mmap>);
+
+impl MapAhead {
+    #[cfg(target_os = "linux")]
+    const LIMIT: u64 = 1 << 30;
+
+    /// Starts mapping `ranges` (offset, length) in.
+    #[cfg(target_os = "linux")]
+    fn start(self, ranges: Vec<(u64, u64)>) {
+        // Without the thread the decoder faults the pages in itself: no harm but the time.
+        let _ = std::thread::Builder::new().name("tessera-map".into()).spawn(move || self.populate(&ranges));
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn start(self, _ranges: Vec<(u64, u64)>) {}
+
+    #[cfg(target_os = "linux")]
+    fn populate(&self, ranges: &[(u64, u64)]) {
+        const CHUNK: u64 = 16 << 20;
+        let mut budget = Self::LIMIT;
+        for &(offset, len) in ranges {
+            let (mut at, end) = (offset, (offset + len).min(self.0.len() as u64));
+            while at < end && budget > 0 {
+                let n = CHUNK.min(end - at).min(budget);
+                // An error: a kernel before 5.14.
+                let mapped = self.0.advise_range(memmap2::Advice::PopulateRead, at as usize, n as usize);
+                if mapped.is_err() || Arc::strong_count(&self.0) == 1 {
+                    return;
+                }
+                (at, budget) = (at + n, budget - n);
+            }
+        }
+    }
 }
 
 /// Builds the batch reader starting at a given row.
@@ -45,10 +95,11 @@ pub struct ParquetReader {
 }
 
 impl ParquetReader {
-    pub fn new<R: ChunkReader + 'static>(
+    /// A reader of `input`; `ahead` maps the pages it will decode in ahead of it.
+    pub fn new(
         source: &SourceDef,
         name: String,
-        input: R,
+        (input, ahead): (bytes::Bytes, Option<MapAhead>),
         options: &ReadOptions,
     ) -> Result<Self> {
         let invalid = |e: parquet::errors::ParquetError| TesseraError::Input {
@@ -82,6 +133,8 @@ impl ParquetReader {
         let mask = ProjectionMask::roots(builder.parquet_schema(), sorted.iter().copied());
         let batch_size = options.batch_size.max(1);
         let start_name = name.clone();
+        let metadata = Arc::clone(builder.metadata());
+        let projected = mask.clone();
         let start: StartAt = Box::new(move |row| {
             // Whole row groups before `row` are skipped without reading them.
             let mut skipped = 0u64;
@@ -93,6 +146,11 @@ impl ParquetReader {
                 } else {
                     groups.push(i);
                 }
+            }
+            if let Some(ahead) = ahead {
+                let chunks = |g: &usize| metadata.row_group(*g).columns().iter().map(|c| c.byte_range());
+                let leaves = |g: &usize| chunks(g).enumerate().filter(|(leaf, _)| projected.leaf_included(*leaf));
+                ahead.start(groups.iter().flat_map(|g| leaves(g).map(|(_, range)| range)).collect());
             }
             builder
                 .with_row_groups(groups)
