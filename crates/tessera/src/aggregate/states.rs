@@ -720,8 +720,8 @@ fn each_valid<T: Copy>(
 fn prefetch<T>(input: &[T], at: usize) {
     #[cfg(target_arch = "x86_64")]
     if let Some(value) = input.get(at) {
-        // SAFETY: SSE is part of x86-64, and a prefetch reads nothing the program sees (the
-        // address is a live value's besides).
+        // SAFETY: SSE is part of x86-64, and a prefetch only warms the cache; the address is
+        // that of a live value besides.
         unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((value as *const T).cast()) };
     }
 }

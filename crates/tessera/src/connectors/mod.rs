@@ -78,9 +78,8 @@ pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn 
             let total = file.metadata().ok().map(|m| m.len());
             if source.format == Format::Parquet {
                 let name = path.display().to_string();
-                let mapped = parquet_reader::map_file(&file)
+                let (bytes, ahead) = parquet_reader::map_file(&file)
                     .map_err(|e| TesseraError::io(format!("cannot map {}", path.display()), e))?;
-                let (bytes, ahead) = mapped;
                 return Ok(Box::new(parquet_reader::ParquetReader::new(source, name, (bytes, Some(ahead)), options)?));
             }
             (path.display().to_string(), Box::new(file), total)
