@@ -45,36 +45,48 @@ impl AsRef<[u8]> for SharedMap {
 pub struct MapAhead(Arc<memmap2::Mmap>);
 
 impl MapAhead {
+    /// Bytes mapped in at a time.
+    #[cfg(target_os = "linux")]
+    const CHUNK: u64 = 16 << 20;
+    /// Bytes mapped in at most.
     #[cfg(target_os = "linux")]
     const LIMIT: u64 = 1 << 30;
 
     /// Starts mapping `ranges` (offset, length) in.
     #[cfg(target_os = "linux")]
     fn start(self, ranges: Vec<(u64, u64)>) {
+        let pieces = pieces(&ranges, self.0.len() as u64, (Self::CHUNK, Self::LIMIT));
         // Without the thread the decoder faults the pages in itself: no harm but the time.
-        let _ = std::thread::Builder::new().name("tessera-map".into()).spawn(move || self.populate(&ranges));
+        let _ = std::thread::Builder::new().name("tessera-map".into()).spawn(move || {
+            for (offset, len) in pieces {
+                // An error: a kernel before 5.14.
+                let mapped = self.0.advise_range(memmap2::Advice::PopulateRead, offset as usize, len as usize);
+                if mapped.is_err() || Arc::strong_count(&self.0) == 1 {
+                    return;
+                }
+            }
+        });
     }
 
     #[cfg(not(target_os = "linux"))]
     fn start(self, _ranges: Vec<(u64, u64)>) {}
+}
 
-    #[cfg(target_os = "linux")]
-    fn populate(&self, ranges: &[(u64, u64)]) {
-        const CHUNK: u64 = 16 << 20;
-        let mut budget = Self::LIMIT;
-        for &(offset, len) in ranges {
-            let (mut at, end) = (offset, (offset + len).min(self.0.len() as u64));
-            while at < end && budget > 0 {
-                let n = CHUNK.min(end - at).min(budget);
-                // An error: a kernel before 5.14.
-                let mapped = self.0.advise_range(memmap2::Advice::PopulateRead, at as usize, n as usize);
-                if mapped.is_err() || Arc::strong_count(&self.0) == 1 {
-                    return;
-                }
-                (at, budget) = (at + n, budget - n);
-            }
+/// `ranges` (offset, length) within a map of `len` bytes, in order, cut in pieces of at most
+/// `chunk` bytes, `limit` bytes in all.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn pieces(ranges: &[(u64, u64)], len: u64, (chunk, limit): (u64, u64)) -> Vec<(u64, u64)> {
+    let mut pieces = Vec::new();
+    let mut budget = limit;
+    for &(offset, length) in ranges {
+        let (mut at, end) = (offset.min(len), offset.saturating_add(length).min(len));
+        while at < end && budget > 0 {
+            let n = chunk.min(end - at).min(budget);
+            pieces.push((at, n));
+            (at, budget) = (at + n, budget - n);
         }
     }
+    pieces
 }
 
 /// Builds the batch reader starting at a given row.
@@ -243,5 +255,19 @@ impl BatchReader for ParquetReader {
             self.rows_read = position;
         }
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pieces;
+
+    #[test]
+    fn ranges_are_mapped_in_chunks_within_the_map_and_the_limit() {
+        let ranges = [(0, 40), (100, 10), (195, 10), (300, 5)];
+        assert_eq!(pieces(&ranges, 200, (16, 1000)), vec![(0, 16), (16, 16), (32, 8), (100, 10), (195, 5)]);
+        assert_eq!(pieces(&ranges, 200, (16, 20)), vec![(0, 16), (16, 4)]);
+        assert_eq!(pieces(&[(0, u64::MAX)], 10, (16, 1000)), vec![(0, 10)]);
+        assert!(pieces(&[], 10, (16, 1000)).is_empty());
     }
 }
