@@ -80,7 +80,7 @@ pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn 
                 let name = path.display().to_string();
                 let (bytes, ahead) = parquet_reader::map_file(&file)
                     .map_err(|e| TesseraError::io(format!("cannot map {}", path.display()), e))?;
-                return Ok(Box::new(parquet_reader::ParquetReader::new(source, name, (bytes, Some(ahead)), options)?));
+                return Ok(Box::new(parquet_reader::ParquetReader::new(source, name, bytes, Some(ahead), options)?));
             }
             (path.display().to_string(), Box::new(file), total)
         }
@@ -90,8 +90,13 @@ pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn 
                 std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
                     .map_err(|e| TesseraError::io("cannot read stdin", e))?;
                 let bytes = bytes::Bytes::from(bytes);
-                let reader = parquet_reader::ParquetReader::new(source, "<stdin>".into(), (bytes, None), options)?;
-                return Ok(Box::new(reader));
+                return Ok(Box::new(parquet_reader::ParquetReader::new(
+                    source,
+                    "<stdin>".into(),
+                    bytes,
+                    None,
+                    options,
+                )?));
             }
             ("<stdin>".to_string(), Box::new(std::io::stdin()), None)
         }

@@ -111,7 +111,8 @@ impl ParquetReader {
     pub fn new(
         source: &SourceDef,
         name: String,
-        (input, ahead): (bytes::Bytes, Option<MapAhead>),
+        input: bytes::Bytes,
+        ahead: Option<MapAhead>,
         options: &ReadOptions,
     ) -> Result<Self> {
         let invalid = |e: parquet::errors::ParquetError| TesseraError::Input {
@@ -145,8 +146,6 @@ impl ParquetReader {
         let mask = ProjectionMask::roots(builder.parquet_schema(), sorted.iter().copied());
         let batch_size = options.batch_size.max(1);
         let start_name = name.clone();
-        let metadata = Arc::clone(builder.metadata());
-        let projected = mask.clone();
         let start: StartAt = Box::new(move |row| {
             // Whole row groups before `row` are skipped without reading them.
             let mut skipped = 0u64;
@@ -160,8 +159,9 @@ impl ParquetReader {
                 }
             }
             if let Some(ahead) = ahead {
+                let metadata = builder.metadata();
                 let chunks = |g: &usize| metadata.row_group(*g).columns().iter().map(|c| c.byte_range());
-                let leaves = |g: &usize| chunks(g).enumerate().filter(|(leaf, _)| projected.leaf_included(*leaf));
+                let leaves = |g: &usize| chunks(g).enumerate().filter(|(leaf, _)| mask.leaf_included(*leaf));
                 ahead.start(groups.iter().flat_map(|g| leaves(g).map(|(_, range)| range)).collect());
             }
             builder
