@@ -40,6 +40,10 @@ pub struct ReadOptions {
     pub on_error: OnError,
     /// Where skipped rows go (JSON lines: file, line, reason, record).
     pub dead_letter_path: PathBuf,
+    /// How many sets of whole columns a Parquet source is decoded in: the reading thread
+    /// decodes the first, a single worker waiting for input the others ahead of it (default:
+    /// two where there are two cores or more).
+    pub column_sets: usize,
 }
 
 impl Default for ReadOptions {
@@ -48,6 +52,7 @@ impl Default for ReadOptions {
             batch_size: DEFAULT_BATCH_SIZE,
             on_error: OnError::Fail,
             dead_letter_path: PathBuf::from("tessera-dead-letter.jsonl"),
+            column_sets: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
         }
     }
 }
@@ -68,7 +73,16 @@ pub trait BatchReader: Send {
     fn seek(&mut self, _position: u64, _skipped: Option<Skipped>) -> Result<bool> {
         Ok(false)
     }
+    /// Work of this reader another thread can do while it waits for the next batch, ahead of
+    /// the reading thread, which then has less to do.
+    fn spare_work(&self) -> Option<SpareWork> {
+        None
+    }
 }
+
+/// Does a piece of a reader's work on the calling thread (see [`BatchReader::spare_work`]):
+/// whether there was any to do. Short, and never waits for the reading thread.
+pub type SpareWork = Box<dyn Fn() -> bool + Send>;
 
 /// Opens a source for reading.
 pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn BatchReader>> {

@@ -29,7 +29,7 @@ use super::{
 };
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
-use crate::connectors::{BatchReader, Skipped};
+use crate::connectors::{BatchReader, Skipped, SpareWork};
 use crate::error::{Result, TesseraError};
 use crate::optimizer::window_strategy::NodeInput;
 use crate::optimizer::{GroupMember, WindowGroup};
@@ -501,6 +501,7 @@ pub fn run_source(
     std::thread::scope(|scope| -> Result<SourceRun> {
         let (batch_tx, batch_rx) = sync_channel::<Stamped>(4);
         let key_spaces = inline_worker.as_ref().map(|w| (Arc::clone(&w.key_spaces), Arc::clone(&intern_progress)));
+        let spare = inline_worker.as_ref().and_then(|_| reader.spare_work());
         let read = move || -> Result<u64> {
             let mut stamp = Stamper { max_event_time, delay: source.event_time.watermark_delay };
             // Resuming: the operators' state already holds these batches; skip them unread
@@ -538,7 +539,7 @@ pub fn run_source(
         let checkpoints =
             checkpoints.map(|c| (Consumed { source: c.source, batches: skip_batches, started }, c.checkpointer));
         let computed = if let Some(worker) = inline_worker {
-            let batches = Batches::new(batch_rx);
+            let batches = Batches::new(batch_rx, spare);
             compute_inline((worker, &intern_progress), &specs, batches, sink, progress, &mut run, checkpoints)
         } else {
             let saved = resume.as_ref().map(|(_, snapshot)| snapshot.as_slice());
@@ -661,15 +662,17 @@ struct Batches<T> {
     /// How long to spin before sleeping: zero on a single core, where spinning would take the
     /// reading thread's time.
     spin: std::time::Duration,
+    /// The reader's work the worker does while it waits, before spinning.
+    spare: Option<SpareWork>,
 }
 
 impl<T> Batches<T> {
     /// Longer than the reading thread takes to decode a batch of a few numeric columns.
     const SPIN: std::time::Duration = std::time::Duration::from_millis(1);
 
-    fn new(receiver: Receiver<T>) -> Self {
+    fn new(receiver: Receiver<T>, spare: Option<SpareWork>) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Batches { receiver, spin: if cores > 1 { Self::SPIN } else { std::time::Duration::ZERO } }
+        Batches { receiver, spin: if cores > 1 { Self::SPIN } else { std::time::Duration::ZERO }, spare }
     }
 }
 
@@ -678,11 +681,14 @@ impl<T> Iterator for Batches<T> {
 
     fn next(&mut self) -> Option<T> {
         use std::sync::mpsc::TryRecvError;
-        let started = std::time::Instant::now();
+        let mut started = std::time::Instant::now();
         loop {
             match self.receiver.try_recv() {
                 Ok(batch) => return Some(batch),
                 Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if self.spare.as_ref().is_some_and(|work| work()) => {
+                    started = std::time::Instant::now();
+                }
                 Err(TryRecvError::Empty) if started.elapsed() < self.spin => std::hint::spin_loop(),
                 Err(TryRecvError::Empty) => return self.receiver.recv().ok(),
             }
@@ -981,7 +987,7 @@ fn watermark_after(max_event_time: i64, delay: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{watermark_after, watermarks, Batches, InternProgress};
+    use super::{watermark_after, watermarks, Arc, Batches, InternProgress, Ordering, SpareWork};
 
     #[test]
     fn watermarks_are_the_delayed_maximum_before_each_event() {
@@ -1030,7 +1036,13 @@ mod tests {
 
     #[test]
     fn a_spinning_worker_gets_every_batch_in_order_and_stops_when_the_reader_does() {
-        for spin in [std::time::Duration::ZERO, std::time::Duration::from_millis(1)] {
+        let (zero, spinning) = (std::time::Duration::ZERO, std::time::Duration::from_millis(1));
+        for (spin, with_spare_work) in [(zero, false), (spinning, false), (spinning, true), (zero, true)] {
+            // 50 pieces of spare work, done while waiting.
+            let done = Arc::new(std::sync::atomic::AtomicU32::new(0));
+            let counter = Arc::clone(&done);
+            let work: SpareWork = Box::new(move || counter.fetch_add(1, Ordering::Relaxed) < 50);
+            let spare = with_spare_work.then_some(work);
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
             let sender = std::thread::spawn(move || {
                 for n in 0..20u32 {
@@ -1039,9 +1051,11 @@ mod tests {
                     tx.send(n).unwrap();
                 }
             });
-            let received: Vec<u32> = Batches { receiver: rx, spin }.collect();
+            let received: Vec<u32> = Batches { receiver: rx, spin, spare }.collect();
             sender.join().unwrap();
-            assert_eq!(received, (0..20).collect::<Vec<_>>(), "spinning {spin:?}");
+            assert_eq!(received, (0..20).collect::<Vec<_>>(), "spinning {spin:?}, spare work {with_spare_work}");
+            let asked = done.load(Ordering::Relaxed);
+            assert_eq!(asked > 50, with_spare_work, "all spare work done, and asked for more: {asked} times");
         }
     }
 

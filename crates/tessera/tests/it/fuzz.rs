@@ -148,7 +148,12 @@ fn read_all(format: &str, bytes: Vec<u8>) {
     let Statement::CreateSource(source) = &statements[0] else { panic!("first statement declares the source") };
     let dead_letter = tempfile::NamedTempFile::new().expect("temp file");
     for on_error in [OnError::Fail, OnError::Skip] {
-        let options = ReadOptions { batch_size: 3, on_error, dead_letter_path: dead_letter.path().to_path_buf() };
+        let options = ReadOptions {
+            batch_size: 3,
+            on_error,
+            dead_letter_path: dead_letter.path().to_path_buf(),
+            ..ReadOptions::default()
+        };
         let Ok(mut reader) =
             read_text(source, "fuzz".into(), Box::new(std::io::Cursor::new(bytes.clone())), None, &options)
         else {
@@ -198,7 +203,12 @@ proptest! {
         let statements = parse_script(&script, Path::new(".")).expect("seed script parses");
         let Statement::CreateSource(source) = &statements[0] else { panic!("first statement declares the source") };
         let dead_letter = tempfile::NamedTempFile::new().expect("temp file");
-        let options = ReadOptions { batch_size, on_error: OnError::Skip, dead_letter_path: dead_letter.path().to_path_buf() };
+        let options = ReadOptions {
+            batch_size,
+            on_error: OnError::Skip,
+            dead_letter_path: dead_letter.path().to_path_buf(),
+            ..ReadOptions::default()
+        };
         let text_bytes = text.into_bytes();
         let mut reader = read_text(source, "rows".into(), Box::new(std::io::Cursor::new(text_bytes.clone())), None, &options)
             .expect("reader");
