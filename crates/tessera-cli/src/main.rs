@@ -1,7 +1,9 @@
 //! The `tessera` command line: run a script, explain its plan, generate example data.
 
 /// Window operators allocate many small states (one table per window instance and slice);
-/// mimalloc serves them several times faster than the system allocator.
+/// mimalloc serves them several times faster than the system allocator. Version 2 (the
+/// crate's `v2` feature): with 3, columns decoded on the reading thread and freed by a worker
+/// left the reading thread on fresh pages (W1 committed 44 MiB and purged 40 of them).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
