@@ -400,8 +400,7 @@ impl BatchReader for ParquetReader {
     /// Decoding the other column sets' parts of the next batches, when there are other sets.
     fn spare_work(&self) -> Option<SpareWork> {
         let deferred = Arc::clone(&self.deferred);
-        let work: SpareWork = Box::new(move || deferred.decode_ahead());
-        self.columns.iter().any(|&(set, _)| set > 0).then_some(work)
+        self.columns.iter().any(|&(set, _)| set > 0).then(|| Box::new(move || deferred.decode_ahead()) as SpareWork)
     }
 
     /// Positions are rows read.

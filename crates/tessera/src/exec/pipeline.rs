@@ -655,8 +655,9 @@ fn compute_inline(
 /// The batches a single worker receives from the reading thread. When the reading thread is
 /// the slower side, the worker waits before most batches; asleep, it has to be woken for each,
 /// and on a virtual machine a wake-up costs the reading thread tens of microseconds (W1's
-/// shared plan waited before 65 to 131 of its 153 batches). So the worker first spins a while
-/// for the next batch, on a core it has to itself, and only then sleeps.
+/// shared plan waited before 65 to 131 of its 153 batches). So the worker first does what it
+/// can of the reader's work ahead of it (a Parquet reader's second column set), then spins a
+/// while for the next batch, on a core it has to itself, and only then sleeps.
 struct Batches<T> {
     receiver: Receiver<T>,
     /// How long to spin before sleeping: zero on a single core, where spinning would take the
