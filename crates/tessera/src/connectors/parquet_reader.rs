@@ -173,11 +173,8 @@ impl Deferred {
 
 impl DeferredSets {
     /// Every set's part of the next batch (`Some` of nothing without sets, so that the first
-    /// set alone decides where the batches end).
+    /// set alone decides where the batches end), `None` once a set ended.
     fn decode(&mut self) -> Option<std::result::Result<Vec<RecordBatch>, String>> {
-        if self.readers.is_empty() {
-            return Some(Ok(Vec::new()));
-        }
         let parts = self.readers.iter_mut().map(|reader| reader.next()).collect::<Option<Vec<_>>>()?;
         Some(parts.into_iter().map(|part| part.map_err(|e| e.to_string())).collect())
     }
