@@ -10,7 +10,7 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 
-use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape, Skipped, SpareWork};
+use super::{BadRowPolicy, BatchReader, FreedHere, ReadOptions, RowShape, Skipped, SpareWork};
 use crate::catalog::SourceDef;
 use crate::error::{Result, TesseraError};
 
@@ -158,7 +158,7 @@ impl Deferred {
 
     /// Decodes the next batch's parts ahead unless enough are, the end was reached, the
     /// decoder has not started or the reading thread is busy with the sets; whether it did.
-    fn decode_ahead(&self) -> bool {
+    fn decode_ahead(&self, freed_here: &mut FreedHere<dyn Array>) -> bool {
         let Ok(mut sets) = self.0.try_lock() else { return false };
         let Some(sets) = sets.as_mut() else { return false };
         let ended = sets.ready.back().is_some_and(|parts| !matches!(parts, Some(Ok(_))));
@@ -166,6 +166,9 @@ impl Deferred {
             return false;
         }
         let parts = sets.decode();
+        for part in parts.iter().flatten().flatten() {
+            part.columns().iter().for_each(|column| freed_here.hold(column));
+        }
         sets.ready.push_back(parts);
         true
     }
@@ -395,9 +398,12 @@ impl BatchReader for ParquetReader {
     }
 
     /// Decoding the other column sets' parts of the next batches, when there are other sets.
+    /// The worker keeps the columns it decoded and frees them itself.
     fn spare_work(&self) -> Option<SpareWork> {
         let deferred = Arc::clone(&self.deferred);
-        self.columns.iter().any(|&(set, _)| set > 0).then(|| Box::new(move || deferred.decode_ahead()) as SpareWork)
+        let freed_here = std::cell::RefCell::new(FreedHere::default());
+        let work = move || deferred.decode_ahead(&mut freed_here.borrow_mut());
+        self.columns.iter().any(|&(set, _)| set > 0).then(|| Box::new(work) as SpareWork)
     }
 
     /// Positions are rows read.

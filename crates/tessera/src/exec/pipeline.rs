@@ -29,7 +29,7 @@ use super::{
 };
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
-use crate::connectors::{BatchReader, Skipped, SpareWork};
+use crate::connectors::{BatchReader, FreedHere, Skipped, SpareWork};
 use crate::error::{Result, TesseraError};
 use crate::optimizer::window_strategy::NodeInput;
 use crate::optimizer::{GroupMember, WindowGroup};
@@ -520,6 +520,7 @@ pub fn run_source(
                 }
             }
             let mut sent = 0;
+            let mut freed_here = FreedHere::default();
             while let Some(batch) = reader.next_batch()? {
                 let mut stamped = stamp.stamp(batch, source)?;
                 if let Some((spaces, progress)) = key_spaces.as_ref().filter(|(_, p)| p.ahead(sent)) {
@@ -528,6 +529,7 @@ pub fn run_source(
                 }
                 sent += 1;
                 let input = Arc::new(stamped);
+                freed_here.hold(&input);
                 let read = (input, stamp.watermark(), stamp.max_event_time, reader.progress(), reader.skipped());
                 if batch_tx.send(read).is_err() {
                     break; // the operators stopped; their error ends the run
@@ -846,6 +848,8 @@ fn compute_parallel(
         // With at least as many operators as workers, each worker runs whole operators on
         // shared batches: no hashing or copying of rows. Otherwise rows are split by key hash.
         let whole_operators = specs.len() >= workers;
+        // The rows split off for the workers are freed here, where they were copied.
+        let mut freed_here = FreedHere::default();
         let dispatch = (|| -> Result<()> {
             for (input, watermark, max_event_time, read, skipped) in batches {
                 run.events_in += input.len() as u64;
@@ -858,6 +862,7 @@ fn compute_parallel(
                     }
                     for (w, part) in partitioner.split(&spec.kind, &input, &mut cache)?.into_iter().enumerate() {
                         if let Some(part) = part {
+                            freed_here.hold(&part);
                             per_worker[w].push((op, part));
                         }
                     }
