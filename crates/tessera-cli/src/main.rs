@@ -336,7 +336,7 @@ pub fn parallelism(flag: Option<usize>) -> Result<Parallelism, TesseraError> {
     match flag {
         Some(0) => Err(TesseraError::Option("--parallelism must be at least 1".into())),
         Some(n) => Ok(Parallelism::Fixed(n)),
-        None => Ok(Parallelism::Auto(std::thread::available_parallelism().map_or(1, |n| n.get()))),
+        None => Ok(Parallelism::Auto(tessera::exec::cores())),
     }
 }
 

@@ -52,7 +52,7 @@ impl Default for ReadOptions {
             batch_size: DEFAULT_BATCH_SIZE,
             on_error: OnError::Fail,
             dead_letter_path: PathBuf::from("tessera-dead-letter.jsonl"),
-            column_sets: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
+            column_sets: crate::exec::cores().min(2),
         }
     }
 }

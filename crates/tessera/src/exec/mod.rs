@@ -35,6 +35,12 @@ use key_groups::KeyGroupsExec;
 use key_interner::{key_signature, SharedKeys};
 pub use window_aggregate::{WindowAggregateExec, WindowNodeSpec};
 
+/// The cores this process may run on, asked of the system once (it reads cgroup files).
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Source rows with their event times and the watermark each row meets.
 #[derive(Debug, Clone)]
 pub struct EventBatch {

@@ -674,8 +674,7 @@ impl<T> Batches<T> {
     const SPIN: std::time::Duration = std::time::Duration::from_millis(1);
 
     fn new(receiver: Receiver<T>, spare: Option<SpareWork>) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Batches { receiver, spin: if cores > 1 { Self::SPIN } else { std::time::Duration::ZERO }, spare }
+        Batches { receiver, spin: if super::cores() > 1 { Self::SPIN } else { std::time::Duration::ZERO }, spare }
     }
 }
 
