@@ -217,10 +217,10 @@ def main():
                 flush=True,
             )
     for fmt in args.formats.split(","):
-        summarize_w1(args.tessera, fmt, median)
+        summarize_w1(args.tessera, fmt, median, times)
 
 
-def summarize_w1(tessera, fmt, median):
+def summarize_w1(tessera, fmt, median, times):
     """W1's criteria: the chosen plan against the baseline, and how the forced strategies'
     times rank against their modeled costs (`tessera explain`)."""
     if ("w1", fmt) not in median or ("w1_baseline", fmt) not in median:
@@ -235,6 +235,14 @@ def summarize_w1(tessera, fmt, median):
         f"baseline end to end, {base['compute'] / chosen['compute']:.2f}x in compute; "
         f"{chosen['run'] / chosen['duckdb']:.2f} of DuckDB's time"
     )
+    # Every round ran both once, so the ratio of one round is a paired sample: its spread says
+    # how far the median ratio can be trusted on this machine.
+    for kind, label in (("run", "end to end"), ("compute", "compute")):
+        ratios = [b / c for b, c in zip(times[("w1_baseline", fmt)][kind], times[("w1", fmt)][kind])]
+        if len(ratios) >= 2:
+            low, _, high = statistics.quantiles(ratios, n=4)
+            print(f"Per round, {label}: the baseline's time over the chosen plan's {low:.2f}-{high:.2f}x "
+                  f"(quartiles of {len(ratios)}), {min(ratios):.2f}x at least")
     forced = [(w.partition("_")[2], t) for (w, f), t in median.items() if f == fmt and w.startswith("w1_")]
     if len(forced) >= 3:
         costs = [query["costs"][strategy] for strategy, _ in forced]
