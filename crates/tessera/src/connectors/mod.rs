@@ -82,7 +82,7 @@ pub trait BatchReader: Send {
 
 /// Does a piece of a reader's work on the calling thread (see [`BatchReader::spare_work`]):
 /// whether there was any to do. Short, and never waits for the reading thread.
-pub type SpareWork = Box<dyn Fn() -> bool + Send>;
+pub type SpareWork = Box<dyn FnMut() -> bool + Send>;
 
 /// Values one thread allocated and handed to others, kept until the others are done with them
 /// so that they are freed on the thread that allocated them. Freed on another thread, memory

@@ -401,8 +401,8 @@ impl BatchReader for ParquetReader {
     /// The worker keeps the columns it decoded and frees them itself.
     fn spare_work(&self) -> Option<SpareWork> {
         let deferred = Arc::clone(&self.deferred);
-        let freed_here = std::cell::RefCell::new(FreedHere::default());
-        let work = move || deferred.decode_ahead(&mut freed_here.borrow_mut());
+        let mut freed_here = FreedHere::default();
+        let work = move || deferred.decode_ahead(&mut freed_here);
         self.columns.iter().any(|&(set, _)| set > 0).then(|| Box::new(work) as SpareWork)
     }
 
@@ -477,12 +477,12 @@ mod tests {
         if let Some(row) = from {
             assert!(reader.seek(row, None).expect("seek"));
         }
-        let work = reader.spare_work();
+        let mut work = reader.spare_work();
         assert_eq!(work.is_some(), sets > 1, "spare work only with other column sets");
         let mut batches = Vec::new();
         loop {
             for _ in 0..spare {
-                work.as_ref().map(|work| work());
+                work.as_mut().map(|work| work());
             }
             match reader.next_batch().expect("batch") {
                 Some(batch) => batches.push(batch),

@@ -688,7 +688,7 @@ impl<T> Iterator for Batches<T> {
             match self.receiver.try_recv() {
                 Ok(batch) => return Some(batch),
                 Err(TryRecvError::Disconnected) => return None,
-                Err(TryRecvError::Empty) if self.spare.as_ref().is_some_and(|work| work()) => {
+                Err(TryRecvError::Empty) if self.spare.as_mut().is_some_and(|work| work()) => {
                     started = std::time::Instant::now();
                 }
                 Err(TryRecvError::Empty) if started.elapsed() < self.spin => std::hint::spin_loop(),
