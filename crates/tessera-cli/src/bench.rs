@@ -59,6 +59,8 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
             continue;
         }
         let def = script.catalog.source(&source).expect("bound source");
+        // Read as a run reads them (key columns perhaps as dictionaries).
+        let read = ReadOptions { key_columns: tessera::engine::key_only_columns(&script.queries, def), ..read.clone() };
         let mut reader = open_source(def, &read)?;
         loaded.push((source, read_all(reader.as_mut())?));
     }

@@ -267,7 +267,45 @@ pub fn query_windows(query: &QueryPlan) -> Vec<WindowSpec> {
 pub fn run_script(script: &Script, options: &RunOptions, sink: &mut dyn ResultSink) -> Result<RunStats> {
     let mut read = options.read.clone();
     read.batch_size = script.settings.batch_size;
-    run_script_with_readers(script, options, sink, &mut |source| open_source(source, &read))
+    run_script_with_readers(script, options, sink, &mut |source| {
+        let read = ReadOptions { key_columns: key_only_columns(&script.queries, source), ..read.clone() };
+        open_source(source, &read)
+    })
+}
+
+/// The declared columns of `source` that the queries reading it use only as the one group key
+/// of their windows, bare (a reader may hand these out as dictionaries: see
+/// [`ReadOptions::key_columns`]).
+pub fn key_only_columns(queries: &[QueryPlan], source: &SourceDef) -> Vec<usize> {
+    use datafusion_physical_expr::expressions::Column;
+    use datafusion_physical_expr::utils::collect_columns;
+    let mut keys = Vec::new();
+    let mut other = vec![source.event_time.index];
+    let mut read_otherwise =
+        |expr: &crate::plan::ExprRef| other.extend(collect_columns(expr).iter().map(Column::index));
+    for query in queries.iter().filter(|q| q.source == source.name.to_lowercase()) {
+        for branch in &query.branches {
+            match branch {
+                BranchPlan::Stateless(plan) => {
+                    plan.filter.iter().chain(&plan.projection).for_each(&mut read_otherwise);
+                }
+                BranchPlan::WindowAggregate(plan) => {
+                    plan.filter
+                        .iter()
+                        .chain(plan.aggregates.iter().filter_map(|a| a.arg.as_ref()))
+                        .for_each(&mut read_otherwise);
+                    match plan.keys.as_slice() {
+                        [key] if key.is::<Column>() => keys.extend(collect_columns(key).iter().map(Column::index)),
+                        others => others.iter().for_each(&mut read_otherwise),
+                    }
+                }
+            }
+        }
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    keys.retain(|key| !other.contains(key));
+    keys
 }
 
 /// Like [`run_script`], with the readers of the sources supplied by `open` (for example
@@ -474,4 +512,44 @@ fn plan_fingerprint(script: &Script, groups: &[WindowGroup], key_groups: bool) -
         text.push_str(&format!("{} {:?}\n", group.plan.strategy.name(), group.plan.nodes));
     }
     fnv64(text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key-only columns of source `s (ts, k, j, v)` for `queries`.
+    fn key_only(queries: &str) -> Vec<usize> {
+        let script = Script::compile(
+            &format!(
+                "CREATE SOURCE s (ts BIGINT, k BIGINT, j BIGINT, v DOUBLE, WATERMARK FOR ts AS ts)
+                 WITH (connector = 'file', path = 'x.csv');
+                 CREATE SOURCE o (ts BIGINT, k BIGINT, WATERMARK FOR ts AS ts) WITH (connector = 'file', path = 'o.csv');
+                 {queries}"
+            ),
+            Path::new("."),
+        )
+        .expect("script");
+        key_only_columns(&script.queries, script.catalog.source("s").expect("source"))
+    }
+
+    #[test]
+    fn columns_read_only_as_the_one_bare_group_key_are_key_only() {
+        let window = |select: &str, rest: &str| {
+            format!("SELECT {select} FROM TUMBLE(s, ts, INTERVAL '10' SECOND) {rest} GROUP BY window_start, window_end")
+        };
+        let by = |keys: &str, select: &str, filter: &str| {
+            format!("SELECT {keys}, {select} FROM TUMBLE(s, ts, INTERVAL '10' SECOND) {filter} GROUP BY {keys}, window_start, window_end;")
+        };
+        assert_eq!(key_only(&by("k", "MIN(v)", "")), vec![1]);
+        assert_eq!(key_only(&format!("{}{}", by("k", "MIN(v)", ""), by("j", "COUNT(*)", ""))), vec![1, 2]);
+        // Read otherwise too: in WHERE, as an argument, among several keys, in a stateless query.
+        assert_eq!(key_only(&by("k", "MIN(v)", "WHERE k > 3")), Vec::<usize>::new());
+        assert_eq!(key_only(&format!("{}{}", by("k", "MIN(v)", ""), by("j", "SUM(k)", ""))), vec![2]);
+        assert_eq!(key_only(&by("k, j", "MIN(v)", "")), Vec::<usize>::new());
+        assert_eq!(key_only(&format!("{}SELECT k, v FROM s;", by("k", "MIN(v)", ""))), Vec::<usize>::new());
+        assert_eq!(key_only(&format!("{};", window("MIN(v)", ""))), Vec::<usize>::new());
+        // Another source's queries do not count.
+        assert_eq!(key_only(&format!("{}SELECT k FROM o WHERE k > 1;", by("k", "MIN(v)", ""))), vec![1]);
+    }
 }

@@ -3,6 +3,7 @@
 //! stop the run with `file:line` and the reason, or are skipped into a dead-letter file.
 
 pub mod memory;
+mod parquet_keys;
 mod parquet_reader;
 pub mod sink;
 mod text_reader;
@@ -44,6 +45,10 @@ pub struct ReadOptions {
     /// decodes the first, a single worker waiting for input the others ahead of it (default:
     /// two where there are two cores or more).
     pub column_sets: usize,
+    /// Declared columns the queries read only as the one group key of their windows: a reader
+    /// may hand them out as dictionary arrays of the declared type (a Parquet column encoded
+    /// with a dictionary is then read as its indices).
+    pub key_columns: Vec<usize>,
 }
 
 impl Default for ReadOptions {
@@ -53,8 +58,35 @@ impl Default for ReadOptions {
             on_error: OnError::Fail,
             dead_letter_path: PathBuf::from("tessera-dead-letter.jsonl"),
             column_sets: crate::exec::cores().min(2),
+            key_columns: Vec::new(),
         }
     }
+}
+
+/// Source rows in the declared schema: the columns a reader handed out as dictionaries (see
+/// [`ReadOptions::key_columns`]) decoded to their values (for rows written out as they were
+/// read, such as late events).
+pub fn declared_rows(batch: RecordBatch) -> Result<RecordBatch> {
+    use arrow::datatypes::DataType;
+    if !batch.schema().fields().iter().any(|f| matches!(f.data_type(), DataType::Dictionary(..))) {
+        return Ok(batch);
+    }
+    let (schema, columns, _) = batch.into_parts();
+    let mut fields = Vec::new();
+    let mut plain = Vec::new();
+    for (field, column) in schema.fields().iter().zip(columns) {
+        match field.data_type() {
+            DataType::Dictionary(_, value_type) => {
+                plain.push(arrow::compute::cast(&column, value_type)?);
+                fields.push(field.as_ref().clone().with_data_type(value_type.as_ref().clone()));
+            }
+            _ => {
+                plain.push(column);
+                fields.push(field.as_ref().clone());
+            }
+        }
+    }
+    Ok(RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), plain)?)
 }
 
 /// A stream of batches from one source.
@@ -249,6 +281,15 @@ impl RowShape {
             required.push(source.event_time.index);
         }
         RowShape { schema, required }
+    }
+
+    /// The shape with `column` read as `data_type` (which stands for the declared type).
+    pub(crate) fn read_as(mut self, column: usize, data_type: arrow::datatypes::DataType) -> Self {
+        let mut fields: Vec<arrow::datatypes::Field> =
+            self.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields[column] = fields[column].clone().with_data_type(data_type);
+        self.schema = std::sync::Arc::new(arrow::datatypes::Schema::new(fields));
+        self
     }
 
     /// Drops the rows missing a required value, reporting each by its index in the batch.

@@ -10,6 +10,7 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 
+use super::parquet_keys::{self, KeyColumn};
 use super::{BadRowPolicy, BatchReader, FreedHere, ReadOptions, RowShape, Skipped, SpareWork};
 use crate::catalog::SourceDef;
 use crate::error::{Result, TesseraError};
@@ -112,6 +113,9 @@ type StartAt = Box<dyn FnOnce(u64) -> Result<Decoder> + Send>;
 struct Decoder {
     own: ParquetRecordBatchReader,
     deferred: Arc<Deferred>,
+    /// Group-key columns read as dictionaries, also by the reading thread, as the last part.
+    keys: Vec<KeyColumn>,
+    keys_schema: arrow::datatypes::SchemaRef,
 }
 
 impl Decoder {
@@ -120,16 +124,32 @@ impl Decoder {
     fn next(&mut self) -> Option<std::result::Result<Vec<RecordBatch>, String>> {
         let own = self.own.next().map(|batch| batch.map_err(|e| e.to_string()));
         let others = self.deferred.take();
-        match (own, others) {
-            (None, None) => None,
-            (None, Some(Ok(others))) if others.is_empty() => None,
+        let mut parts = match (own, others) {
+            (None, None) => return None,
+            (None, Some(Ok(others))) if others.is_empty() => return None,
             (Some(Ok(own)), Some(Ok(others))) if others.iter().all(|o| o.num_rows() == own.num_rows()) => {
-                Some(Ok(std::iter::once(own).chain(others).collect()))
+                std::iter::once(own).chain(others).collect::<Vec<_>>()
             }
-            (Some(Err(e)), _) | (_, Some(Err(e))) => Some(Err(e)),
-            _ => Some(Err("the file's columns do not hold the same rows".into())),
+            (Some(Err(e)), _) | (_, Some(Err(e))) => return Some(Err(e)),
+            _ => return Some(Err(Self::UNEVEN.into())),
+        };
+        if !self.keys.is_empty() {
+            let rows = parts[0].num_rows();
+            let keys = self.keys.iter_mut().map(|keys| keys.next(rows)).collect::<Result<Vec<_>, String>>();
+            let keys = keys.and_then(|keys| {
+                let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+                RecordBatch::try_new_with_options(Arc::clone(&self.keys_schema), keys, &options)
+                    .map_err(|_| Self::UNEVEN.to_string())
+            });
+            match keys {
+                Ok(keys) => parts.push(keys),
+                Err(e) => return Some(Err(e)),
+            }
         }
+        Some(Ok(parts))
     }
+
+    const UNEVEN: &'static str = "the file's columns do not hold the same rows";
 }
 
 /// The column sets after the first, and their parts of the batches decoded ahead.
@@ -223,6 +243,8 @@ pub struct ParquetReader {
     shape: RowShape,
     /// Where each declared column is in the decoder's parts: the part, and the position there.
     columns: Vec<(usize, usize)>,
+    /// The column sets decoded by the parquet crate: the parts before the dictionary keys'.
+    sets: usize,
     rows_read: u64,
     total_rows: u64,
     policy: BadRowPolicy,
@@ -262,7 +284,23 @@ impl ParquetReader {
                 )?;
             fields.push(index);
         }
-        let mut roots = fields.clone();
+        // Group-key columns read as dictionaries where the file allows: (declared column, leaf).
+        let parquet_schema = metadata.parquet_schema();
+        let dictionary_keys: Vec<(usize, usize)> = options
+            .key_columns
+            .iter()
+            .filter_map(|&column| {
+                let (root, value_type) = (*fields.get(column)?, source.schema.field(column).data_type());
+                let mut leaves =
+                    (0..parquet_schema.num_columns()).filter(|&l| parquet_schema.get_column_root_idx(l) == root);
+                let leaf = leaves.next().filter(|_| leaves.next().is_none())?;
+                let readable = file_schema.field(root).data_type() == value_type
+                    && parquet_keys::readable(metadata.metadata(), leaf, value_type);
+                readable.then_some((column, leaf))
+            })
+            .collect();
+        let is_dictionary_key = |column: &usize| dictionary_keys.iter().any(|(c, _)| c == column);
+        let mut roots: Vec<usize> = (0..fields.len()).filter(|c| !is_dictionary_key(c)).map(|c| fields[c]).collect();
         roots.sort_unstable();
         roots.dedup();
         let (row_groups, schema) = (metadata.metadata().row_groups(), metadata.parquet_schema());
@@ -273,17 +311,35 @@ impl ParquetReader {
             sizes.map(|size| size.max(0) as u64).sum()
         };
         let sets = column_sets(&roots, weight, options.column_sets);
+        let key_part = sets.len();
         let columns = fields
             .iter()
-            .map(|root| {
-                let part = sets.iter().position(|set| set.contains(root)).expect("every column is in a set");
-                (part, sets[part].binary_search(root).expect("present"))
+            .enumerate()
+            .map(|(column, root)| match dictionary_keys.iter().position(|(c, _)| *c == column) {
+                Some(key) => (key_part, key),
+                None => {
+                    let part = sets.iter().position(|set| set.contains(root)).expect("every column is in a set");
+                    (part, sets[part].binary_search(root).expect("present"))
+                }
             })
             .collect();
+        let mut shape = RowShape::of(source);
+        let key_fields: Vec<arrow::datatypes::Field> = dictionary_keys
+            .iter()
+            .map(|&(column, _)| {
+                let field = shape.schema.field(column);
+                field.clone().with_data_type(parquet_keys::key_column_type(field.data_type()))
+            })
+            .collect();
+        for (&(column, _), field) in dictionary_keys.iter().zip(&key_fields) {
+            shape = shape.read_as(column, field.data_type().clone());
+        }
+        let keys_schema = Arc::new(arrow::datatypes::Schema::new(key_fields));
         let batch_size = options.batch_size.max(1);
         let start_name = name.clone();
         let deferred = Arc::new(Deferred::default());
         let start_deferred = Arc::clone(&deferred);
+        let source_types: Vec<_> = source.schema.fields().iter().map(|f| f.data_type().clone()).collect();
         let start: StartAt = Box::new(move |row| {
             let file_metadata = metadata.metadata();
             // Whole row groups before `row` are skipped without reading them.
@@ -298,7 +354,7 @@ impl ParquetReader {
                 }
             }
             if let Some(ahead) = ahead {
-                let projected = ProjectionMask::roots(metadata.parquet_schema(), roots.iter().copied());
+                let projected = ProjectionMask::roots(metadata.parquet_schema(), fields.iter().copied());
                 let chunks = |g: &usize| file_metadata.row_group(*g).columns().iter().map(|c| c.byte_range());
                 let leaves = |g: &usize| chunks(g).enumerate().filter(|(leaf, _)| projected.leaf_included(*leaf));
                 ahead.start(groups.iter().flat_map(|g| leaves(g).map(|(_, range)| range)).collect());
@@ -318,15 +374,31 @@ impl ParquetReader {
                 .collect::<Result<Vec<_>>>()?;
             let own = readers.remove(0);
             *start_deferred.lock() = Some(DeferredSets { readers, ready: Default::default() });
-            Ok(Decoder { own, deferred: start_deferred })
+            let keys = dictionary_keys
+                .iter()
+                .map(|&(column, leaf)| {
+                    let value_type = source_types[column].clone();
+                    let offset = (row - skipped) as usize;
+                    KeyColumn::new(
+                        input.clone(),
+                        Arc::clone(metadata.metadata()),
+                        leaf,
+                        value_type,
+                        groups.clone(),
+                        offset,
+                    )
+                })
+                .collect();
+            Ok(Decoder { own, deferred: start_deferred, keys, keys_schema })
         });
         Ok(ParquetReader {
             name,
             start: Some(start),
             decoder: None,
             deferred,
-            shape: RowShape::of(source),
+            shape,
             columns,
+            sets: key_part,
             rows_read: 0,
             total_rows,
             policy: BadRowPolicy::new(options),
@@ -403,7 +475,7 @@ impl BatchReader for ParquetReader {
         let deferred = Arc::clone(&self.deferred);
         let mut freed_here = FreedHere::default();
         let work = move || deferred.decode_ahead(&mut freed_here);
-        self.columns.iter().any(|&(set, _)| set > 0).then(|| Box::new(work) as SpareWork)
+        self.columns.iter().any(|&(set, _)| set > 0 && set < self.sets).then(|| Box::new(work) as SpareWork)
     }
 
     /// Positions are rows read.
@@ -463,32 +535,165 @@ mod tests {
     /// Every batch read, from `from` on, with `sets` column sets; the spare work is done
     /// `spare` times before each batch, as by a worker waiting for it.
     fn read_all(input: &bytes::Bytes, sets: usize, from: Option<u64>, spare: usize) -> Vec<RecordBatch> {
+        let options = ReadOptions { column_sets: sets, ..ReadOptions::default() };
+        let (batches, spare_work) = read_with(input, "BIGINT", options, from, spare).expect("read");
+        assert_eq!(spare_work, sets > 1, "spare work only with other column sets");
+        batches
+    }
+
+    /// Every batch of `s (ts BIGINT, name VARCHAR, temp DOUBLE, id <id_type>)` read in batches
+    /// of 256 rows with `options`, from `from` on, the spare work done `spare` times before
+    /// each batch; and whether there was spare work.
+    fn read_with(
+        input: &bytes::Bytes,
+        id_type: &str,
+        options: ReadOptions,
+        from: Option<u64>,
+        spare: usize,
+    ) -> crate::error::Result<(Vec<RecordBatch>, bool)> {
         let source = crate::sql::parse_script(
-            "CREATE SOURCE s (ts BIGINT, name VARCHAR, temp DOUBLE, id BIGINT, WATERMARK FOR ts AS ts)
-             WITH (connector = 'file', path = 'x.parquet')",
+            &format!(
+                "CREATE SOURCE s (ts BIGINT, name VARCHAR, temp DOUBLE, id {id_type}, WATERMARK FOR ts AS ts)
+                 WITH (connector = 'file', path = 'x.parquet')"
+            ),
             std::path::Path::new("."),
         )
         .expect("source")
         .remove(0);
         let crate::sql::Statement::CreateSource(source) = source else { panic!("a source") };
-        let options = ReadOptions { batch_size: 256, column_sets: sets, ..ReadOptions::default() };
-        let mut reader =
-            ParquetReader::new(&source, "x.parquet".into(), input.clone(), None, &options).expect("reader");
+        let options = ReadOptions { batch_size: 256, ..options };
+        let mut reader = ParquetReader::new(&source, "x.parquet".into(), input.clone(), None, &options)?;
         if let Some(row) = from {
-            assert!(reader.seek(row, None).expect("seek"));
+            assert!(reader.seek(row, None)?);
         }
         let mut work = reader.spare_work();
-        assert_eq!(work.is_some(), sets > 1, "spare work only with other column sets");
         let mut batches = Vec::new();
         loop {
             for _ in 0..spare {
                 work.as_mut().map(|work| work());
             }
-            match reader.next_batch().expect("batch") {
+            match reader.next_batch()? {
                 Some(batch) => batches.push(batch),
-                None => return batches,
+                None => return Ok((batches, work.is_some())),
             }
         }
+    }
+
+    /// `batch` written with `properties`.
+    fn written(batch: &RecordBatch, properties: parquet::file::properties::WriterProperties) -> bytes::Bytes {
+        let mut out = Vec::new();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), Some(properties)).expect("writer");
+        writer.write(batch).expect("write");
+        writer.close().expect("close");
+        out.into()
+    }
+
+    /// `rows` rows with `id` an `Int32` key of 23 values, every seventh NULL.
+    fn nullable_int32_keys(rows: usize) -> RecordBatch {
+        let ids = Int32Array::from_iter((0..rows as i32).map(|i| (i % 7 != 3).then_some(i * 7919 % 23 - 5)));
+        RecordBatch::try_from_iter([
+            ("id", Arc::new(ids) as _),
+            ("temp", Arc::new(Float64Array::from_iter_values((0..rows).map(|i| i as f64))) as _),
+            ("name", Arc::new(StringArray::from_iter_values((0..rows).map(|i| format!("n{}", i % 3)))) as _),
+            ("ts", Arc::new(Int64Array::from_iter_values(0..rows as i64)) as _),
+        ])
+        .expect("batch")
+    }
+
+    /// Reads `input` with `id` as a group-key column and as a plain one: the same rows, the
+    /// key column read as a dictionary (or not, per `dictionary`).
+    fn check_key_column(input: &bytes::Bytes, id_type: &str, dictionary: bool, what: &str) {
+        let plain = read_with(input, id_type, ReadOptions::default(), None, 0).expect("plain").0;
+        for (sets, from, spare) in [(1, None, 0), (2, None, 1), (2, Some(350), 0), (1, Some(1_000), 0)] {
+            let options = ReadOptions { column_sets: sets, key_columns: vec![3], ..ReadOptions::default() };
+            let (keyed, _) = read_with(input, id_type, options, from, spare).expect("keyed");
+            let skipped = from.unwrap_or(0) as usize;
+            let rows: usize = keyed.iter().map(RecordBatch::num_rows).sum();
+            assert_eq!(rows + skipped, plain.iter().map(RecordBatch::num_rows).sum::<usize>(), "{what}");
+            let key_type = keyed[0].schema().field(3).data_type().clone();
+            assert_eq!(
+                matches!(key_type, arrow::datatypes::DataType::Dictionary(..)),
+                dictionary,
+                "{what}: {key_type}"
+            );
+            let keyed = keyed.into_iter().map(|b| crate::connectors::declared_rows(b).expect("plain"));
+            let plain = arrow::compute::concat_batches(&plain[0].schema(), &plain).expect("concat");
+            let keyed = arrow::compute::concat_batches(&plain.schema(), &keyed.collect::<Vec<_>>()).expect("concat");
+            assert_eq!(keyed, plain.slice(skipped, rows), "{what}: {sets} sets from {from:?}");
+        }
+    }
+
+    #[test]
+    fn dictionary_encoded_key_columns_read_as_dictionaries_hold_the_rows_read_plain() {
+        use parquet::file::properties::{WriterProperties, WriterVersion};
+        // Batches of 256 rows straddle row groups of 700: their dictionaries are joined.
+        check_key_column(&file(2_000), "BIGINT", true, "non-null keys");
+        let batch = nullable_int32_keys(2_000);
+        let properties = || {
+            WriterProperties::builder()
+                .set_max_row_group_row_count(Some(700))
+                .set_write_batch_size(50)
+                .set_data_page_row_count_limit(90)
+        };
+        let small_pages = written(&batch, properties().build());
+        assert!(data_pages(&small_pages).len() >= 7, "{:?}", data_pages(&small_pages));
+        check_key_column(&small_pages, "INT", true, "NULLs, small pages");
+        let v2 = written(&batch, properties().set_writer_version(WriterVersion::PARQUET_2_0).build());
+        assert!(data_pages(&v2).iter().all(|&(_, v2)| v2));
+        check_key_column(&v2, "INT", true, "pages of format v2");
+        // The dictionary fills up after a few keys: later pages fall back to plain encoding.
+        let fallback = written(&batch, properties().set_dictionary_page_size_limit(40).build());
+        let encodings: Vec<_> = data_pages(&fallback).into_iter().map(|(encoding, _)| encoding).collect();
+        assert!(encodings.contains(&parquet::basic::Encoding::PLAIN), "{encodings:?}");
+        assert!(encodings.iter().any(|e| e != &parquet::basic::Encoding::PLAIN), "{encodings:?}");
+        check_key_column(&fallback, "INT", true, "pages in plain encoding");
+        // Read by the parquet crate: no dictionary, or another type declared.
+        let no_dictionary = properties().set_dictionary_enabled(false).build();
+        check_key_column(&written(&batch, no_dictionary), "INT", false, "no dictionary");
+        check_key_column(&written(&batch, properties().build()), "BIGINT", false, "declared BIGINT");
+    }
+
+    #[test]
+    fn a_damaged_key_column_fails_the_read_without_panicking() {
+        let input = file(2_000);
+        let metadata =
+            parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(&input).expect("metadata");
+        let (start, length) = metadata.row_group(0).column(0).byte_range();
+        let mut failed = 0;
+        // Every byte of the first key chunk in turn set to each of a few values.
+        for at in start..start + length {
+            for value in [0x00, 0x07, 0x80, 0xff] {
+                let mut damaged = input.to_vec();
+                damaged[at as usize] = value;
+                let options = ReadOptions { key_columns: vec![3], ..ReadOptions::default() };
+                match read_with(&damaged.into(), "BIGINT", options, None, 0) {
+                    Ok((batches, _)) => {
+                        assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 2_000, "byte {at}")
+                    }
+                    Err(_) => failed += 1,
+                }
+            }
+        }
+        assert!(failed > 0, "some damage is detected");
+    }
+
+    /// The data pages of the first column's chunk in the first row group: each one's encoding,
+    /// and whether it is of format v2.
+    fn data_pages(input: &bytes::Bytes) -> Vec<(parquet::basic::Encoding, bool)> {
+        use parquet::column::page::Page;
+        use parquet::file::reader::FileReader;
+        let reader = parquet::file::serialized_reader::SerializedFileReader::new(input.clone()).expect("reader");
+        let mut pages = reader.get_row_group(0).expect("row group").get_column_page_reader(0).expect("pages");
+        let mut found = Vec::new();
+        while let Some(page) = pages.get_next_page().expect("page") {
+            match page {
+                Page::DataPage { encoding, .. } => found.push((encoding, false)),
+                Page::DataPageV2 { encoding, .. } => found.push((encoding, true)),
+                Page::DictionaryPage { .. } => {}
+            }
+        }
+        found
     }
 
     #[test]

@@ -1,14 +1,15 @@
 //! Interning group keys: every distinct key (a tuple of column values, NULL included) gets a
 //! dense `u32` id once per batch row, so window slices index their states by id instead of
-//! hashing keys again. A single integer key takes a fast path; any other key set is encoded
-//! with Arrow's row format.
+//! hashing keys again. A single integer key takes a fast path (handed out as a dictionary, as
+//! Parquet key columns are read, it is resolved once per dictionary entry); any other key set
+//! is encoded with Arrow's row format.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int64Array};
+use arrow::array::{Array, ArrayRef, AsArray, DictionaryArray, Int64Array};
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Int64Type};
+use arrow::datatypes::{DataType, Int64Type, UInt32Type};
 use arrow::row::{RowConverter, Rows, SortField};
 use hashbrown::{DefaultHashBuilder, HashTable};
 
@@ -34,18 +35,7 @@ enum KeyKind {
     Unit {
         seen: bool,
     },
-    Int {
-        /// Ids of small non-negative keys (device numbers, codes), indexed by value: no
-        /// hashing on the hot path.
-        dense: Vec<u32>,
-        /// Ids of every other key, hashed by their value in `values` (4 bytes per key where a
-        /// map from value to id would take 16: high-cardinality keys are where this matters).
-        ids: HashTable<u32>,
-        hasher: DefaultHashBuilder,
-        null_id: Option<u32>,
-        /// The key of each id (0 at `null_id`).
-        values: Vec<i64>,
-    },
+    Int(IntKeys),
     Rows {
         converter: RowConverter,
         table: HashTable<u32>,
@@ -58,13 +48,7 @@ impl KeyInterner {
     pub fn new(types: Vec<DataType>) -> Result<Self> {
         let kind = match types.as_slice() {
             [] => KeyKind::Unit { seen: false },
-            [t] if t.is_integer() => KeyKind::Int {
-                dense: Vec::new(),
-                ids: HashTable::new(),
-                hasher: DefaultHashBuilder::default(),
-                null_id: None,
-                values: Vec::new(),
-            },
+            [t] if t.is_integer() => KeyKind::Int(IntKeys::default()),
             _ => {
                 let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
                 let rows = converter.empty_rows(0, 0);
@@ -78,7 +62,7 @@ impl KeyInterner {
     pub fn len(&self) -> usize {
         match &self.kind {
             KeyKind::Unit { seen } => usize::from(*seen),
-            KeyKind::Int { values, .. } => values.len(),
+            KeyKind::Int(keys) => keys.values.len(),
             KeyKind::Rows { rows, .. } => rows.num_rows(),
         }
     }
@@ -110,38 +94,15 @@ impl KeyInterner {
                 *seen |= num_rows > 0;
                 Ok(vec![0; num_rows])
             }
-            KeyKind::Int { dense, ids, hasher, null_id, values } => {
-                let (column, mut out, known) = dense_prefix(dense, &columns[0])?;
+            KeyKind::Int(keys) => {
+                if let Some(column) = columns[0].as_dictionary_opt::<UInt32Type>() {
+                    let ids = dictionary_ids(&mut *keys, column, |keys, value| Some(keys.intern(value)))?;
+                    return Ok(ids.expect("interning resolves every key"));
+                }
+                let (column, mut out, known) = dense_prefix(&keys.dense, &columns[0])?;
                 let has_nulls = column.null_count() > 0;
                 for (i, &v) in column.values().iter().enumerate().skip(known) {
-                    let id = if has_nulls && column.is_null(i) {
-                        *null_id.get_or_insert_with(|| {
-                            values.push(0);
-                            values.len() as u32 - 1
-                        })
-                    } else if (0..DENSE_KEYS).contains(&v) {
-                        let index = v as usize;
-                        if index >= dense.len() {
-                            dense.resize(index + 1, NO_ID);
-                        }
-                        if dense[index] == NO_ID {
-                            values.push(v);
-                            dense[index] = values.len() as u32 - 1;
-                        }
-                        dense[index]
-                    } else {
-                        let hash = hasher.hash_one(v);
-                        match ids.find(hash, |&id| values[id as usize] == v) {
-                            Some(&id) => id,
-                            None => {
-                                values.push(v);
-                                let id = values.len() as u32 - 1;
-                                ids.insert_unique(hash, id, |&id| hasher.hash_one(values[id as usize]));
-                                id
-                            }
-                        }
-                    };
-                    out[i] = id;
+                    out[i] = keys.intern((!has_nulls || column.is_valid(i)).then_some(v));
                 }
                 Ok(out)
             }
@@ -185,20 +146,14 @@ impl KeyInterner {
     ) -> Result<Option<Vec<u32>>> {
         match &self.kind {
             KeyKind::Unit { seen } => Ok((*seen || num_rows == 0).then(|| vec![0; num_rows])),
-            KeyKind::Int { dense, ids, hasher, null_id, values } => {
-                let (column, mut out, known) = dense_prefix(dense, &columns[0])?;
+            KeyKind::Int(keys) => {
+                if let Some(column) = columns[0].as_dictionary_opt::<UInt32Type>() {
+                    return dictionary_ids(keys, column, |keys, value| keys.find(value));
+                }
+                let (column, mut out, known) = dense_prefix(&keys.dense, &columns[0])?;
                 let has_nulls = column.null_count() > 0;
                 for (i, &v) in column.values().iter().enumerate().skip(known) {
-                    let id = if has_nulls && column.is_null(i) {
-                        *null_id
-                    } else {
-                        dense
-                            .get(v as usize)
-                            .copied()
-                            .filter(|&id| id != NO_ID)
-                            .or_else(|| ids.find(hasher.hash_one(v), |&id| values[id as usize] == v).copied())
-                    };
-                    match id {
+                    match keys.find((!has_nulls || column.is_valid(i)).then_some(v)) {
                         Some(id) => out[i] = id,
                         None => return Ok(None),
                     }
@@ -224,7 +179,7 @@ impl KeyInterner {
     pub fn columns(&self, ids: &[u32]) -> Result<Vec<ArrayRef>> {
         match &self.kind {
             KeyKind::Unit { .. } => Ok(vec![]),
-            KeyKind::Int { values, null_id, .. } => {
+            KeyKind::Int(IntKeys { values, null_id, .. }) => {
                 let keys: Vec<i64> = ids.iter().map(|&id| values[id as usize]).collect();
                 // Without a NULL key no value is missing: no validity to build.
                 let validity = null_id.map(|null| ids.iter().map(|&id| id != null).collect());
@@ -244,13 +199,120 @@ impl KeyInterner {
     pub fn bytes(&self) -> usize {
         match &self.kind {
             KeyKind::Unit { .. } => 0,
-            KeyKind::Int { dense, ids, values, .. } => {
+            KeyKind::Int(IntKeys { dense, ids, values, .. }) => {
                 // A hash table bucket: the id and a control byte.
                 dense.capacity() * 4 + ids.capacity() * 5 + values.capacity() * 8
             }
             KeyKind::Rows { table, rows, .. } => table.capacity() * 8 + rows.size(),
         }
     }
+}
+
+/// Interned integer keys.
+#[derive(Default)]
+struct IntKeys {
+    /// Ids of small non-negative keys (device numbers, codes), indexed by value: no hashing on
+    /// the hot path.
+    dense: Vec<u32>,
+    /// Ids of every other key, hashed by their value in `values` (4 bytes per key where a map
+    /// from value to id would take 16: high-cardinality keys are where this matters).
+    ids: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+    null_id: Option<u32>,
+    /// The key of each id (0 at `null_id`).
+    values: Vec<i64>,
+}
+
+impl IntKeys {
+    /// The id of a key (`None`: NULL), new if it was not seen before.
+    fn intern(&mut self, key: Option<i64>) -> u32 {
+        let Some(v) = key else {
+            return *self.null_id.get_or_insert_with(|| {
+                self.values.push(0);
+                self.values.len() as u32 - 1
+            });
+        };
+        if (0..DENSE_KEYS).contains(&v) {
+            let index = v as usize;
+            if index >= self.dense.len() {
+                self.dense.resize(index + 1, NO_ID);
+            }
+            if self.dense[index] == NO_ID {
+                self.values.push(v);
+                self.dense[index] = self.values.len() as u32 - 1;
+            }
+            return self.dense[index];
+        }
+        let hash = self.hasher.hash_one(v);
+        if let Some(&id) = self.ids.find(hash, |&id| self.values[id as usize] == v) {
+            return id;
+        }
+        self.values.push(v);
+        let id = self.values.len() as u32 - 1;
+        let (values, hasher) = (&self.values, &self.hasher);
+        self.ids.insert_unique(hash, id, |&id| hasher.hash_one(values[id as usize]));
+        id
+    }
+
+    /// The id of a key seen before.
+    fn find(&self, key: Option<i64>) -> Option<u32> {
+        let Some(v) = key else { return self.null_id };
+        self.dense
+            .get(v as usize)
+            .copied()
+            .filter(|&id| id != NO_ID)
+            .or_else(|| self.ids.find(self.hasher.hash_one(v), |&id| self.values[id as usize] == v).copied())
+    }
+}
+
+/// The ids of the keys of a dictionary column (as a reader hands out group-key columns),
+/// resolved (`resolve`: interned, or looked up) once per dictionary entry a row uses, in row
+/// order, so each key gets the id it gets from the same keys in a plain column. `None` once
+/// a key is not resolved. Entries already known are resolved first where the dictionary is
+/// not larger than the batch: the rows are then one lookup each in a small table.
+fn dictionary_ids<K: std::ops::Deref<Target = IntKeys>>(
+    mut keys: K,
+    column: &DictionaryArray<UInt32Type>,
+    resolve: impl Fn(&mut K, Option<i64>) -> Option<u32>,
+) -> Result<Option<Vec<u32>>> {
+    let values = cast(column.values(), &DataType::Int64)?;
+    let values = values.as_primitive::<Int64Type>();
+    let value = |entry: usize| values.is_valid(entry).then(|| values.value(entry));
+    let mut entry_ids = vec![NO_ID; values.len()];
+    if values.len() <= column.len() {
+        for (entry, id) in entry_ids.iter_mut().enumerate() {
+            *id = keys.find(value(entry)).unwrap_or(NO_ID);
+        }
+    }
+    let indices = column.keys();
+    if indices.null_count() == 0 && !entry_ids.contains(&NO_ID) {
+        // A table of a power-of-two length, indexed by masked entries: no bounds checks, so
+        // the lookups vectorize (every entry is within the dictionary anyway).
+        let mask = values.len().next_power_of_two() - 1;
+        entry_ids.resize(mask + 1, NO_ID);
+        let table = &entry_ids[..=mask];
+        return Ok(Some(indices.values().iter().map(|&entry| table[entry as usize & mask]).collect()));
+    }
+    let mut out = Vec::with_capacity(column.len());
+    for (row, &entry) in indices.values().iter().enumerate() {
+        let id = if indices.is_null(row) {
+            resolve(&mut keys, None)
+        } else {
+            let id = &mut entry_ids[entry as usize];
+            if *id == NO_ID {
+                *id = match resolve(&mut keys, value(entry as usize)) {
+                    Some(found) => found,
+                    None => return Ok(None),
+                };
+            }
+            Some(*id)
+        };
+        match id {
+            Some(id) => out.push(id),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(out))
 }
 
 /// A key column as `Int64`, with the ids of its leading rows in the common case, every key a
@@ -444,6 +506,40 @@ mod tests {
         assert_eq!(interner.len(), 50_000);
         let back = interner.columns(&[49_999, 0]).unwrap();
         assert_eq!(back[0].as_primitive::<Int64Type>().values().to_vec(), vec![keys[99_998], keys[0]]);
+    }
+
+    #[test]
+    fn dictionary_columns_get_the_ids_their_values_get_plain() {
+        // Each batch: rows as dictionary entries (NULL: a NULL row), and the dictionary. Keys
+        // looked up by value and by hash, a NULL entry, entries no row uses, a dictionary
+        // larger than its batch, and batches whose keys were all seen before.
+        type Batch = (Vec<Option<u32>>, Vec<Option<i64>>);
+        let batches: Vec<Batch> = vec![
+            (vec![Some(2), Some(0), Some(2), None], vec![Some(7), Some(-3), Some(1 << 40), Some(99)]),
+            (vec![Some(1), Some(1), Some(0)], vec![Some(1 << 40), Some(5), Some(6), Some(8), Some(9)]),
+            (vec![Some(0), Some(2), Some(1), Some(1)], vec![Some(5), None, Some(7)]),
+            (vec![Some(3), Some(0), Some(3), Some(1)], vec![Some(-3), Some(7), Some(12), Some(5)]),
+        ];
+        let (mut by_dictionary, mut plain) =
+            (KeyInterner::new(vec![DataType::Int64]).unwrap(), KeyInterner::new(vec![DataType::Int64]).unwrap());
+        for (rows, values) in batches {
+            let values = Int64Array::from(values);
+            let plain_rows: ArrayRef = Arc::new(Int64Array::from_iter(rows.iter().map(|row| {
+                row.and_then(|entry| values.is_valid(entry as usize).then(|| values.value(entry as usize)))
+            })));
+            let dictionary: ArrayRef =
+                Arc::new(DictionaryArray::<UInt32Type>::try_new(rows.into(), Arc::new(values)).unwrap());
+            let n = dictionary.len();
+            let known = plain.lookup(&[Arc::clone(&plain_rows)], n).unwrap();
+            assert_eq!(by_dictionary.lookup(&[Arc::clone(&dictionary)], n).unwrap(), known);
+            let ids = plain.intern(&[plain_rows], n).unwrap();
+            assert_eq!(by_dictionary.intern(&[Arc::clone(&dictionary)], n).unwrap(), ids);
+            assert_eq!(by_dictionary.lookup(&[dictionary], n).unwrap(), Some(ids));
+            assert_eq!(by_dictionary.len(), plain.len(), "entries no row uses get no id");
+        }
+        let all: Vec<u32> = (0..plain.len() as u32).collect();
+        assert_eq!(by_dictionary.columns(&all).unwrap()[0].as_ref(), plain.columns(&all).unwrap()[0].as_ref());
+        assert_eq!(plain.len(), 5, "2^40, 7, NULL, 5 and -3: none of the entries no row uses");
     }
 
     #[test]
