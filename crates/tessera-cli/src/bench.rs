@@ -60,7 +60,10 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
         }
         let def = script.catalog.source(&source).expect("bound source");
         // Read as a run reads them (key columns perhaps as dictionaries).
-        let read = ReadOptions { key_columns: tessera::engine::key_only_columns(&script.queries, def), ..read.clone() };
+        let read = ReadOptions {
+            dictionary_columns: tessera::engine::dictionary_columns(&script.queries, def),
+            ..read.clone()
+        };
         let mut reader = open_source(def, &read)?;
         loaded.push((source, read_all(reader.as_mut())?));
     }

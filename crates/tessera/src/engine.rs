@@ -268,44 +268,41 @@ pub fn run_script(script: &Script, options: &RunOptions, sink: &mut dyn ResultSi
     let mut read = options.read.clone();
     read.batch_size = script.settings.batch_size;
     run_script_with_readers(script, options, sink, &mut |source| {
-        let read = ReadOptions { key_columns: key_only_columns(&script.queries, source), ..read.clone() };
+        let read = ReadOptions { dictionary_columns: dictionary_columns(&script.queries, source), ..read.clone() };
         open_source(source, &read)
     })
 }
 
-/// The declared columns of `source` that the queries reading it use only as the one group key
-/// of their windows, bare (a reader may hand these out as dictionaries: see
-/// [`ReadOptions::key_columns`]).
-pub fn key_only_columns(queries: &[QueryPlan], source: &SourceDef) -> Vec<usize> {
+/// The declared columns of `source` that the queries reading it use only bare, as the one
+/// group key of their windows or as aggregates' arguments (a reader may hand these out as
+/// dictionaries: see [`ReadOptions::dictionary_columns`]).
+pub fn dictionary_columns(queries: &[QueryPlan], source: &SourceDef) -> Vec<usize> {
     use datafusion_physical_expr::expressions::Column;
     use datafusion_physical_expr::utils::collect_columns;
-    let mut keys = Vec::new();
-    let mut other = vec![source.event_time.index];
-    let mut read_otherwise =
-        |expr: &crate::plan::ExprRef| other.extend(collect_columns(expr).iter().map(Column::index));
+    let (mut bare, mut other) = (Vec::new(), vec![source.event_time.index]);
+    let mut read = |expr: &crate::plan::ExprRef, bare_here: bool| match expr.downcast_ref::<Column>() {
+        Some(column) if bare_here => bare.push(column.index()),
+        _ => other.extend(collect_columns(expr).iter().map(Column::index)),
+    };
     for query in queries.iter().filter(|q| q.source == source.name.to_lowercase()) {
         for branch in &query.branches {
             match branch {
                 BranchPlan::Stateless(plan) => {
-                    plan.filter.iter().chain(&plan.projection).for_each(&mut read_otherwise);
+                    plan.filter.iter().chain(&plan.projection).for_each(|expr| read(expr, false));
                 }
                 BranchPlan::WindowAggregate(plan) => {
-                    plan.filter
-                        .iter()
-                        .chain(plan.aggregates.iter().filter_map(|a| a.arg.as_ref()))
-                        .for_each(&mut read_otherwise);
-                    match plan.keys.as_slice() {
-                        [key] if key.is::<Column>() => keys.extend(collect_columns(key).iter().map(Column::index)),
-                        others => others.iter().for_each(&mut read_otherwise),
-                    }
+                    plan.filter.iter().for_each(|expr| read(expr, false));
+                    plan.aggregates.iter().filter_map(|a| a.arg.as_ref()).for_each(|arg| read(arg, true));
+                    let one_key = plan.keys.len() == 1;
+                    plan.keys.iter().for_each(|key| read(key, one_key));
                 }
             }
         }
     }
-    keys.sort_unstable();
-    keys.dedup();
-    keys.retain(|key| !other.contains(key));
-    keys
+    bare.sort_unstable();
+    bare.dedup();
+    bare.retain(|column| !other.contains(column));
+    bare
 }
 
 /// Like [`run_script`], with the readers of the sources supplied by `open` (for example
@@ -518,8 +515,9 @@ fn plan_fingerprint(script: &Script, groups: &[WindowGroup], key_groups: bool) -
 mod tests {
     use super::*;
 
-    /// The key-only columns of source `s (ts, k, j, v)` for `queries`.
-    fn key_only(queries: &str) -> Vec<usize> {
+    /// The columns of source `s (ts, k, j, v)` that `queries` read only bare, as keys or
+    /// arguments.
+    fn read_bare(queries: &str) -> Vec<usize> {
         let script = Script::compile(
             &format!(
                 "CREATE SOURCE s (ts BIGINT, k BIGINT, j BIGINT, v DOUBLE, WATERMARK FOR ts AS ts)
@@ -530,26 +528,28 @@ mod tests {
             Path::new("."),
         )
         .expect("script");
-        key_only_columns(&script.queries, script.catalog.source("s").expect("source"))
+        dictionary_columns(&script.queries, script.catalog.source("s").expect("source"))
     }
 
     #[test]
-    fn columns_read_only_as_the_one_bare_group_key_are_key_only() {
+    fn columns_read_only_bare_as_the_one_group_key_or_arguments_may_be_dictionaries() {
         let window = |select: &str, rest: &str| {
             format!("SELECT {select} FROM TUMBLE(s, ts, INTERVAL '10' SECOND) {rest} GROUP BY window_start, window_end")
         };
         let by = |keys: &str, select: &str, filter: &str| {
             format!("SELECT {keys}, {select} FROM TUMBLE(s, ts, INTERVAL '10' SECOND) {filter} GROUP BY {keys}, window_start, window_end;")
         };
-        assert_eq!(key_only(&by("k", "MIN(v)", "")), vec![1]);
-        assert_eq!(key_only(&format!("{}{}", by("k", "MIN(v)", ""), by("j", "COUNT(*)", ""))), vec![1, 2]);
-        // Read otherwise too: in WHERE, as an argument, among several keys, in a stateless query.
-        assert_eq!(key_only(&by("k", "MIN(v)", "WHERE k > 3")), Vec::<usize>::new());
-        assert_eq!(key_only(&format!("{}{}", by("k", "MIN(v)", ""), by("j", "SUM(k)", ""))), vec![2]);
-        assert_eq!(key_only(&by("k, j", "MIN(v)", "")), Vec::<usize>::new());
-        assert_eq!(key_only(&format!("{}SELECT k, v FROM s;", by("k", "MIN(v)", ""))), Vec::<usize>::new());
-        assert_eq!(key_only(&format!("{};", window("MIN(v)", ""))), Vec::<usize>::new());
+        assert_eq!(read_bare(&by("k", "MIN(v)", "")), vec![1, 3]);
+        assert_eq!(read_bare(&format!("{}{}", by("k", "MIN(v)", ""), by("j", "SUM(k)", ""))), vec![1, 2, 3]);
+        assert_eq!(read_bare(&format!("{};", window("MIN(v), COUNT(*)", ""))), vec![3]);
+        // Read otherwise too: in WHERE, in an expression, among several keys, in a stateless
+        // query, as the event time.
+        assert_eq!(read_bare(&by("k", "MIN(v)", "WHERE k > 3")), vec![3]);
+        assert_eq!(read_bare(&by("k", "MIN(v * 2)", "")), vec![1]);
+        assert_eq!(read_bare(&by("k, j", "MIN(v)", "")), vec![3]);
+        assert_eq!(read_bare(&format!("{}SELECT k, v FROM s;", by("k", "MIN(v)", ""))), Vec::<usize>::new());
+        assert_eq!(read_bare(&by("k", "MAX(ts)", "")), vec![1]);
         // Another source's queries do not count.
-        assert_eq!(key_only(&format!("{}SELECT k FROM o WHERE k > 1;", by("k", "MIN(v)", ""))), vec![1]);
+        assert_eq!(read_bare(&format!("{}SELECT k FROM o WHERE k > 1;", by("k", "MIN(v)", ""))), vec![1, 3]);
     }
 }

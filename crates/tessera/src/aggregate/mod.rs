@@ -184,6 +184,17 @@ impl AggregateSpec {
         let Some(arg) = &self.arg else { return Ok(None) };
         let values = arg.evaluate(batch)?.into_array(batch.num_rows())?;
         let target = self.kind.arrow_type();
+        // A dictionary array (as readers hand columns out) stays one where the states look each
+        // row's value up: only its entries are cast.
+        let dictionary =
+            arrow::array::AsArray::as_dictionary_opt::<arrow::datatypes::UInt32Type>(&values).filter(|dictionary| {
+                dictionary.values().null_count() == 0 && GroupStates::read_dictionaries(self.function, self.kind)
+            });
+        if let Some(dictionary) = dictionary {
+            let entries = dictionary.values();
+            let entries = if entries.data_type() == &target { Arc::clone(entries) } else { cast(entries, &target)? };
+            return Ok(Some(Arc::new(dictionary.with_values(entries))));
+        }
         Ok(Some(if values.data_type() == &target { values } else { cast(&values, &target)? }))
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::hll::HyperLogLog;
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, PrimitiveArray, StringArray};
 use arrow::buffer::{BooleanBuffer, NullBuffer};
-use arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type};
+use arrow::datatypes::{ArrowPrimitiveType, Float64Type, Int64Type, UInt32Type};
 use hashbrown::HashSet;
 
 use super::{AggregateFunction, ValueKind};
@@ -235,9 +235,17 @@ impl GroupStates {
         }
     }
 
+    /// Whether states of `function` over `kind` take their argument as a dictionary array,
+    /// looking each row's value up (every state but those of strings and sketches, which would
+    /// have every value materialized anyway).
+    pub fn read_dictionaries(function: AggregateFunction, kind: ValueKind) -> bool {
+        kind != ValueKind::Utf8 && function != AggregateFunction::ApproxCountDistinct
+    }
+
     /// Adds `values[offset + i]` to slot `slots[i]` for every `i`: a run of consecutive rows.
-    /// `values` is the argument cast to the state's domain, `None` for `COUNT(*)`. Slots must
-    /// exist (see `resize`).
+    /// `values` is the argument cast to the state's domain (a dictionary of such values where
+    /// [`read_dictionaries`](Self::read_dictionaries) says so), `None` for `COUNT(*)`. Slots
+    /// must exist (see `resize`).
     pub fn update(&mut self, values: Option<&ArrayRef>, offset: usize, slots: &[u32]) {
         let rows = offset as u32..(offset + slots.len()) as u32;
         let Some(values) = values else {
@@ -252,12 +260,10 @@ impl GroupStates {
         let nulls = values.nulls().filter(|_| has_nulls);
         match self {
             GroupStates::MinMax { max, float: false, values: state, seen } => {
-                let input = values.as_primitive::<Int64Type>().values();
-                keep_best(input, nulls, offset, slots, (state, seen), *max, |v| v);
+                keep_best(values_of::<Int64Type>(values), nulls, offset, slots, (state, seen), *max, |v| v);
             }
             GroupStates::MinMax { max, float: true, values: state, seen } => {
-                let input = values.as_primitive::<Float64Type>().values();
-                keep_best(input, nulls, offset, slots, (state, seen), *max, float_key);
+                keep_best(values_of::<Float64Type>(values), nulls, offset, slots, (state, seen), *max, float_key);
             }
             GroupStates::MinMaxUtf8 { max, values: state } => {
                 let input = values.as_string::<i32>();
@@ -278,14 +284,14 @@ impl GroupStates {
             }
             GroupStates::SumInt { sums, counts, .. } => {
                 let (sums, counts) = (sums.as_mut_slice(), counts.as_mut_slice());
-                each_valid(values.as_primitive::<Int64Type>().values(), nulls, offset, slots, |v, s| {
+                each_valid(values_of::<Int64Type>(values), nulls, offset, slots, |v, s| {
                     sums[s] += v as i128;
                     counts[s] += 1;
                 });
             }
             GroupStates::SumFloat { sums, counts, .. } => {
                 let (sums, counts) = (sums.as_mut_slice(), counts.as_mut_slice());
-                each_valid(values.as_primitive::<Float64Type>().values(), nulls, offset, slots, |v, s| {
+                each_valid(values_of::<Float64Type>(values), nulls, offset, slots, |v, s| {
                     sums[s] += v;
                     counts[s] += 1;
                 });
@@ -298,7 +304,7 @@ impl GroupStates {
             }
             GroupStates::Moments { counts, means, m2s, .. } => {
                 let (counts, means, m2s) = (counts.as_mut_slice(), means.as_mut_slice(), m2s.as_mut_slice());
-                each_valid(values.as_primitive::<Float64Type>().values(), nulls, offset, slots, |x, s| {
+                each_valid(values_of::<Float64Type>(values), nulls, offset, slots, |x, s| {
                     counts[s] += 1;
                     let delta = x - means[s];
                     means[s] += delta / counts[s] as f64;
@@ -306,9 +312,7 @@ impl GroupStates {
                 });
             }
             GroupStates::Median { values: state } => {
-                each_valid(values.as_primitive::<Float64Type>().values(), nulls, offset, slots, |v, s| {
-                    state[s].push(v)
-                });
+                each_valid(values_of::<Float64Type>(values), nulls, offset, slots, |v, s| state[s].push(v));
             }
             GroupStates::Distinct { sketches } => {
                 // One hash per distinct SQL value (the same value always lands on the same
@@ -320,7 +324,8 @@ impl GroupStates {
                     &datafusion_common::hash_utils::RandomState::with_seed(0x7e55e7a),
                     &mut hashes,
                 );
-                each_valid(&hashes, run.nulls().filter(|_| has_nulls), 0, slots, |hash, s| sketches[s].insert(hash));
+                let nulls = run.nulls().filter(|_| has_nulls);
+                each_valid(Values::Column(&hashes), nulls, 0, slots, |hash, s| sketches[s].insert(hash));
             }
         }
     }
@@ -680,10 +685,47 @@ impl GroupStates {
     }
 }
 
+/// An argument's values: a column of them, or (a dictionary array) each row's index into them.
+#[derive(Clone, Copy)]
+enum Values<'a, T> {
+    Column(&'a [T]),
+    Dictionary { indices: &'a [u32], values: &'a [T] },
+}
+
+/// The values of an argument of type `T`, a column of them or a dictionary array (with `UInt32`
+/// keys, as readers hand them out; see [`GroupStates::read_dictionaries`]).
+fn values_of<T: ArrowPrimitiveType>(array: &ArrayRef) -> Values<'_, T::Native> {
+    match array.as_dictionary_opt::<UInt32Type>() {
+        Some(dictionary) => Values::Dictionary {
+            indices: dictionary.keys().values(),
+            values: dictionary.values().as_primitive::<T>().values(),
+        },
+        None => Values::Column(array.as_primitive::<T>().values()),
+    }
+}
+
 /// Calls `f(value, slot)` for each row `offset + i` of `input` that has a value (`nulls` marks
 /// those that do not), `slot` being `slots[i]`.
 #[inline]
 fn each_valid<T: Copy>(
+    input: Values<'_, T>,
+    nulls: Option<&NullBuffer>,
+    offset: usize,
+    slots: &[u32],
+    mut f: impl FnMut(T, usize),
+) {
+    match input {
+        Values::Column(column) => each_valid_row(column, nulls, offset, slots, f),
+        // An index of a row without a value may be any number: only the others are looked up.
+        Values::Dictionary { indices, values } => {
+            each_valid_row(indices, nulls, offset, slots, |index, slot| f(values[index as usize], slot))
+        }
+    }
+}
+
+/// [`each_valid`] over a column of `input`.
+#[inline]
+fn each_valid_row<T: Copy>(
     input: &[T],
     nulls: Option<&NullBuffer>,
     offset: usize,
@@ -730,7 +772,7 @@ fn prefetch<T>(input: &[T], at: usize) {
 /// (larger for MAX). Branchless: a slot without a value holds the identity, and in a fresh
 /// slice a value wins often, and unpredictably.
 fn keep_best<T: Copy>(
-    input: &[T],
+    input: Values<'_, T>,
     nulls: Option<&NullBuffer>,
     offset: usize,
     slots: &[u32],
@@ -900,6 +942,42 @@ mod tests {
         }
         let mut count = GroupStates::new(F::Count, ValueKind::Int);
         assert!(count.extend_from(&GroupStates::new(F::Sum, ValueKind::Int)).is_err());
+    }
+
+    #[test]
+    fn dictionary_arguments_aggregate_as_their_values() {
+        use arrow::array::DictionaryArray;
+        use AggregateFunction as F;
+        // Rows as dictionary entries (NULL: a NULL row; entry 3 is never used), in runs that
+        // start past the first row.
+        let entries: Vec<Option<u32>> = (0..40).map(|i| (i % 7 != 2).then_some(i * 5 % 3)).collect();
+        let slots: Vec<u32> = (0..40).map(|i| i * 3 % 4).collect();
+        for (kind, dictionary) in [
+            (ValueKind::Float, floats(&[Some(2.5), Some(-1.0), Some(-0.0), Some(9.0)])),
+            (ValueKind::Int, ints(&[Some(7), Some(-1 << 40), Some(-3), Some(1)])),
+        ] {
+            let keys = arrow::array::UInt32Array::from(entries.clone());
+            let plain = arrow::compute::take(&dictionary, &keys, None).unwrap();
+            let looked_up: ArrayRef = Arc::new(DictionaryArray::try_new(keys, dictionary).unwrap());
+            // (Variances and medians take their argument as floats.)
+            let float_only = |function| matches!(function, F::VarSamp | F::Median) && kind == ValueKind::Int;
+            for function in [F::Min, F::Max, F::Sum, F::Count, F::Avg, F::VarSamp, F::Median] {
+                if float_only(function) {
+                    continue;
+                }
+                assert!(GroupStates::read_dictionaries(function, kind));
+                let states = |values: &ArrayRef| {
+                    let mut s = GroupStates::new(function, kind);
+                    s.resize(4);
+                    s.update(Some(values), 3, &slots[3..25]);
+                    s.update(Some(values), 25, &slots[25..]);
+                    s.finalize().unwrap()
+                };
+                assert_eq!(states(&looked_up).as_ref(), states(&plain).as_ref(), "{function:?} over {kind:?}");
+            }
+        }
+        assert!(!GroupStates::read_dictionaries(F::ApproxCountDistinct, ValueKind::Int));
+        assert!(!GroupStates::read_dictionaries(F::Min, ValueKind::Utf8));
     }
 
     #[test]

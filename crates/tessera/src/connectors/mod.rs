@@ -3,7 +3,7 @@
 //! stop the run with `file:line` and the reason, or are skipped into a dead-letter file.
 
 pub mod memory;
-mod parquet_keys;
+mod parquet_dictionary;
 mod parquet_reader;
 pub mod sink;
 mod text_reader;
@@ -45,10 +45,10 @@ pub struct ReadOptions {
     /// decodes the first, a single worker waiting for input the others ahead of it (default:
     /// two where there are two cores or more).
     pub column_sets: usize,
-    /// Declared columns the queries read only as the one group key of their windows: a reader
-    /// may hand them out as dictionary arrays of the declared type (a Parquet column encoded
-    /// with a dictionary is then read as its indices).
-    pub key_columns: Vec<usize>,
+    /// Declared columns the queries read only bare, as the one group key of their windows or
+    /// as an aggregate's argument: a reader may hand them out as dictionary arrays of the
+    /// declared type (a Parquet column encoded with a dictionary is then read as its indices).
+    pub dictionary_columns: Vec<usize>,
 }
 
 impl Default for ReadOptions {
@@ -58,13 +58,13 @@ impl Default for ReadOptions {
             on_error: OnError::Fail,
             dead_letter_path: PathBuf::from("tessera-dead-letter.jsonl"),
             column_sets: crate::exec::cores().min(2),
-            key_columns: Vec::new(),
+            dictionary_columns: Vec::new(),
         }
     }
 }
 
 /// Source rows in the declared schema: the columns a reader handed out as dictionaries (see
-/// [`ReadOptions::key_columns`]) decoded to their values (for rows written out as they were
+/// [`ReadOptions::dictionary_columns`]) decoded to their values (for rows written out as they were
 /// read, such as late events).
 pub fn declared_rows(batch: RecordBatch) -> Result<RecordBatch> {
     use arrow::datatypes::DataType;
@@ -283,13 +283,12 @@ impl RowShape {
         RowShape { schema, required }
     }
 
-    /// The shape with `column` read as `data_type` (which stands for the declared type).
-    pub(crate) fn read_as(mut self, column: usize, data_type: arrow::datatypes::DataType) -> Self {
+    /// Reads `column` as `data_type` (which stands for the declared type).
+    pub(crate) fn read_as(&mut self, column: usize, data_type: arrow::datatypes::DataType) {
         let mut fields: Vec<arrow::datatypes::Field> =
             self.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields[column] = fields[column].clone().with_data_type(data_type);
         self.schema = std::sync::Arc::new(arrow::datatypes::Schema::new(fields));
-        self
     }
 
     /// Drops the rows missing a required value, reporting each by its index in the batch.

@@ -10,7 +10,7 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 
-use super::parquet_keys::{self, KeyColumn};
+use super::parquet_dictionary::{self, DictionaryColumn};
 use super::{BadRowPolicy, BatchReader, FreedHere, ReadOptions, RowShape, Skipped, SpareWork};
 use crate::catalog::SourceDef;
 use crate::error::{Result, TesseraError};
@@ -101,7 +101,8 @@ fn pieces(ranges: &[(u64, u64)], len: u64, (chunk, limit): (u64, u64)) -> Vec<(u
 /// Builds the decoder starting at a given row.
 type StartAt = Box<dyn FnOnce(u64) -> Result<Decoder> + Send>;
 
-/// The projected columns decoded batch by batch, in sets of whole columns: the first by the
+/// The projected columns decoded batch by batch, in sets of whole columns (in each, those the
+/// parquet crate decodes, then those read as dictionaries here): the first by the
 /// reading thread, the others ("deferred") by whichever thread gets to them first, the reading
 /// thread when it needs them or a worker waiting for input (see [`BatchReader::spare_work`]).
 /// The parquet crate decodes one column after the other on one thread; W1's three columns took
@@ -111,45 +112,75 @@ type StartAt = Box<dyn FnOnce(u64) -> Result<Decoder> + Send>;
 /// same row groups from the same row in batches of the same size, so their batches hold the
 /// same rows.
 struct Decoder {
-    own: ParquetRecordBatchReader,
+    own: SetReader,
     deferred: Arc<Deferred>,
-    /// Group-key columns read as dictionaries, also by the reading thread, as the last part.
-    keys: Vec<KeyColumn>,
-    keys_schema: arrow::datatypes::SchemaRef,
 }
 
 impl Decoder {
     /// The next batch's parts, one per column set (the reading thread's first), or `None` at
     /// the end.
     fn next(&mut self) -> Option<std::result::Result<Vec<RecordBatch>, String>> {
-        let own = self.own.next().map(|batch| batch.map_err(|e| e.to_string()));
+        let own = self.own.next();
         let others = self.deferred.take();
-        let mut parts = match (own, others) {
-            (None, None) => return None,
-            (None, Some(Ok(others))) if others.is_empty() => return None,
+        match (own, others) {
+            (None, None) => None,
+            (None, Some(Ok(others))) if others.is_empty() => None,
             (Some(Ok(own)), Some(Ok(others))) if others.iter().all(|o| o.num_rows() == own.num_rows()) => {
-                std::iter::once(own).chain(others).collect::<Vec<_>>()
+                Some(Ok(std::iter::once(own).chain(others).collect()))
             }
-            (Some(Err(e)), _) | (_, Some(Err(e))) => return Some(Err(e)),
-            _ => return Some(Err(Self::UNEVEN.into())),
+            (Some(Err(e)), _) | (_, Some(Err(e))) => Some(Err(e)),
+            _ => Some(Err(UNEVEN.into())),
+        }
+    }
+}
+
+const UNEVEN: &str = "the file's columns do not hold the same rows";
+
+/// Reads a column set's part of each batch: the columns the parquet crate decodes, then those
+/// read as dictionaries here (which read as many rows as the batch holds).
+struct SetReader {
+    arrow: Option<ParquetRecordBatchReader>,
+    dictionaries: Vec<DictionaryColumn>,
+    fields: Vec<arrow::datatypes::FieldRef>,
+    /// The part's schema, once known.
+    schema: Option<arrow::datatypes::SchemaRef>,
+    /// Rows not read yet, and the rows of a batch (the last may hold fewer).
+    rows_left: usize,
+    batch_size: usize,
+}
+
+impl SetReader {
+    fn next(&mut self) -> Option<std::result::Result<RecordBatch, String>> {
+        let arrow = match self.arrow.as_mut() {
+            Some(reader) => match reader.next()? {
+                Ok(batch) => Some(batch),
+                Err(e) => return Some(Err(e.to_string())),
+            },
+            None if self.rows_left == 0 => return None,
+            None => None,
         };
-        if !self.keys.is_empty() {
-            let rows = parts[0].num_rows();
-            let keys = self.keys.iter_mut().map(|keys| keys.next(rows)).collect::<Result<Vec<_>, String>>();
-            let keys = keys.and_then(|keys| {
-                let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
-                RecordBatch::try_new_with_options(Arc::clone(&self.keys_schema), keys, &options)
-                    .map_err(|_| Self::UNEVEN.to_string())
-            });
-            match keys {
-                Ok(keys) => parts.push(keys),
+        let rows = arrow.as_ref().map_or(self.batch_size.min(self.rows_left), RecordBatch::num_rows);
+        self.rows_left = self.rows_left.saturating_sub(rows);
+        if self.dictionaries.is_empty() {
+            if let Some(batch) = arrow {
+                return Some(Ok(batch));
+            }
+        }
+        let mut columns = arrow.as_ref().map_or_else(Vec::new, |batch| batch.columns().to_vec());
+        for dictionary in &mut self.dictionaries {
+            match dictionary.next(rows) {
+                Ok(column) => columns.push(column),
                 Err(e) => return Some(Err(e)),
             }
         }
-        Some(Ok(parts))
+        let fields = &self.fields;
+        let schema = self.schema.get_or_insert_with(|| {
+            let arrow_fields = arrow.as_ref().map_or_else(Vec::new, |batch| batch.schema().fields().to_vec());
+            Arc::new(arrow::datatypes::Schema::new([arrow_fields, fields.clone()].concat()))
+        });
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+        Some(RecordBatch::try_new_with_options(Arc::clone(schema), columns, &options).map_err(|_| UNEVEN.to_string()))
     }
-
-    const UNEVEN: &'static str = "the file's columns do not hold the same rows";
 }
 
 /// The column sets after the first, and their parts of the batches decoded ahead.
@@ -157,7 +188,7 @@ impl Decoder {
 struct Deferred(std::sync::Mutex<Option<DeferredSets>>);
 
 struct DeferredSets {
-    readers: Vec<ParquetRecordBatchReader>,
+    readers: Vec<SetReader>,
     ready: std::collections::VecDeque<Option<std::result::Result<Vec<RecordBatch>, String>>>,
 }
 
@@ -198,8 +229,8 @@ impl DeferredSets {
     /// Every set's part of the next batch (`Some` of nothing without sets, so that the first
     /// set alone decides where the batches end), `None` once a set ended.
     fn decode(&mut self) -> Option<std::result::Result<Vec<RecordBatch>, String>> {
-        let parts = self.readers.iter_mut().map(|reader| reader.next()).collect::<Option<Vec<_>>>()?;
-        Some(parts.into_iter().map(|part| part.map_err(|e| e.to_string())).collect())
+        let parts = self.readers.iter_mut().map(SetReader::next).collect::<Option<Vec<_>>>()?;
+        Some(parts.into_iter().collect())
     }
 }
 
@@ -243,7 +274,7 @@ pub struct ParquetReader {
     shape: RowShape,
     /// Where each declared column is in the decoder's parts: the part, and the position there.
     columns: Vec<(usize, usize)>,
-    /// The column sets decoded by the parquet crate: the parts before the dictionary keys'.
+    /// The column sets: the first the reading thread's, the others deferred.
     sets: usize,
     rows_read: u64,
     total_rows: u64,
@@ -284,25 +315,31 @@ impl ParquetReader {
                 )?;
             fields.push(index);
         }
-        // Group-key columns read as dictionaries where the file allows: (declared column, leaf).
+        // File columns read as dictionaries where the file allows: root and leaf. Every
+        // declared column on the root must take a dictionary.
         let parquet_schema = metadata.parquet_schema();
-        let dictionary_keys: Vec<(usize, usize)> = options
-            .key_columns
-            .iter()
-            .filter_map(|&column| {
-                let (root, value_type) = (*fields.get(column)?, source.schema.field(column).data_type());
-                let mut leaves =
-                    (0..parquet_schema.num_columns()).filter(|&l| parquet_schema.get_column_root_idx(l) == root);
-                let leaf = leaves.next().filter(|_| leaves.next().is_none())?;
-                let readable = file_schema.field(root).data_type() == value_type
-                    && parquet_keys::readable(metadata.metadata(), leaf, value_type);
-                readable.then_some((column, leaf))
-            })
-            .collect();
-        let is_dictionary_key = |column: &usize| dictionary_keys.iter().any(|(c, _)| c == column);
-        let mut roots: Vec<usize> = (0..fields.len()).filter(|c| !is_dictionary_key(c)).map(|c| fields[c]).collect();
+        let as_dictionary = |column: usize| {
+            let (root, value_type) = (fields[column], source.schema.field(column).data_type());
+            let mut leaves =
+                (0..parquet_schema.num_columns()).filter(|&l| parquet_schema.get_column_root_idx(l) == root);
+            let leaf = leaves.next().filter(|_| leaves.next().is_none())?;
+            let readable = options.dictionary_columns.contains(&column)
+                && file_schema.field(root).data_type() == value_type
+                && parquet_dictionary::readable(metadata.metadata(), leaf, value_type);
+            readable.then_some(leaf)
+        };
+        let mut roots = fields.clone();
         roots.sort_unstable();
         roots.dedup();
+        let dictionary_roots: Vec<(usize, usize)> = roots
+            .iter()
+            .filter_map(|&root| {
+                let mut leaves = (0..fields.len()).filter(|&c| fields[c] == root).map(as_dictionary);
+                let leaf = leaves.next()??;
+                leaves.all(|other| other == Some(leaf)).then_some((root, leaf))
+            })
+            .collect();
+        let leaf_of = |root: usize| dictionary_roots.iter().find(|(r, _)| *r == root).map(|&(_, leaf)| leaf);
         let (row_groups, schema) = (metadata.metadata().row_groups(), metadata.parquet_schema());
         let weight = |root: usize| {
             let of_root = |leaf: &usize| schema.get_column_root_idx(*leaf) == root;
@@ -310,36 +347,46 @@ impl ParquetReader {
             let sizes = row_groups.iter().flat_map(|g| leaves.iter().map(|&leaf| g.column(leaf).uncompressed_size()));
             sizes.map(|size| size.max(0) as u64).sum()
         };
-        let sets = column_sets(&roots, weight, options.column_sets);
-        let key_part = sets.len();
+        // Each set's roots the parquet crate decodes, then those read as dictionaries: the
+        // order of the set's part of a batch.
+        let sets: Vec<(Vec<usize>, Vec<usize>)> = column_sets(&roots, weight, options.column_sets)
+            .into_iter()
+            .map(|set| set.into_iter().partition(|&root| leaf_of(root).is_none()))
+            .collect();
         let columns = fields
             .iter()
-            .enumerate()
-            .map(|(column, root)| match dictionary_keys.iter().position(|(c, _)| *c == column) {
-                Some(key) => (key_part, key),
-                None => {
-                    let part = sets.iter().position(|set| set.contains(root)).expect("every column is in a set");
-                    (part, sets[part].binary_search(root).expect("present"))
+            .map(|root| {
+                let in_set =
+                    |(arrow, dictionary): &(Vec<usize>, Vec<usize>)| arrow.contains(root) || dictionary.contains(root);
+                let part = sets.iter().position(in_set).expect("every column is in a set");
+                let (arrow, dictionary) = &sets[part];
+                match dictionary.iter().position(|r| r == root) {
+                    Some(i) => (part, arrow.len() + i),
+                    None => (part, arrow.binary_search(root).expect("present")),
                 }
             })
             .collect();
         let mut shape = RowShape::of(source);
-        let key_fields: Vec<arrow::datatypes::Field> = dictionary_keys
-            .iter()
-            .map(|&(column, _)| {
-                let field = shape.schema.field(column);
-                field.clone().with_data_type(parquet_keys::key_column_type(field.data_type()))
-            })
-            .collect();
-        for (&(column, _), field) in dictionary_keys.iter().zip(&key_fields) {
-            shape = shape.read_as(column, field.data_type().clone());
+        for (column, &root) in fields.iter().enumerate() {
+            if leaf_of(root).is_some() {
+                let data_type = parquet_dictionary::dictionary_type(shape.schema.field(column).data_type());
+                shape.read_as(column, data_type);
+            }
         }
-        let keys_schema = Arc::new(arrow::datatypes::Schema::new(key_fields));
+        // The fields of each set's dictionary columns.
+        let dictionary_field = |root: usize| {
+            let column = fields.iter().position(|&r| r == root).expect("a declared column");
+            Arc::new(shape.schema.field(column).clone())
+        };
+        let dictionary_fields: Vec<Vec<arrow::datatypes::FieldRef>> = sets
+            .iter()
+            .map(|(_, dictionary)| dictionary.iter().map(|&root| dictionary_field(root)).collect())
+            .collect();
         let batch_size = options.batch_size.max(1);
         let start_name = name.clone();
         let deferred = Arc::new(Deferred::default());
         let start_deferred = Arc::clone(&deferred);
-        let source_types: Vec<_> = source.schema.fields().iter().map(|f| f.data_type().clone()).collect();
+        let sets_count = sets.len();
         let start: StartAt = Box::new(move |row| {
             let file_metadata = metadata.metadata();
             // Whole row groups before `row` are skipped without reading them.
@@ -354,42 +401,52 @@ impl ParquetReader {
                 }
             }
             if let Some(ahead) = ahead {
-                let projected = ProjectionMask::roots(metadata.parquet_schema(), fields.iter().copied());
+                let projected = ProjectionMask::roots(metadata.parquet_schema(), roots.iter().copied());
                 let chunks = |g: &usize| file_metadata.row_group(*g).columns().iter().map(|c| c.byte_range());
                 let leaves = |g: &usize| chunks(g).enumerate().filter(|(leaf, _)| projected.leaf_included(*leaf));
                 ahead.start(groups.iter().flat_map(|g| leaves(g).map(|(_, range)| range)).collect());
             }
             let invalid = |reason: String| TesseraError::Input { file: start_name.clone(), line: 0, reason };
+            let offset = (row - skipped) as usize;
+            let rows: u64 = groups.iter().map(|&g| file_metadata.row_group(g).num_rows().max(0) as u64).sum();
             let mut readers = sets
                 .iter()
-                .map(|set| {
-                    ParquetRecordBatchReaderBuilder::new_with_metadata(input.clone(), metadata.clone())
-                        .with_row_groups(groups.clone())
-                        .with_offset((row - skipped) as usize)
-                        .with_projection(ProjectionMask::roots(metadata.parquet_schema(), set.iter().copied()))
-                        .with_batch_size(batch_size)
-                        .build()
-                        .map_err(|e| invalid(e.to_string()))
+                .zip(&dictionary_fields)
+                .map(|((arrow, dictionary), fields)| {
+                    let arrow = (!arrow.is_empty())
+                        .then(|| {
+                            ParquetRecordBatchReaderBuilder::new_with_metadata(input.clone(), metadata.clone())
+                                .with_row_groups(groups.clone())
+                                .with_offset(offset)
+                                .with_projection(ProjectionMask::roots(
+                                    metadata.parquet_schema(),
+                                    arrow.iter().copied(),
+                                ))
+                                .with_batch_size(batch_size)
+                                .build()
+                                .map_err(|e| invalid(e.to_string()))
+                        })
+                        .transpose()?;
+                    let dictionaries = dictionary
+                        .iter()
+                        .zip(fields)
+                        .map(|(&root, field)| {
+                            let value_type = match field.data_type() {
+                                arrow::datatypes::DataType::Dictionary(_, value_type) => value_type.as_ref().clone(),
+                                other => other.clone(),
+                            };
+                            let leaf = dictionary_roots.iter().find(|(r, _)| *r == root).expect("a dictionary root").1;
+                            let metadata = Arc::clone(metadata.metadata());
+                            DictionaryColumn::new(input.clone(), metadata, leaf, value_type, groups.clone(), offset)
+                        })
+                        .collect();
+                    let rows_left = (rows - offset as u64) as usize;
+                    Ok(SetReader { arrow, dictionaries, fields: fields.clone(), schema: None, rows_left, batch_size })
                 })
                 .collect::<Result<Vec<_>>>()?;
             let own = readers.remove(0);
             *start_deferred.lock() = Some(DeferredSets { readers, ready: Default::default() });
-            let keys = dictionary_keys
-                .iter()
-                .map(|&(column, leaf)| {
-                    let value_type = source_types[column].clone();
-                    let offset = (row - skipped) as usize;
-                    KeyColumn::new(
-                        input.clone(),
-                        Arc::clone(metadata.metadata()),
-                        leaf,
-                        value_type,
-                        groups.clone(),
-                        offset,
-                    )
-                })
-                .collect();
-            Ok(Decoder { own, deferred: start_deferred, keys, keys_schema })
+            Ok(Decoder { own, deferred: start_deferred })
         });
         Ok(ParquetReader {
             name,
@@ -398,7 +455,7 @@ impl ParquetReader {
             deferred,
             shape,
             columns,
-            sets: key_part,
+            sets: sets_count,
             rows_read: 0,
             total_rows,
             policy: BadRowPolicy::new(options),
@@ -475,7 +532,7 @@ impl BatchReader for ParquetReader {
         let deferred = Arc::clone(&self.deferred);
         let mut freed_here = FreedHere::default();
         let work = move || deferred.decode_ahead(&mut freed_here);
-        self.columns.iter().any(|&(set, _)| set > 0 && set < self.sets).then(|| Box::new(work) as SpareWork)
+        (self.sets > 1).then(|| Box::new(work) as SpareWork)
     }
 
     /// Positions are rows read.
@@ -589,46 +646,50 @@ mod tests {
         out.into()
     }
 
-    /// `rows` rows with `id` an `Int32` key of 23 values, every seventh NULL.
+    /// `rows` rows with `id` an `Int32` key of 23 values, every seventh NULL, and `temp` of 50
+    /// values, every ninth NULL.
     fn nullable_int32_keys(rows: usize) -> RecordBatch {
         let ids = Int32Array::from_iter((0..rows as i32).map(|i| (i % 7 != 3).then_some(i * 7919 % 23 - 5)));
         RecordBatch::try_from_iter([
             ("id", Arc::new(ids) as _),
-            ("temp", Arc::new(Float64Array::from_iter_values((0..rows).map(|i| i as f64))) as _),
+            (
+                "temp",
+                Arc::new(Float64Array::from_iter((0..rows).map(|i| (i % 9 != 4).then_some((i % 50) as f64 / 4.0))))
+                    as _,
+            ),
             ("name", Arc::new(StringArray::from_iter_values((0..rows).map(|i| format!("n{}", i % 3)))) as _),
             ("ts", Arc::new(Int64Array::from_iter_values(0..rows as i64)) as _),
         ])
         .expect("batch")
     }
 
-    /// Reads `input` with `id` as a group-key column and as a plain one: the same rows, the
-    /// key column read as a dictionary (or not, per `dictionary`).
-    fn check_key_column(input: &bytes::Bytes, id_type: &str, dictionary: bool, what: &str) {
+    /// Reads `input` with `temp` and `id` (columns 2 and 3) taken as dictionaries and as plain
+    /// columns: the same rows, each of the two read as a dictionary or not per `dictionaries`.
+    fn check_dictionary_columns(input: &bytes::Bytes, id_type: &str, dictionaries: [bool; 2], what: &str) {
         let plain = read_with(input, id_type, ReadOptions::default(), None, 0).expect("plain").0;
-        for (sets, from, spare) in [(1, None, 0), (2, None, 1), (2, Some(350), 0), (1, Some(1_000), 0)] {
-            let options = ReadOptions { column_sets: sets, key_columns: vec![3], ..ReadOptions::default() };
-            let (keyed, _) = read_with(input, id_type, options, from, spare).expect("keyed");
+        for (sets, from, spare) in [(1, None, 0), (2, None, 1), (2, Some(350), 0), (3, Some(1_000), 2)] {
+            let options = ReadOptions { column_sets: sets, dictionary_columns: vec![2, 3], ..ReadOptions::default() };
+            let (read, _) = read_with(input, id_type, options, from, spare).expect("read");
             let skipped = from.unwrap_or(0) as usize;
-            let rows: usize = keyed.iter().map(RecordBatch::num_rows).sum();
+            let rows: usize = read.iter().map(RecordBatch::num_rows).sum();
             assert_eq!(rows + skipped, plain.iter().map(RecordBatch::num_rows).sum::<usize>(), "{what}");
-            let key_type = keyed[0].schema().field(3).data_type().clone();
-            assert_eq!(
-                matches!(key_type, arrow::datatypes::DataType::Dictionary(..)),
-                dictionary,
-                "{what}: {key_type}"
-            );
-            let keyed = keyed.into_iter().map(|b| crate::connectors::declared_rows(b).expect("plain"));
+            for (column, dictionary) in [2, 3].into_iter().zip(dictionaries) {
+                let data_type = read[0].schema().field(column).data_type().clone();
+                let read_as_dictionary = matches!(data_type, arrow::datatypes::DataType::Dictionary(..));
+                assert_eq!(read_as_dictionary, dictionary, "{what}: column {column} read as {data_type}");
+            }
+            let read = read.into_iter().map(|b| crate::connectors::declared_rows(b).expect("plain"));
             let plain = arrow::compute::concat_batches(&plain[0].schema(), &plain).expect("concat");
-            let keyed = arrow::compute::concat_batches(&plain.schema(), &keyed.collect::<Vec<_>>()).expect("concat");
-            assert_eq!(keyed, plain.slice(skipped, rows), "{what}: {sets} sets from {from:?}");
+            let read = arrow::compute::concat_batches(&plain.schema(), &read.collect::<Vec<_>>()).expect("concat");
+            assert_eq!(read, plain.slice(skipped, rows), "{what}: {sets} sets from {from:?}");
         }
     }
 
     #[test]
-    fn dictionary_encoded_key_columns_read_as_dictionaries_hold_the_rows_read_plain() {
+    fn dictionary_encoded_columns_read_as_dictionaries_hold_the_rows_read_plain() {
         use parquet::file::properties::{WriterProperties, WriterVersion};
         // Batches of 256 rows straddle row groups of 700: their dictionaries are joined.
-        check_key_column(&file(2_000), "BIGINT", true, "non-null keys");
+        check_dictionary_columns(&file(2_000), "BIGINT", [true, true], "non-null keys");
         let batch = nullable_int32_keys(2_000);
         let properties = || {
             WriterProperties::builder()
@@ -638,24 +699,24 @@ mod tests {
         };
         let small_pages = written(&batch, properties().build());
         assert!(data_pages(&small_pages).len() >= 7, "{:?}", data_pages(&small_pages));
-        check_key_column(&small_pages, "INT", true, "NULLs, small pages");
+        check_dictionary_columns(&small_pages, "INT", [true, true], "NULLs, small pages");
         let v2 = written(&batch, properties().set_writer_version(WriterVersion::PARQUET_2_0).build());
         assert!(data_pages(&v2).iter().all(|&(_, v2)| v2));
-        check_key_column(&v2, "INT", true, "pages of format v2");
+        check_dictionary_columns(&v2, "INT", [true, true], "pages of format v2");
         // The dictionary fills up after a few keys: later pages fall back to plain encoding.
         let fallback = written(&batch, properties().set_dictionary_page_size_limit(40).build());
         let encodings: Vec<_> = data_pages(&fallback).into_iter().map(|(encoding, _)| encoding).collect();
         assert!(encodings.contains(&parquet::basic::Encoding::PLAIN), "{encodings:?}");
         assert!(encodings.iter().any(|e| e != &parquet::basic::Encoding::PLAIN), "{encodings:?}");
-        check_key_column(&fallback, "INT", true, "pages in plain encoding");
+        check_dictionary_columns(&fallback, "INT", [true, true], "pages in plain encoding");
         // Read by the parquet crate: no dictionary, or another type declared.
         let no_dictionary = properties().set_dictionary_enabled(false).build();
-        check_key_column(&written(&batch, no_dictionary), "INT", false, "no dictionary");
-        check_key_column(&written(&batch, properties().build()), "BIGINT", false, "declared BIGINT");
+        check_dictionary_columns(&written(&batch, no_dictionary), "INT", [false, false], "no dictionary");
+        check_dictionary_columns(&written(&batch, properties().build()), "BIGINT", [true, false], "declared BIGINT");
     }
 
     #[test]
-    fn a_damaged_key_column_fails_the_read_without_panicking() {
+    fn a_damaged_dictionary_column_fails_the_read_without_panicking() {
         let input = file(2_000);
         let metadata =
             parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(&input).expect("metadata");
@@ -666,7 +727,7 @@ mod tests {
             for value in [0x00, 0x07, 0x80, 0xff] {
                 let mut damaged = input.to_vec();
                 damaged[at as usize] = value;
-                let options = ReadOptions { key_columns: vec![3], ..ReadOptions::default() };
+                let options = ReadOptions { dictionary_columns: vec![2, 3], ..ReadOptions::default() };
                 match read_with(&damaged.into(), "BIGINT", options, None, 0) {
                     Ok((batches, _)) => {
                         assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 2_000, "byte {at}")

@@ -673,11 +673,10 @@ impl<T> Batches<T> {
     /// Longer than the reading thread takes to decode a batch of a few numeric columns.
     const SPIN: std::time::Duration = std::time::Duration::from_millis(1);
     /// How long the worker waits for a batch before it takes on the reader's work (at once
-    /// where it does not spin, on a single core): a shorter
-    /// wait is mostly a batch on its way, and decoding ahead then delays the worker's own
-    /// work where the worker is the busier side (W1's chosen plan, its key column read as a
-    /// dictionary: 41.8 ms against 45.5 taking the work on at once; on a file the reader is
-    /// slower on, plain-encoded, within the noise).
+    /// where it does not spin, on a single core): a shorter wait is mostly a batch on its way,
+    /// and decoding ahead then delays the worker's own work where the worker is the busier side
+    /// (W1's chosen plan, its key column read as a dictionary: 41.8 ms against 45.5 taking the
+    /// work on at once; on a file the reader is slower on, plain-encoded, within the noise).
     const SPARE_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
 
     fn new(receiver: Receiver<T>, spare: Option<SpareWork>) -> Self {

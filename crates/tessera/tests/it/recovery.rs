@@ -276,8 +276,10 @@ fn run_file(
     };
     run_script_with_readers(script, &options, sink, &mut |source| {
         // Key columns as `run_script` reads them (a Parquet key column as a dictionary).
-        let read =
-            ReadOptions { key_columns: tessera::engine::key_only_columns(&script.queries, source), ..read.clone() };
+        let read = ReadOptions {
+            dictionary_columns: tessera::engine::dictionary_columns(&script.queries, source),
+            ..read.clone()
+        };
         let reader = tessera::connectors::open_source(source, &read)?;
         Ok(Box::new(CrashingReader::new(reader, fail_after, read_batches)) as Box<dyn BatchReader>)
     })

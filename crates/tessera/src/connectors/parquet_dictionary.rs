@@ -1,19 +1,20 @@
-//! Dictionary-encoded integer columns of a Parquet file read as Arrow dictionary arrays: the
-//! dictionary indices of each page unpacked, the row group's dictionary as the values. A
-//! group-key column needs no more: keys are interned by dictionary entry, and the column's
-//! values are never materialized row by row. The parquet crate's reader looks each index up
-//! and writes the value out (into a zero-filled buffer) for every row; on W1's file that was
-//! 15.5 ms for the key column, its indices alone 4.5 ms.
+//! Dictionary-encoded columns of a Parquet file read as Arrow dictionary arrays: the
+//! dictionary indices of each page unpacked, the row group's dictionary as the values. Where a
+//! column is read only as a group key or an aggregate's argument, nothing needs more: keys are
+//! interned once per dictionary entry, aggregates look each row's value up in the dictionary,
+//! and the column's values are never materialized row by row. The parquet crate's reader looks
+//! each index up and writes the value out (into a zero-filled buffer) for every row; on W1's
+//! file that was 15.5 ms for the key column, its indices alone 4.5 ms.
 //!
-//! Read here: INT32 and INT64 columns, not repeated, at most one definition level, whose
-//! chunks all have a dictionary page and use only the plain and dictionary encodings (data
-//! pages that fell back to plain encoding become entries of the batch's dictionary), in data
-//! pages of format v1 and v2. Other columns are read by the parquet crate.
+//! Read here: INT32, INT64, FLOAT and DOUBLE columns, not repeated, at most one definition
+//! level, whose chunks all have a dictionary page and use only the plain and dictionary
+//! encodings (data pages that fell back to plain encoding become entries of the batch's
+//! dictionary), in data pages of format v1 and v2. Other columns are read by the parquet crate.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, DictionaryArray, Int32Array, Int64Array, UInt32Array};
+use arrow::array::{Array, ArrayRef, DictionaryArray, Float32Array, Float64Array, Int32Array, Int64Array, UInt32Array};
 use arrow::buffer::NullBuffer;
 use arrow::datatypes::{DataType, UInt32Type};
 use bytes::Bytes;
@@ -22,8 +23,8 @@ use parquet::column::page::{Page, PageReader};
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 use parquet::file::serialized_reader::SerializedPageReader;
 
-/// The Arrow type a dictionary key column is read as, for a column of `value_type`.
-pub fn key_column_type(value_type: &DataType) -> DataType {
+/// The Arrow type a dictionary column is read as, for a column of `value_type`.
+pub fn dictionary_type(value_type: &DataType) -> DataType {
     DataType::Dictionary(Box::new(DataType::UInt32), Box::new(value_type.clone()))
 }
 
@@ -33,6 +34,8 @@ pub fn readable(metadata: &ParquetMetaData, leaf: usize, value_type: &DataType) 
     let physical = match value_type {
         DataType::Int32 => PhysicalType::INT32,
         DataType::Int64 => PhysicalType::INT64,
+        DataType::Float32 => PhysicalType::FLOAT,
+        DataType::Float64 => PhysicalType::DOUBLE,
         _ => return false,
     };
     let supported = |chunk: &ColumnChunkMetaData| {
@@ -51,9 +54,9 @@ pub fn readable(metadata: &ParquetMetaData, leaf: usize, value_type: &DataType) 
     metadata.row_groups().iter().all(|group| supported(group.column(leaf)))
 }
 
-/// A dictionary key column read batch by batch, from a given row of the first of the row
+/// A dictionary-encoded column read batch by batch, from a given row of the first of the row
 /// groups it reads.
-pub struct KeyColumn {
+pub struct DictionaryColumn {
     input: Arc<Bytes>,
     metadata: Arc<ParquetMetaData>,
     leaf: usize,
@@ -92,7 +95,7 @@ enum Values {
 /// A failure to read the column, as the reader reports it.
 type ReadResult<T> = std::result::Result<T, String>;
 
-impl KeyColumn {
+impl DictionaryColumn {
     /// Reads `groups`' chunks of leaf `leaf` (which [`readable`] accepted) from row `offset` of
     /// the first.
     pub fn new(
@@ -104,7 +107,7 @@ impl KeyColumn {
         offset: usize,
     ) -> Self {
         let nullable = metadata.file_metadata().schema_descr().column(leaf).max_def_level() > 0;
-        KeyColumn {
+        DictionaryColumn {
             input: Arc::new(input),
             metadata,
             leaf,
@@ -146,19 +149,26 @@ impl KeyColumn {
             };
             let n = (rows - keys.len()).min(page.rows);
             page.rows -= n;
-            // Rows with a value, and where the NULLs are.
+            // Rows with a value, and where the NULLs are: a run of rows that all have one is
+            // passed over whole.
             let present = match &mut page.levels {
                 None => n,
-                Some(levels) => {
-                    self.levels.clear();
-                    levels.read(n, &mut self.levels)?;
-                    let present = self.levels.iter().filter(|&&level| level == 1).count();
-                    if present < n {
-                        let valid = valid.get_or_insert_with(|| vec![true; keys.len()]);
-                        valid.extend(self.levels.iter().map(|&level| level == 1));
+                Some(levels) => match levels.repeated_for(n)? {
+                    Some(1) => n,
+                    repeated => {
+                        self.levels.clear();
+                        match repeated {
+                            Some(level) => self.levels.resize(n, level),
+                            None => levels.read(n, &mut self.levels)?,
+                        }
+                        let present = self.levels.iter().filter(|&&level| level == 1).count();
+                        if present < n {
+                            let valid = valid.get_or_insert_with(|| vec![true; keys.len()]);
+                            valid.extend(self.levels.iter().map(|&level| level == 1));
+                        }
+                        present
                     }
-                    present
-                }
+                },
             };
             let start = keys.len();
             let offset = match &mut page.values {
@@ -178,7 +188,7 @@ impl KeyColumn {
                     })
                 }
                 Values::Plain(values) => {
-                    let width = self.value_type.primitive_width().expect("an integer type");
+                    let width = self.value_type.primitive_width().expect("a primitive type");
                     if values.len() < present * width {
                         return Err("a data page holds fewer values than it says".into());
                     }
@@ -236,7 +246,7 @@ impl KeyColumn {
             let nullable = self.nullable;
             let (buf, rows, encoding, levels) = match page {
                 Page::DictionaryPage { buf, num_values, .. } => {
-                    let width = self.value_type.primitive_width().expect("an integer type");
+                    let width = self.value_type.primitive_width().expect("a primitive type");
                     let count = num_values as usize;
                     if buf.len() < count * width {
                         return Err("the dictionary page holds fewer values than it says".into());
@@ -288,6 +298,12 @@ fn plain_values(bytes: &[u8], value_type: &DataType) -> ArrayRef {
         DataType::Int32 => Arc::new(Int32Array::from_iter_values(
             bytes.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes"))),
         )),
+        DataType::Float32 => Arc::new(Float32Array::from_iter_values(
+            bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+        )),
+        DataType::Float64 => Arc::new(Float64Array::from_iter_values(
+            bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes"))),
+        )),
         _ => Arc::new(Int64Array::from_iter_values(
             bytes.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes"))),
         )),
@@ -330,30 +346,49 @@ impl Hybrid {
                 // Whole groups straight into `out`, the last one partly read into `group`.
                 let groups = (n / 8).min(self.packed / 8);
                 let bytes = self.take_bytes(groups * self.width)?;
-                let start = out.len();
-                out.resize(start + groups * 8, 0);
-                unpack(self.width, &self.buf[bytes], &mut out[start..]);
+                unpack(self.width, &self.buf[bytes], groups, out);
                 (self.packed, n) = (self.packed - groups * 8, n - groups * 8);
                 if n > 0 && n < 8 && self.packed > 0 {
                     let bytes = self.take_bytes(self.width)?;
-                    unpack(self.width, &self.buf[bytes], &mut self.group);
+                    let mut group = Vec::with_capacity(8);
+                    unpack(self.width, &self.buf[bytes], 1, &mut group);
+                    self.group.copy_from_slice(&group);
                     (self.group_read, self.packed) = (0, self.packed - 8);
                 }
             } else {
-                let header = self.uleb128()?;
-                let count = usize::try_from(header >> 1).map_err(|_| "a run too long")?;
-                if header & 1 == 1 {
-                    self.packed = count.checked_mul(8).ok_or("a run too long")?;
-                } else {
-                    let bytes = self.take_bytes(self.width.div_ceil(8))?;
-                    let mut value = [0u8; 4];
-                    value[..bytes.len()].copy_from_slice(&self.buf[bytes]);
-                    self.repeated = (count, u32::from_le_bytes(value));
-                }
-                if count == 0 {
-                    return Err("an empty run".into());
-                }
+                self.next_run()?;
             }
+        }
+        Ok(())
+    }
+
+    /// The value of the next `n` values if they are all one repeated value, which are then
+    /// read (`None`, nothing read, otherwise).
+    fn repeated_for(&mut self, n: usize) -> ReadResult<Option<u32>> {
+        if self.group_read == 8 && self.repeated.0 == 0 && self.packed == 0 && self.at < self.buf.len() {
+            self.next_run()?;
+        }
+        if self.group_read < 8 || self.repeated.0 < n {
+            return Ok(None);
+        }
+        self.repeated.0 -= n;
+        Ok(Some(self.repeated.1))
+    }
+
+    /// Reads the next run's header (and a repeated run's value).
+    fn next_run(&mut self) -> ReadResult<()> {
+        let header = self.uleb128()?;
+        let count = usize::try_from(header >> 1).map_err(|_| "a run too long")?;
+        if count == 0 {
+            return Err("an empty run".into());
+        }
+        if header & 1 == 1 {
+            self.packed = count.checked_mul(8).ok_or("a run too long")?;
+        } else {
+            let bytes = self.take_bytes(self.width.div_ceil(8))?;
+            let mut value = [0u8; 4];
+            value[..bytes.len()].copy_from_slice(&self.buf[bytes]);
+            self.repeated = (count, u32::from_le_bytes(value));
         }
         Ok(())
     }
@@ -382,15 +417,17 @@ impl Hybrid {
     }
 }
 
-/// Unpacks groups of eight `width`-bit values (`width` bytes each) from `bytes` into `out`
-/// (eight per group), with the width known at compile time.
-fn unpack(width: usize, bytes: &[u8], out: &mut [u32]) {
+/// Appends `groups` groups of eight `width`-bit values (`width` bytes each) from `bytes` to
+/// `out`, with the width known at compile time (appended, not written over zeros: filling
+/// the buffer first took a tenth of the reading thread's time on W1).
+fn unpack(width: usize, bytes: &[u8], groups: usize, out: &mut Vec<u32>) {
+    out.reserve(groups * 8);
     macro_rules! widths {
         ($($w:literal)*) => {
             match width {
-                0 => out.fill(0),
-                $($w => for (group, values) in bytes.chunks_exact($w).zip(out.chunks_exact_mut(8)) {
-                    values.copy_from_slice(&unpack_group::<$w>(group))
+                0 => out.resize(out.len() + groups * 8, 0),
+                $($w => for group in bytes.chunks_exact($w) {
+                    out.extend_from_slice(&unpack_group::<$w>(group))
                 },)*
                 _ => unreachable!("widths are at most 32 bits"),
             }
