@@ -5,7 +5,8 @@ Usage:
     python scripts/duckdb_diff.py --tessera PATH_TO_BINARY [--cases N] [--seed S]
     python scripts/duckdb_diff.py --tessera PATH_TO_BINARY --case-seed X   # one case again
 
-Each case writes a random event file (k BIGINT, v DOUBLE, i BIGINT, ts BIGINT seconds) and a
+Each case writes a random event file (k BIGINT, v DOUBLE, i BIGINT, ts BIGINT seconds; a third
+of the cases also as Parquet, written by DuckDB, which tessera then reads) and a
 tessera script with a TUMBLE or HOP aggregate query to a temporary directory, runs
 `tessera run`, and computes the same windows and aggregates in DuckDB by their definition:
 a tumbling window of size r starts at floor(ts / r) * r; a hopping window (slide s, size r)
@@ -139,6 +140,9 @@ class Case:
         self.emit_changes = random.Random(seed ^ 0xE417).random() < 0.25
         disk = random.Random(seed ^ 0xD15C)
         self.disk_state = disk.choice(["0", "4KB", "64KB"]) if disk.random() < 0.33 else None
+        # A third read the events from a Parquet copy written by DuckDB (dictionary-encoded
+        # columns, read as dictionaries where the query allows), in row groups of 2,048 rows.
+        self.parquet = random.Random(seed ^ 0xFA12).random() < 0.33
 
     @staticmethod
     def interval(seconds, in_minutes):
@@ -168,17 +172,25 @@ class Case:
         return (
             f"-- duckdb-diff case, seed {self.seed}\n"
             f"CREATE SOURCE s (k BIGINT, v DOUBLE, i BIGINT, ts BIGINT, {watermark})\n"
-            f"  WITH (connector = 'file', path = 'events.csv', format = 'csv', time_unit = 's');\n"
+            f"  WITH (connector = 'file', path = '{self.events_file()}', time_unit = 's');\n"
             f"{query};\n"
+        )
+
+    def events_file(self):
+        return "events.parquet" if self.parquet else "events.csv"
+
+    @staticmethod
+    def events_query(events_path):
+        """The events of the CSV file at `events_path`, as DuckDB reads them."""
+        path = events_path.replace("'", "''")
+        return (
+            f"SELECT k, v, i, ts FROM read_csv('{path}', header = true, auto_detect = false, delim = ',', "
+            "columns = {'k': 'BIGINT', 'v': 'DOUBLE', 'i': 'BIGINT', 'ts': 'BIGINT'})"
         )
 
     def duckdb_query(self, events_path):
         r, s = self.size, self.slide
-        path = events_path.replace("'", "''")
-        events = (
-            f"SELECT k, v, i, ts FROM read_csv('{path}', header = true, auto_detect = false, delim = ',', "
-            "columns = {'k': 'BIGINT', 'v': 'DOUBLE', 'i': 'BIGINT', 'ts': 'BIGINT'})"
-        )
+        events = self.events_query(events_path)
         if self.where:
             events += f" WHERE {self.where}"
         if self.kind == "TUMBLE":
@@ -387,6 +399,14 @@ def run_case(tessera, case, workdir):
     script_path = os.path.join(workdir, "script.sql")
     out_path = os.path.join(workdir, "out.csv")
     write_events(events_path, case.rows)
+    if case.parquet:
+        con = duckdb.connect()
+        try:
+            parquet_path = os.path.join(workdir, "events.parquet").replace("'", "''")
+            events = case.events_query(events_path)
+            con.execute(f"COPY ({events}) TO '{parquet_path}' (FORMAT parquet, ROW_GROUP_SIZE 2048)")
+        finally:
+            con.close()
     script = case.tessera_script()
     with open(script_path, "w") as f:
         f.write(script)
@@ -465,7 +485,7 @@ def main():
         failed += 1
         print(f"FAIL case {number} (seed {seed}): {len(case.rows)} events, parallelism {case.parallelism}")
         print(f"  rerun: {sys.argv[0]} --tessera {args.tessera} --case-seed {seed}")
-        print(f"  kept: {workdir} (events.csv, script.sql, oracle.sql, out.csv, tessera.stderr)")
+        print(f"  kept: {workdir} (events.csv or .parquet, script.sql, oracle.sql, out.csv, tessera.stderr)")
         print("  script:")
         for line in case.tessera_script().splitlines():
             print(f"    {line}")
