@@ -667,7 +667,9 @@ mod tests {
     /// columns: the same rows, each of the two read as a dictionary or not per `dictionaries`.
     fn check_dictionary_columns(input: &bytes::Bytes, id_type: &str, dictionaries: [bool; 2], what: &str) {
         let plain = read_with(input, id_type, ReadOptions::default(), None, 0).expect("plain").0;
-        for (sets, from, spare) in [(1, None, 0), (2, None, 1), (2, Some(350), 0), (3, Some(1_000), 2)] {
+        // Resumed a third and two thirds of the way in (in and past the first row group).
+        let total = plain.iter().map(RecordBatch::num_rows).sum::<usize>() as u64;
+        for (sets, from, spare) in [(1, None, 0), (2, None, 1), (2, Some(total / 3), 0), (3, Some(total * 2 / 3), 2)] {
             let options = ReadOptions { column_sets: sets, dictionary_columns: vec![2, 3], ..ReadOptions::default() };
             let (read, _) = read_with(input, id_type, options, from, spare).expect("read");
             let skipped = from.unwrap_or(0) as usize;
@@ -713,6 +715,44 @@ mod tests {
         let no_dictionary = properties().set_dictionary_enabled(false).build();
         check_dictionary_columns(&written(&batch, no_dictionary), "INT", [false, false], "no dictionary");
         check_dictionary_columns(&written(&batch, properties().build()), "BIGINT", [true, false], "declared BIGINT");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// Any number of distinct values (one: indices of no bits; up to 5,000: 13 bits), any
+        /// share of NULLs, pages and row groups of any size, either page format: read as
+        /// dictionaries, the rows read plain.
+        #[test]
+        fn dictionary_columns_hold_the_rows_of_any_file(
+            rows in 1usize..3_000,
+            distinct in proptest::prop_oneof![1i64..3, 1i64..5_000],
+            nulls in 0u32..4,
+            page_rows in 1usize..700,
+            group_rows in 300usize..2_000,
+            v2 in proptest::bool::ANY,
+            seed in 0u64..1_000,
+        ) {
+            use parquet::file::properties::{WriterProperties, WriterVersion};
+            let value = |i: usize| (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(seed) >> 20;
+            let null = |i: usize| nulls > 0 && value(i) % (8 >> nulls) == 0;
+            let ids = Int32Array::from_iter((0..rows).map(|i| (!null(i)).then(|| (value(i) as i64 % distinct) as i32 - 7)));
+            let temps = Float64Array::from_iter((0..rows).map(|i| (!null(i + 1)).then(|| (value(i) as i64 % distinct) as f64 / 8.0)));
+            let batch = RecordBatch::try_from_iter([
+                ("id", Arc::new(ids) as _),
+                ("temp", Arc::new(temps) as _),
+                ("name", Arc::new(StringArray::from_iter_values((0..rows).map(|i| format!("n{}", i % 3)))) as _),
+                ("ts", Arc::new(Int64Array::from_iter_values(0..rows as i64)) as _),
+            ])
+            .expect("batch");
+            let version = if v2 { WriterVersion::PARQUET_2_0 } else { WriterVersion::PARQUET_1_0 };
+            let properties = WriterProperties::builder()
+                .set_max_row_group_row_count(Some(group_rows))
+                .set_write_batch_size(page_rows.min(64))
+                .set_data_page_row_count_limit(page_rows)
+                .set_writer_version(version)
+                .build();
+            check_dictionary_columns(&written(&batch, properties), "INT", [true, true], "a random file");
+        }
     }
 
     #[test]
