@@ -274,9 +274,10 @@ pub fn run_script(script: &Script, options: &RunOptions, sink: &mut dyn ResultSi
 }
 
 /// The declared columns of `source` that the queries reading it use only bare, as the one
-/// group key of their windows or as aggregates' arguments (a reader may hand these out as
-/// dictionaries: see [`ReadOptions::dictionary_columns`]).
+/// group key of their windows or as the argument of aggregates that read dictionaries (a
+/// reader may hand these out as dictionaries: see [`ReadOptions::dictionary_columns`]).
 pub fn dictionary_columns(queries: &[QueryPlan], source: &SourceDef) -> Vec<usize> {
+    use crate::aggregate::GroupStates;
     use datafusion_physical_expr::expressions::Column;
     use datafusion_physical_expr::utils::collect_columns;
     let (mut bare, mut other) = (Vec::new(), vec![source.event_time.index]);
@@ -292,7 +293,10 @@ pub fn dictionary_columns(queries: &[QueryPlan], source: &SourceDef) -> Vec<usiz
                 }
                 BranchPlan::WindowAggregate(plan) => {
                     plan.filter.iter().for_each(|expr| read(expr, false));
-                    plan.aggregates.iter().filter_map(|a| a.arg.as_ref()).for_each(|arg| read(arg, true));
+                    for aggregate in &plan.aggregates {
+                        let takes_dictionary = GroupStates::read_dictionaries(aggregate.function, aggregate.kind);
+                        aggregate.arg.iter().for_each(|arg| read(arg, takes_dictionary));
+                    }
                     let one_key = plan.keys.len() == 1;
                     plan.keys.iter().for_each(|key| read(key, one_key));
                 }
@@ -549,6 +553,8 @@ mod tests {
         assert_eq!(read_bare(&by("k, j", "MIN(v)", "")), vec![3]);
         assert_eq!(read_bare(&format!("{}SELECT k, v FROM s;", by("k", "MIN(v)", ""))), Vec::<usize>::new());
         assert_eq!(read_bare(&by("k", "MAX(ts)", "")), vec![1]);
+        // A sketch hashes values: its argument is read as values.
+        assert_eq!(read_bare(&by("k", "APPROX_COUNT_DISTINCT(v), MIN(j)", "")), vec![1, 2]);
         // Another source's queries do not count.
         assert_eq!(read_bare(&format!("{}SELECT k FROM o WHERE k > 1;", by("k", "MIN(v)", ""))), vec![1, 3]);
     }

@@ -340,10 +340,10 @@ impl ParquetReader {
             })
             .collect();
         let leaf_of = |root: usize| dictionary_roots.iter().find(|(r, _)| *r == root).map(|&(_, leaf)| leaf);
-        let (row_groups, schema) = (metadata.metadata().row_groups(), metadata.parquet_schema());
+        let row_groups = metadata.metadata().row_groups();
         let weight = |root: usize| {
-            let of_root = |leaf: &usize| schema.get_column_root_idx(*leaf) == root;
-            let leaves = (0..schema.num_columns()).filter(of_root).collect::<Vec<_>>();
+            let of_root = |leaf: &usize| parquet_schema.get_column_root_idx(*leaf) == root;
+            let leaves = (0..parquet_schema.num_columns()).filter(of_root).collect::<Vec<_>>();
             let sizes = row_groups.iter().flat_map(|g| leaves.iter().map(|&leaf| g.column(leaf).uncompressed_size()));
             sizes.map(|size| size.max(0) as u64).sum()
         };
