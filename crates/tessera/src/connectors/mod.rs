@@ -91,7 +91,8 @@ pub fn declared_rows(batch: RecordBatch) -> Result<RecordBatch> {
 
 /// A stream of batches from one source.
 pub trait BatchReader: Send {
-    /// The next batch of well-formed rows, in the source's declared schema.
+    /// The next batch of well-formed rows, in the source's declared schema (the columns of
+    /// [`ReadOptions::dictionary_columns`] perhaps as dictionaries of the declared types).
     fn next_batch(&mut self) -> Result<Option<RecordBatch>>;
     /// Bytes consumed so far and the total, when known (for progress).
     fn progress(&self) -> (u64, Option<u64>);

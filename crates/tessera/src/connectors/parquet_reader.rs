@@ -1,6 +1,7 @@
 //! Parquet files: columns are matched to the declared schema by name and cast to the declared
-//! types. Parquet has no lines, so a malformed row is reported by its 1-based row number. A
-//! resumed run starts at the checkpoint's row: row groups before it are not read at all.
+//! types (or read as dictionaries of them: see [`ReadOptions::dictionary_columns`]). Parquet
+//! has no lines, so a malformed row is reported by its 1-based row number. A resumed run starts
+//! at the checkpoint's row: row groups before it are not read at all.
 
 use std::sync::Arc;
 
