@@ -6,10 +6,11 @@
 //! each index up and writes the value out (into a zero-filled buffer) for every row; on W1's
 //! file that was 15.5 ms for the key column, its indices alone 4.5 ms.
 //!
-//! Read here: INT32, INT64, FLOAT and DOUBLE columns, not repeated, at most one definition
-//! level, whose chunks all have a dictionary page and use only the plain and dictionary
-//! encodings (data pages that fell back to plain encoding become entries of the batch's
-//! dictionary), in data pages of format v1 and v2. Other columns are read by the parquet crate.
+//! Read here: INT32, INT64, FLOAT, DOUBLE and UTF-8 string columns, not repeated, at most one
+//! definition level, whose chunks all have a dictionary page and use only the plain and
+//! dictionary encodings (data pages that fell back to plain encoding become entries of the
+//! batch's dictionary), in data pages of format v1 and v2. Other columns are read by the
+//! parquet crate.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, DictionaryArray, Float32Array, Float64Array, Int32Array, Int64Array, UInt32Array};
 use arrow::buffer::NullBuffer;
 use arrow::datatypes::{DataType, UInt32Type};
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use parquet::basic::{Encoding, Type as PhysicalType};
 use parquet::column::page::{Page, PageReader};
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
@@ -36,6 +37,7 @@ pub fn readable(metadata: &ParquetMetaData, leaf: usize, value_type: &DataType) 
         DataType::Int64 => PhysicalType::INT64,
         DataType::Float32 => PhysicalType::FLOAT,
         DataType::Float64 => PhysicalType::DOUBLE,
+        DataType::Utf8 => PhysicalType::BYTE_ARRAY,
         _ => return false,
     };
     let supported = |chunk: &ColumnChunkMetaData| {
@@ -188,11 +190,8 @@ impl DictionaryColumn {
                     })
                 }
                 Values::Plain(values) => {
-                    let width = self.value_type.primitive_width().expect("a primitive type");
-                    if values.len() < present * width {
-                        return Err("a data page holds fewer values than it says".into());
-                    }
-                    let plain = plain_values(&values.split_to(present * width), &self.value_type);
+                    let plain = plain_values(values, present, &self.value_type)
+                        .ok_or("a data page holds fewer values than it says")?;
                     dictionaries.push(plain);
                     dictionary_len += present as u32;
                     keys.extend(0..present as u32);
@@ -245,13 +244,10 @@ impl DictionaryColumn {
             };
             let nullable = self.nullable;
             let (buf, rows, encoding, levels) = match page {
-                Page::DictionaryPage { buf, num_values, .. } => {
-                    let width = self.value_type.primitive_width().expect("a primitive type");
-                    let count = num_values as usize;
-                    if buf.len() < count * width {
-                        return Err("the dictionary page holds fewer values than it says".into());
-                    }
-                    self.dictionary = Some(plain_values(&buf.slice(..count * width), &self.value_type));
+                Page::DictionaryPage { mut buf, num_values, .. } => {
+                    let values = plain_values(&mut buf, num_values as usize, &self.value_type)
+                        .ok_or("the dictionary page holds fewer values than it says")?;
+                    self.dictionary = Some(values);
                     continue;
                 }
                 Page::DataPage { buf, num_values, encoding, def_level_encoding, .. } => {
@@ -292,9 +288,34 @@ impl DictionaryColumn {
     }
 }
 
-/// Plain-encoded values (little-endian, the width of `value_type`) as an array of that type.
-fn plain_values(bytes: &[u8], value_type: &DataType) -> ArrayRef {
-    match value_type {
+/// The next `count` plain-encoded values of `bytes` (numbers little-endian, the width of
+/// `value_type`; strings each after its length in 4 bytes) as an array of that type, which
+/// are then read; `None` if `bytes` holds fewer (or a string is not UTF-8).
+fn plain_values(bytes: &mut Bytes, count: usize, value_type: &DataType) -> Option<ArrayRef> {
+    if value_type == &DataType::Utf8 {
+        let mut offsets = vec![0i32];
+        let mut at = 0usize;
+        for _ in 0..count {
+            let length = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
+            let start = offsets.last().copied()? as usize;
+            let end = at.checked_add(4 + length).filter(|&end| end <= bytes.len())?;
+            offsets.push(i32::try_from(start + length).ok()?);
+            at = end;
+        }
+        let mut values = Vec::with_capacity(at - 4 * count);
+        let mut from = 0;
+        for window in offsets.windows(2) {
+            let length = (window[1] - window[0]) as usize;
+            values.extend_from_slice(&bytes[from + 4..from + 4 + length]);
+            from += 4 + length;
+        }
+        bytes.advance(at);
+        let offsets = arrow::buffer::OffsetBuffer::new(offsets.into());
+        return Some(Arc::new(arrow::array::StringArray::try_new(offsets, values.into(), None).ok()?));
+    }
+    let width = value_type.primitive_width()?;
+    let bytes = bytes.split_to(count.checked_mul(width).filter(|&n| n <= bytes.len())?);
+    Some(match value_type {
         DataType::Int32 => Arc::new(Int32Array::from_iter_values(
             bytes.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes"))),
         )),
@@ -307,7 +328,7 @@ fn plain_values(bytes: &[u8], value_type: &DataType) -> ArrayRef {
         _ => Arc::new(Int64Array::from_iter_values(
             bytes.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes"))),
         )),
-    }
+    })
 }
 
 /// Parquet's hybrid of run-length and bit-packed encoding, of values `width` bits wide (at most

@@ -647,8 +647,8 @@ mod tests {
         out.into()
     }
 
-    /// `rows` rows with `id` an `Int32` key of 23 values, every seventh NULL, and `temp` of 50
-    /// values, every ninth NULL.
+    /// `rows` rows with `id` an `Int32` key of 23 values, every seventh NULL, `temp` of 50
+    /// values, every ninth NULL, and `name` of 97 values, every eleventh NULL.
     fn nullable_int32_keys(rows: usize) -> RecordBatch {
         let ids = Int32Array::from_iter((0..rows as i32).map(|i| (i % 7 != 3).then_some(i * 7919 % 23 - 5)));
         RecordBatch::try_from_iter([
@@ -658,25 +658,30 @@ mod tests {
                 Arc::new(Float64Array::from_iter((0..rows).map(|i| (i % 9 != 4).then_some((i % 50) as f64 / 4.0))))
                     as _,
             ),
-            ("name", Arc::new(StringArray::from_iter_values((0..rows).map(|i| format!("n{}", i % 3)))) as _),
+            (
+                "name",
+                Arc::new(StringArray::from_iter((0..rows).map(|i| (i % 11 != 5).then(|| format!("n{}", i % 97))))) as _,
+            ),
             ("ts", Arc::new(Int64Array::from_iter_values(0..rows as i64)) as _),
         ])
         .expect("batch")
     }
 
-    /// Reads `input` with `temp` and `id` (columns 2 and 3) taken as dictionaries and as plain
-    /// columns: the same rows, each of the two read as a dictionary or not per `dictionaries`.
-    fn check_dictionary_columns(input: &bytes::Bytes, id_type: &str, dictionaries: [bool; 2], what: &str) {
+    /// Reads `input` with `name`, `temp` and `id` (columns 1 to 3) taken as dictionaries and as
+    /// plain columns: the same rows, each of the three read as a dictionary or not per
+    /// `dictionaries`.
+    fn check_dictionary_columns(input: &bytes::Bytes, id_type: &str, dictionaries: [bool; 3], what: &str) {
         let plain = read_with(input, id_type, ReadOptions::default(), None, 0).expect("plain").0;
         // Resumed a third and two thirds of the way in (in and past the first row group).
         let total = plain.iter().map(RecordBatch::num_rows).sum::<usize>() as u64;
         for (sets, from, spare) in [(1, None, 0), (2, None, 1), (2, Some(total / 3), 0), (3, Some(total * 2 / 3), 2)] {
-            let options = ReadOptions { column_sets: sets, dictionary_columns: vec![2, 3], ..ReadOptions::default() };
+            let options =
+                ReadOptions { column_sets: sets, dictionary_columns: vec![1, 2, 3], ..ReadOptions::default() };
             let (read, _) = read_with(input, id_type, options, from, spare).expect("read");
             let skipped = from.unwrap_or(0) as usize;
             let rows: usize = read.iter().map(RecordBatch::num_rows).sum();
             assert_eq!(rows + skipped, plain.iter().map(RecordBatch::num_rows).sum::<usize>(), "{what}");
-            for (column, dictionary) in [2, 3].into_iter().zip(dictionaries) {
+            for (column, dictionary) in [1, 2, 3].into_iter().zip(dictionaries) {
                 let data_type = read[0].schema().field(column).data_type().clone();
                 let read_as_dictionary = matches!(data_type, arrow::datatypes::DataType::Dictionary(..));
                 assert_eq!(read_as_dictionary, dictionary, "{what}: column {column} read as {data_type}");
@@ -692,7 +697,7 @@ mod tests {
     fn dictionary_encoded_columns_read_as_dictionaries_hold_the_rows_read_plain() {
         use parquet::file::properties::{WriterProperties, WriterVersion};
         // Batches of 256 rows straddle row groups of 700: their dictionaries are joined.
-        check_dictionary_columns(&file(2_000), "BIGINT", [true, true], "non-null keys");
+        check_dictionary_columns(&file(2_000), "BIGINT", [true, true, true], "non-null keys");
         let batch = nullable_int32_keys(2_000);
         let properties = || {
             WriterProperties::builder()
@@ -701,21 +706,29 @@ mod tests {
                 .set_data_page_row_count_limit(90)
         };
         let small_pages = written(&batch, properties().build());
-        assert!(data_pages(&small_pages).len() >= 7, "{:?}", data_pages(&small_pages));
-        check_dictionary_columns(&small_pages, "INT", [true, true], "NULLs, small pages");
+        assert!(data_pages(&small_pages, 0).len() >= 7, "{:?}", data_pages(&small_pages, 0));
+        check_dictionary_columns(&small_pages, "INT", [true, true, true], "NULLs, small pages");
         let v2 = written(&batch, properties().set_writer_version(WriterVersion::PARQUET_2_0).build());
-        assert!(data_pages(&v2).iter().all(|&(_, v2)| v2));
-        check_dictionary_columns(&v2, "INT", [true, true], "pages of format v2");
+        assert!(data_pages(&v2, 0).iter().all(|&(_, v2)| v2));
+        check_dictionary_columns(&v2, "INT", [true, true, true], "pages of format v2");
         // The dictionary fills up after a few keys: later pages fall back to plain encoding.
         let fallback = written(&batch, properties().set_dictionary_page_size_limit(40).build());
-        let encodings: Vec<_> = data_pages(&fallback).into_iter().map(|(encoding, _)| encoding).collect();
-        assert!(encodings.contains(&parquet::basic::Encoding::PLAIN), "{encodings:?}");
-        assert!(encodings.iter().any(|e| e != &parquet::basic::Encoding::PLAIN), "{encodings:?}");
-        check_dictionary_columns(&fallback, "INT", [true, true], "pages in plain encoding");
+        // (the integer and the string column: leaves 0 and 2)
+        for leaf in [0, 2] {
+            let encodings: Vec<_> = data_pages(&fallback, leaf).into_iter().map(|(encoding, _)| encoding).collect();
+            assert!(encodings.contains(&parquet::basic::Encoding::PLAIN), "{encodings:?}");
+            assert!(encodings.iter().any(|e| e != &parquet::basic::Encoding::PLAIN), "{encodings:?}");
+        }
+        check_dictionary_columns(&fallback, "INT", [true, true, true], "pages in plain encoding");
         // Read by the parquet crate: no dictionary, or another type declared.
         let no_dictionary = properties().set_dictionary_enabled(false).build();
-        check_dictionary_columns(&written(&batch, no_dictionary), "INT", [false, false], "no dictionary");
-        check_dictionary_columns(&written(&batch, properties().build()), "BIGINT", [true, false], "declared BIGINT");
+        check_dictionary_columns(&written(&batch, no_dictionary), "INT", [false, false, false], "no dictionary");
+        check_dictionary_columns(
+            &written(&batch, properties().build()),
+            "BIGINT",
+            [true, true, false],
+            "declared BIGINT",
+        );
     }
 
     proptest::proptest! {
@@ -752,7 +765,7 @@ mod tests {
                 .set_data_page_row_count_limit(page_rows)
                 .set_writer_version(version)
                 .build();
-            check_dictionary_columns(&written(&batch, properties), "INT", [true, true], "a random file");
+            check_dictionary_columns(&written(&batch, properties), "INT", [true, true, true], "a random file");
         }
     }
 
@@ -780,13 +793,13 @@ mod tests {
         assert!(failed > 0, "some damage is detected");
     }
 
-    /// The data pages of the first column's chunk in the first row group: each one's encoding,
+    /// The data pages of the chunk of column `leaf` in the first row group: each one's encoding,
     /// and whether it is of format v2.
-    fn data_pages(input: &bytes::Bytes) -> Vec<(parquet::basic::Encoding, bool)> {
+    fn data_pages(input: &bytes::Bytes, leaf: usize) -> Vec<(parquet::basic::Encoding, bool)> {
         use parquet::column::page::Page;
         use parquet::file::reader::FileReader;
         let reader = parquet::file::serialized_reader::SerializedFileReader::new(input.clone()).expect("reader");
-        let mut pages = reader.get_row_group(0).expect("row group").get_column_page_reader(0).expect("pages");
+        let mut pages = reader.get_row_group(0).expect("row group").get_column_page_reader(leaf).expect("pages");
         let mut found = Vec::new();
         while let Some(page) = pages.get_next_page().expect("page") {
             match page {

@@ -1,8 +1,8 @@
 //! Interning group keys: every distinct key (a tuple of column values, NULL included) gets a
 //! dense `u32` id once per batch row, so window slices index their states by id instead of
-//! hashing keys again. A single integer key takes a fast path (handed out as a dictionary, as
-//! Parquet key columns are read, it is resolved once per dictionary entry); any other key set
-//! is encoded with Arrow's row format.
+//! hashing keys again. A single integer key takes a fast path; any other key set is encoded
+//! with Arrow's row format. A single key handed out as a dictionary (as Parquet key columns are
+//! read) is resolved once per dictionary entry, not once per row.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, DictionaryArray, Int64Array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type, UInt32Type};
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{Row, RowConverter, Rows, SortField};
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::error::{Result, TesseraError};
@@ -36,12 +36,7 @@ enum KeyKind {
         seen: bool,
     },
     Int(IntKeys),
-    Rows {
-        converter: RowConverter,
-        table: HashTable<u32>,
-        rows: Rows,
-        hasher: DefaultHashBuilder,
-    },
+    Rows(RowKeys),
 }
 
 impl KeyInterner {
@@ -52,7 +47,12 @@ impl KeyInterner {
             _ => {
                 let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())?;
                 let rows = converter.empty_rows(0, 0);
-                KeyKind::Rows { converter, table: HashTable::new(), rows, hasher: DefaultHashBuilder::default() }
+                KeyKind::Rows(RowKeys {
+                    converter,
+                    table: HashTable::new(),
+                    rows,
+                    hasher: DefaultHashBuilder::default(),
+                })
             }
         };
         Ok(KeyInterner { types, kind })
@@ -63,7 +63,7 @@ impl KeyInterner {
         match &self.kind {
             KeyKind::Unit { seen } => usize::from(*seen),
             KeyKind::Int(keys) => keys.values.len(),
-            KeyKind::Rows { rows, .. } => rows.num_rows(),
+            KeyKind::Rows(keys) => keys.rows.num_rows(),
         }
     }
 
@@ -78,10 +78,11 @@ impl KeyInterner {
     }
 
     /// Keys kept in Arrow's row format: the batch's key columns in that format (`None` for
-    /// other keys), converted once for a lookup and the interning that may follow it.
+    /// other keys, and for a dictionary column, whose entries are converted instead), converted
+    /// once for a lookup and the interning that may follow it.
     fn convert(&self, columns: &[ArrayRef]) -> Result<Option<Rows>> {
         match &self.kind {
-            KeyKind::Rows { converter, .. } => Ok(Some(converter.convert_columns(columns)?)),
+            KeyKind::Rows(keys) if dictionary(columns).is_none() => Ok(Some(keys.converter.convert_columns(columns)?)),
             _ => Ok(None),
         }
     }
@@ -95,8 +96,12 @@ impl KeyInterner {
                 Ok(vec![0; num_rows])
             }
             KeyKind::Int(keys) => {
-                if let Some(column) = columns[0].as_dictionary_opt::<UInt32Type>() {
-                    let ids = dictionary_ids(&mut *keys, column, |keys, value| Some(keys.intern(value)))?;
+                if let Some(column) = dictionary(columns) {
+                    let values = cast(column.values(), &DataType::Int64)?;
+                    let values = values.as_primitive::<Int64Type>();
+                    let value = |entry: usize| values.is_valid(entry).then(|| values.value(entry));
+                    let known = known_entries(values.len(), num_rows, |entry| keys.find(value(entry)));
+                    let ids = dictionary_ids(column.keys(), known, |entry| Some(keys.intern(entry.and_then(value))));
                     return Ok(ids.expect("interning resolves every key"));
                 }
                 let (column, mut out, known) = dense_prefix(&keys.dense, &columns[0])?;
@@ -106,26 +111,16 @@ impl KeyInterner {
                 }
                 Ok(out)
             }
-            KeyKind::Rows { table, rows, hasher, .. } => {
-                let batch_rows = converted.ok_or_else(unconverted)?;
-                let mut out = Vec::with_capacity(num_rows);
-                for i in 0..batch_rows.num_rows() {
-                    let row = batch_rows.row(i);
-                    let hash = hasher.hash_one(row.as_ref());
-                    let found = table.find(hash, |&id| rows.row(id as usize).as_ref() == row.as_ref()).copied();
-                    let id = match found {
-                        Some(id) => id,
-                        None => {
-                            let id = rows.num_rows() as u32;
-                            rows.push(row);
-                            let stored = &*rows;
-                            table.insert_unique(hash, id, |&id| hasher.hash_one(stored.row(id as usize).as_ref()));
-                            id
-                        }
-                    };
-                    out.push(id);
+            KeyKind::Rows(keys) => {
+                if let Some(column) = dictionary(columns) {
+                    let (entries, null) = keys.entries(column)?;
+                    let row = |entry: Option<usize>| entry.map_or(null.row(0), |entry| entries.row(entry));
+                    let known = known_entries(entries.num_rows(), num_rows, |entry| keys.find(entries.row(entry)));
+                    let ids = dictionary_ids(column.keys(), known, |entry| Some(keys.intern(row(entry))));
+                    return Ok(ids.expect("interning resolves every key"));
                 }
-                Ok(out)
+                let batch_rows = converted.ok_or_else(unconverted)?;
+                Ok(batch_rows.iter().map(|row| keys.intern(row)).collect())
             }
         }
     }
@@ -147,8 +142,12 @@ impl KeyInterner {
         match &self.kind {
             KeyKind::Unit { seen } => Ok((*seen || num_rows == 0).then(|| vec![0; num_rows])),
             KeyKind::Int(keys) => {
-                if let Some(column) = columns[0].as_dictionary_opt::<UInt32Type>() {
-                    return dictionary_ids(keys, column, |keys, value| keys.find(value));
+                if let Some(column) = dictionary(columns) {
+                    let values = cast(column.values(), &DataType::Int64)?;
+                    let values = values.as_primitive::<Int64Type>();
+                    let value = |entry: usize| values.is_valid(entry).then(|| values.value(entry));
+                    let known = known_entries(values.len(), num_rows, |entry| keys.find(value(entry)));
+                    return Ok(dictionary_ids(column.keys(), known, |entry| keys.find(entry.and_then(value))));
                 }
                 let (column, mut out, known) = dense_prefix(&keys.dense, &columns[0])?;
                 let has_nulls = column.null_count() > 0;
@@ -160,17 +159,15 @@ impl KeyInterner {
                 }
                 Ok(Some(out))
             }
-            KeyKind::Rows { table, rows, hasher, .. } => {
-                let batch_rows = converted.ok_or_else(unconverted)?;
-                let mut out = Vec::with_capacity(num_rows);
-                for row in batch_rows.iter() {
-                    let hash = hasher.hash_one(row.as_ref());
-                    match table.find(hash, |&id| rows.row(id as usize).as_ref() == row.as_ref()) {
-                        Some(&id) => out.push(id),
-                        None => return Ok(None),
-                    }
+            KeyKind::Rows(keys) => {
+                if let Some(column) = dictionary(columns) {
+                    let (entries, null) = keys.entries(column)?;
+                    let row = |entry: Option<usize>| entry.map_or(null.row(0), |entry| entries.row(entry));
+                    let known = known_entries(entries.num_rows(), num_rows, |entry| keys.find(entries.row(entry)));
+                    return Ok(dictionary_ids(column.keys(), known, |entry| keys.find(row(entry))));
                 }
-                Ok(Some(out))
+                let batch_rows = converted.ok_or_else(unconverted)?;
+                Ok(batch_rows.iter().map(|row| keys.find(row)).collect())
             }
         }
     }
@@ -190,9 +187,7 @@ impl KeyInterner {
                     Ok(vec![cast(&array, &self.types[0])?])
                 }
             }
-            KeyKind::Rows { converter, rows, .. } => {
-                Ok(converter.convert_rows(ids.iter().map(|&id| rows.row(id as usize)))?)
-            }
+            KeyKind::Rows(keys) => Ok(keys.converter.convert_rows(ids.iter().map(|&id| keys.rows.row(id as usize)))?),
         }
     }
 
@@ -203,7 +198,7 @@ impl KeyInterner {
                 // A hash table bucket: the id and a control byte.
                 dense.capacity() * 4 + ids.capacity() * 5 + values.capacity() * 8
             }
-            KeyKind::Rows { table, rows, .. } => table.capacity() * 8 + rows.size(),
+            KeyKind::Rows(keys) => keys.table.capacity() * 8 + keys.rows.size(),
         }
     }
 }
@@ -265,54 +260,92 @@ impl IntKeys {
     }
 }
 
-/// The ids of the keys of a dictionary column (as a reader hands out group-key columns),
-/// resolved (`resolve`: interned, or looked up) once per dictionary entry a row uses, in row
-/// order, so each key gets the id it gets from the same keys in a plain column. `None` once
-/// a key is not resolved. Entries already known are resolved first where the dictionary is
-/// not larger than the batch: the rows are then one lookup each in a small table.
-fn dictionary_ids<K: std::ops::Deref<Target = IntKeys>>(
-    mut keys: K,
-    column: &DictionaryArray<UInt32Type>,
-    resolve: impl Fn(&mut K, Option<i64>) -> Option<u32>,
-) -> Result<Option<Vec<u32>>> {
-    let values = cast(column.values(), &DataType::Int64)?;
-    let values = values.as_primitive::<Int64Type>();
-    let value = |entry: usize| values.is_valid(entry).then(|| values.value(entry));
-    let mut entry_ids = vec![NO_ID; values.len()];
-    if values.len() <= column.len() {
-        for (entry, id) in entry_ids.iter_mut().enumerate() {
-            *id = keys.find(value(entry)).unwrap_or(NO_ID);
-        }
+/// Keys of other types (strings, several columns), in Arrow's row format.
+struct RowKeys {
+    converter: RowConverter,
+    /// The id of each key, hashed by its row in `rows`.
+    table: HashTable<u32>,
+    rows: Rows,
+    hasher: DefaultHashBuilder,
+}
+
+impl RowKeys {
+    /// The id of a key seen before.
+    fn find(&self, row: Row<'_>) -> Option<u32> {
+        let hash = self.hasher.hash_one(row.as_ref());
+        self.table.find(hash, |&id| self.rows.row(id as usize).as_ref() == row.as_ref()).copied()
     }
-    let indices = column.keys();
-    if indices.null_count() == 0 && !entry_ids.contains(&NO_ID) {
+
+    /// The id of a key, new if it was not seen before.
+    fn intern(&mut self, row: Row<'_>) -> u32 {
+        let hash = self.hasher.hash_one(row.as_ref());
+        if let Some(&id) = self.table.find(hash, |&id| self.rows.row(id as usize).as_ref() == row.as_ref()) {
+            return id;
+        }
+        let id = self.rows.num_rows() as u32;
+        self.rows.push(row);
+        let (rows, hasher) = (&self.rows, &self.hasher);
+        self.table.insert_unique(hash, id, |&id| hasher.hash_one(rows.row(id as usize).as_ref()));
+        id
+    }
+
+    /// The entries of a dictionary column of the one key, and a NULL key, in the row format.
+    fn entries(&self, column: &DictionaryArray<UInt32Type>) -> Result<(Rows, Rows)> {
+        let null = arrow::array::new_null_array(column.values().data_type(), 1);
+        Ok((self.converter.convert_columns(&[Arc::clone(column.values())])?, self.converter.convert_columns(&[null])?))
+    }
+}
+
+/// The one key column, if it is a dictionary array (as a reader hands out key columns).
+fn dictionary(columns: &[ArrayRef]) -> Option<&DictionaryArray<UInt32Type>> {
+    match columns {
+        [column] => column.as_dictionary_opt::<UInt32Type>(),
+        _ => None,
+    }
+}
+
+/// The ids of a dictionary's entries already known (`find`; the others `NO_ID`), where the
+/// dictionary is not larger than the batch of `rows` rows: its rows are then one lookup each
+/// in a small table. Otherwise none, each then resolved when a row uses it.
+fn known_entries(entries: usize, rows: usize, find: impl Fn(usize) -> Option<u32>) -> Vec<u32> {
+    if entries > rows {
+        return vec![NO_ID; entries];
+    }
+    (0..entries).map(|entry| find(entry).unwrap_or(NO_ID)).collect()
+}
+
+/// The ids of the keys of a dictionary column, whose rows hold `indices` into its entries:
+/// each entry a row uses resolved once (`resolve(Some(entry))`, interned or looked up; a NULL
+/// row `resolve(None)`), in row order, so that each key gets the id it gets from the same keys
+/// in a plain column; `known` holds the ids of entries found before (see [`known_entries`]).
+/// `None` once a key is not resolved.
+fn dictionary_ids(
+    indices: &arrow::array::UInt32Array,
+    mut known: Vec<u32>,
+    mut resolve: impl FnMut(Option<usize>) -> Option<u32>,
+) -> Option<Vec<u32>> {
+    if indices.null_count() == 0 && !known.contains(&NO_ID) && !known.is_empty() {
         // A table of a power-of-two length, indexed by masked entries: no bounds checks, so
         // the lookups vectorize (every entry is within the dictionary anyway).
-        let mask = values.len().next_power_of_two() - 1;
-        entry_ids.resize(mask + 1, NO_ID);
-        let table = &entry_ids[..=mask];
-        return Ok(Some(indices.values().iter().map(|&entry| table[entry as usize & mask]).collect()));
+        let mask = known.len().next_power_of_two() - 1;
+        known.resize(mask + 1, NO_ID);
+        let table = &known[..=mask];
+        return Some(indices.values().iter().map(|&entry| table[entry as usize & mask]).collect());
     }
-    let mut out = Vec::with_capacity(column.len());
+    let mut out = Vec::with_capacity(indices.len());
     for (row, &entry) in indices.values().iter().enumerate() {
         let id = if indices.is_null(row) {
-            resolve(&mut keys, None)
+            resolve(None)?
         } else {
-            let id = &mut entry_ids[entry as usize];
+            let id = &mut known[entry as usize];
             if *id == NO_ID {
-                *id = match resolve(&mut keys, value(entry as usize)) {
-                    Some(found) => found,
-                    None => return Ok(None),
-                };
+                *id = resolve(Some(entry as usize))?;
             }
-            Some(*id)
+            *id
         };
-        match id {
-            Some(id) => out.push(id),
-            None => return Ok(None),
-        }
+        out.push(id);
     }
-    Ok(Some(out))
+    Some(out)
 }
 
 /// A key column as `Int64`, with the ids of its leading rows in the common case, every key a
@@ -508,38 +541,51 @@ mod tests {
         assert_eq!(back[0].as_primitive::<Int64Type>().values().to_vec(), vec![keys[99_998], keys[0]]);
     }
 
-    #[test]
-    fn dictionary_columns_get_the_ids_their_values_get_plain() {
-        // Each batch: rows as dictionary entries (NULL: a NULL row), and the dictionary. Keys
-        // looked up by value and by hash, a NULL entry, entries no row uses, a dictionary
-        // larger than its batch, and batches whose keys were all seen before.
-        type Batch = (Vec<Option<u32>>, Vec<Option<i64>>);
-        let batches: Vec<Batch> = vec![
-            (vec![Some(2), Some(0), Some(2), None], vec![Some(7), Some(-3), Some(1 << 40), Some(99)]),
-            (vec![Some(1), Some(1), Some(0)], vec![Some(1 << 40), Some(5), Some(6), Some(8), Some(9)]),
-            (vec![Some(0), Some(2), Some(1), Some(1)], vec![Some(5), None, Some(7)]),
-            (vec![Some(3), Some(0), Some(3), Some(1)], vec![Some(-3), Some(7), Some(12), Some(5)]),
-        ];
+    /// Interns and looks up `batches` of a dictionary column of `key_type` (each batch: its
+    /// rows as dictionary entries, NULL a NULL row, and its dictionary) and the same keys as
+    /// plain columns: the same ids, keys and number of keys (`keys`: entries no row uses get no
+    /// id).
+    fn check_dictionary_ids(key_type: DataType, batches: Vec<(Vec<Option<u32>>, ArrayRef)>, keys: usize) {
         let (mut by_dictionary, mut plain) =
-            (KeyInterner::new(vec![DataType::Int64]).unwrap(), KeyInterner::new(vec![DataType::Int64]).unwrap());
+            (KeyInterner::new(vec![key_type.clone()]).unwrap(), KeyInterner::new(vec![key_type]).unwrap());
         for (rows, values) in batches {
-            let values = Int64Array::from(values);
-            let plain_rows: ArrayRef = Arc::new(Int64Array::from_iter(rows.iter().map(|row| {
-                row.and_then(|entry| values.is_valid(entry as usize).then(|| values.value(entry as usize)))
-            })));
-            let dictionary: ArrayRef =
-                Arc::new(DictionaryArray::<UInt32Type>::try_new(rows.into(), Arc::new(values)).unwrap());
+            let indices = arrow::array::UInt32Array::from(rows);
+            let plain_rows = arrow::compute::take(&values, &indices, None).unwrap();
+            let dictionary: ArrayRef = Arc::new(DictionaryArray::<UInt32Type>::try_new(indices, values).unwrap());
             let n = dictionary.len();
             let known = plain.lookup(&[Arc::clone(&plain_rows)], n).unwrap();
             assert_eq!(by_dictionary.lookup(&[Arc::clone(&dictionary)], n).unwrap(), known);
             let ids = plain.intern(&[plain_rows], n).unwrap();
             assert_eq!(by_dictionary.intern(&[Arc::clone(&dictionary)], n).unwrap(), ids);
             assert_eq!(by_dictionary.lookup(&[dictionary], n).unwrap(), Some(ids));
-            assert_eq!(by_dictionary.len(), plain.len(), "entries no row uses get no id");
+            assert_eq!(by_dictionary.len(), plain.len());
         }
         let all: Vec<u32> = (0..plain.len() as u32).collect();
         assert_eq!(by_dictionary.columns(&all).unwrap()[0].as_ref(), plain.columns(&all).unwrap()[0].as_ref());
-        assert_eq!(plain.len(), 5, "2^40, 7, NULL, 5 and -3: none of the entries no row uses");
+        assert_eq!(plain.len(), keys);
+    }
+
+    #[test]
+    fn dictionary_columns_get_the_ids_their_values_get_plain() {
+        // Keys looked up by value and by hash, a NULL entry, entries no row uses, a dictionary
+        // larger than its batch, and batches whose keys were all seen before: 2^40, 7, NULL, 5
+        // and -3.
+        let ints = |values: Vec<Option<i64>>| Arc::new(Int64Array::from(values)) as ArrayRef;
+        let batches = vec![
+            (vec![Some(2), Some(0), Some(2), None], ints(vec![Some(7), Some(-3), Some(1 << 40), Some(99)])),
+            (vec![Some(1), Some(1), Some(0)], ints(vec![Some(1 << 40), Some(5), Some(6), Some(8), Some(9)])),
+            (vec![Some(0), Some(2), Some(1), Some(1)], ints(vec![Some(5), None, Some(7)])),
+            (vec![Some(3), Some(0), Some(3), Some(1)], ints(vec![Some(-3), Some(7), Some(12), Some(5)])),
+        ];
+        check_dictionary_ids(DataType::Int64, batches, 5);
+        // Strings, in the row format: a, NULL, b and c.
+        let strings = |values: Vec<Option<&str>>| Arc::new(StringArray::from(values)) as ArrayRef;
+        let batches = vec![
+            (vec![Some(1), None, Some(1), Some(0)], strings(vec![Some("b"), Some("a"), Some("unused")])),
+            (vec![Some(0), Some(2), Some(1)], strings(vec![Some("c"), None, Some("a")])),
+            (vec![Some(1), Some(0), Some(1), Some(1)], strings(vec![Some("a"), Some("b")])),
+        ];
+        check_dictionary_ids(DataType::Utf8, batches, 4);
     }
 
     #[test]

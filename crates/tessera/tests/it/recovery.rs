@@ -433,3 +433,55 @@ fn a_resumed_text_run_skips_the_bytes_before_the_checkpoint() {
         .to_string();
     assert!(error.contains(&format!(":{bad_line}")), "line {bad_line}: {error}");
 }
+
+/// Runs `script` over its Parquet file on `workers` workers, with the columns the engine may
+/// take as dictionaries read as dictionaries or all read as values.
+fn run_parquet(script: &Script, workers: usize, dictionaries: bool) -> MemorySink {
+    let read = ReadOptions { batch_size: 64, ..Default::default() };
+    let options = RunOptions { parallelism: Parallelism::Fixed(workers), ..RunOptions::default() };
+    let mut sink = MemorySink::default();
+    run_script_with_readers(script, &options, &mut sink, &mut |source| {
+        let columns = if dictionaries { tessera::engine::dictionary_columns(&script.queries, source) } else { vec![] };
+        tessera::connectors::open_source(source, &ReadOptions { dictionary_columns: columns, ..read.clone() })
+    })
+    .expect("run");
+    sink
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+    /// String and integer keys and float arguments read from Parquet as dictionaries give the
+    /// rows and late rows of the same columns read as values: NULL keys and values, late
+    /// events, row groups and pages smaller than a batch, one or two workers, `EMIT CHANGES`.
+    #[test]
+    fn parquet_columns_read_as_dictionaries_give_the_rows_of_values(
+        events in super::properties::event_strategy(),
+        workers in 1usize..3,
+    ) {
+        prop_assume!(!events.is_empty());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let input = batches(&events, events.len()).remove(0);
+        let properties = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(50))
+            .set_write_batch_size(10)
+            .set_data_page_row_count_limit(20)
+            .build();
+        let file = std::fs::File::create(dir.path().join("events.parquet")).expect("parquet file");
+        let mut writer = parquet::arrow::ArrowWriter::try_new(file, input.schema(), Some(properties)).expect("writer");
+        writer.write(&input).expect("write");
+        writer.close().expect("close");
+        let text = "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '3' SECOND)
+               WITH (path = 'events.parquet');
+             SELECT tag, window_start, window_end, MIN(v), SUM(v), COUNT(*) FROM TUMBLE(s, ts, INTERVAL '10' SECOND)
+             GROUP BY tag, window_start, window_end;
+             SELECT k, window_start, window_end, MAX(v), AVG(v), COUNT(v) FROM HOP(s, ts, INTERVAL '5' SECOND, INTERVAL '15' SECOND)
+             GROUP BY k, window_start, window_end EMIT CHANGES;";
+        let script = Script::compile(text, dir.path()).expect("script");
+        prop_assert_eq!(tessera::engine::dictionary_columns(&script.queries, script.catalog.source("s").expect("s")), vec![0, 1, 2]);
+        let (dictionary, values) = (run_parquet(&script, workers, true), run_parquet(&script, workers, false));
+        for q in 0..2 {
+            prop_assert!(rows(&dictionary.rows[q]) == rows(&values.rows[q]), "query {}", q);
+            prop_assert!(rows(&dictionary.late[q]) == rows(&values.late[q]), "query {}: late rows", q);
+        }
+    }
+}
