@@ -97,11 +97,10 @@ impl KeyInterner {
             }
             KeyKind::Int(keys) => {
                 if let Some(column) = dictionary(columns) {
-                    let values = cast(column.values(), &DataType::Int64)?;
-                    let values = values.as_primitive::<Int64Type>();
-                    let value = |entry: usize| values.is_valid(entry).then(|| values.value(entry));
-                    let known = known_entries(values.len(), num_rows, |entry| keys.find(value(entry)));
-                    let ids = dictionary_ids(column.keys(), known, |entry| Some(keys.intern(entry.and_then(value))));
+                    let entries = int_entries(column)?;
+                    let known = known_entries(entries.len(), num_rows, |entry| keys.find(entries[entry]));
+                    let ids =
+                        dictionary_ids(column.keys(), known, |entry| Some(keys.intern(entry.and_then(|e| entries[e]))));
                     return Ok(ids.expect("interning resolves every key"));
                 }
                 let (column, mut out, known) = dense_prefix(&keys.dense, &columns[0])?;
@@ -143,11 +142,9 @@ impl KeyInterner {
             KeyKind::Unit { seen } => Ok((*seen || num_rows == 0).then(|| vec![0; num_rows])),
             KeyKind::Int(keys) => {
                 if let Some(column) = dictionary(columns) {
-                    let values = cast(column.values(), &DataType::Int64)?;
-                    let values = values.as_primitive::<Int64Type>();
-                    let value = |entry: usize| values.is_valid(entry).then(|| values.value(entry));
-                    let known = known_entries(values.len(), num_rows, |entry| keys.find(value(entry)));
-                    return Ok(dictionary_ids(column.keys(), known, |entry| keys.find(entry.and_then(value))));
+                    let entries = int_entries(column)?;
+                    let known = known_entries(entries.len(), num_rows, |entry| keys.find(entries[entry]));
+                    return Ok(dictionary_ids(column.keys(), known, |entry| keys.find(entry.and_then(|e| entries[e]))));
                 }
                 let (column, mut out, known) = dense_prefix(&keys.dense, &columns[0])?;
                 let has_nulls = column.null_count() > 0;
@@ -302,6 +299,11 @@ fn dictionary(columns: &[ArrayRef]) -> Option<&DictionaryArray<UInt32Type>> {
         [column] => column.as_dictionary_opt::<UInt32Type>(),
         _ => None,
     }
+}
+
+/// A dictionary column's entries as integers (`None`: NULL).
+fn int_entries(column: &DictionaryArray<UInt32Type>) -> Result<Vec<Option<i64>>> {
+    Ok(cast(column.values(), &DataType::Int64)?.as_primitive::<Int64Type>().iter().collect())
 }
 
 /// The ids of a dictionary's entries already known (`find`; the others `NO_ID`), where the
