@@ -70,9 +70,6 @@ pub struct DictionaryColumn {
     pages: Option<SerializedPageReader<Bytes>>,
     /// The open row group's dictionary.
     dictionary: Option<ArrayRef>,
-    /// Where the open row group's dictionary starts in the dictionary of the batch being
-    /// read, once the batch holds a row of the group.
-    in_batch: Option<u32>,
     page: Option<DataPage>,
     /// Rows to pass over before the first batch.
     skip: usize,
@@ -118,7 +115,6 @@ impl DictionaryColumn {
             groups: groups.into(),
             pages: None,
             dictionary: None,
-            in_batch: None,
             page: None,
             skip: offset,
             levels: Vec::new(),
@@ -141,7 +137,8 @@ impl DictionaryColumn {
         let mut valid: Option<Vec<bool>> = None;
         let mut dictionaries: Vec<ArrayRef> = Vec::new();
         let mut dictionary_len = 0u32;
-        self.in_batch = None;
+        // The last row group dictionary the batch took in, and where it starts among them.
+        let mut last: Option<(ArrayRef, u32)> = None;
         while keys.len() < rows {
             let Some(page) = self.page.as_mut().filter(|page| page.rows > 0) else {
                 if !self.next_page()? {
@@ -183,11 +180,16 @@ impl DictionaryColumn {
                     if !within {
                         return Err("a dictionary index past the end of the dictionary".into());
                     }
-                    *self.in_batch.get_or_insert_with(|| {
-                        dictionaries.push(Arc::clone(dictionary));
-                        dictionary_len += dictionary.len() as u32;
-                        dictionary_len - dictionary.len() as u32
-                    })
+                    match &last {
+                        Some((taken, start)) if Arc::ptr_eq(taken, dictionary) => *start,
+                        _ => {
+                            let start = dictionary_len;
+                            dictionaries.push(Arc::clone(dictionary));
+                            dictionary_len += dictionary.len() as u32;
+                            last = Some((Arc::clone(dictionary), start));
+                            start
+                        }
+                    }
                 }
                 Values::Plain(values) => {
                     let plain = plain_values(values, present, &self.value_type)
@@ -239,7 +241,7 @@ impl DictionaryColumn {
                 let rows = group.num_rows().max(0) as usize;
                 let pages = SerializedPageReader::new(Arc::clone(&self.input), group.column(self.leaf), rows, None)
                     .map_err(|e| e.to_string())?;
-                (self.pages, self.dictionary, self.in_batch) = (Some(pages), None, None);
+                (self.pages, self.dictionary) = (Some(pages), None);
                 continue;
             };
             let nullable = self.nullable;
@@ -293,21 +295,12 @@ impl DictionaryColumn {
 /// are then read; `None` if `bytes` holds fewer (or a string is not UTF-8).
 fn plain_values(bytes: &mut Bytes, count: usize, value_type: &DataType) -> Option<ArrayRef> {
     if value_type == &DataType::Utf8 {
-        let mut offsets = vec![0i32];
-        let mut at = 0usize;
+        let (mut offsets, mut values, mut at) = (vec![0i32], Vec::new(), 0usize);
         for _ in 0..count {
             let length = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
-            let start = offsets.last().copied()? as usize;
-            let end = at.checked_add(4 + length).filter(|&end| end <= bytes.len())?;
-            offsets.push(i32::try_from(start + length).ok()?);
-            at = end;
-        }
-        let mut values = Vec::with_capacity(at - 4 * count);
-        let mut from = 0;
-        for window in offsets.windows(2) {
-            let length = (window[1] - window[0]) as usize;
-            values.extend_from_slice(&bytes[from + 4..from + 4 + length]);
-            from += 4 + length;
+            values.extend_from_slice(bytes.get(at + 4..(at + 4).checked_add(length)?)?);
+            offsets.push(i32::try_from(values.len()).ok()?);
+            at += 4 + length;
         }
         bytes.advance(at);
         let offsets = arrow::buffer::OffsetBuffer::new(offsets.into());

@@ -316,8 +316,8 @@ impl ParquetReader {
                 )?;
             fields.push(index);
         }
-        // File columns read as dictionaries where the file allows: root and leaf. Every
-        // declared column on the root must take a dictionary.
+        // File columns read as dictionaries where the file allows: root, leaf and the declared
+        // type of the values. Every declared column on the root must take a dictionary.
         let parquet_schema = metadata.parquet_schema();
         let as_dictionary = |column: usize| {
             let (root, value_type) = (fields[column], source.schema.field(column).data_type());
@@ -327,20 +327,20 @@ impl ParquetReader {
             let readable = options.dictionary_columns.contains(&column)
                 && file_schema.field(root).data_type() == value_type
                 && parquet_dictionary::readable(metadata.metadata(), leaf, value_type);
-            readable.then_some(leaf)
+            readable.then(|| (leaf, value_type.clone()))
         };
         let mut roots = fields.clone();
         roots.sort_unstable();
         roots.dedup();
-        let dictionary_roots: Vec<(usize, usize)> = roots
+        let dictionary_roots: Vec<(usize, (usize, arrow::datatypes::DataType))> = roots
             .iter()
             .filter_map(|&root| {
                 let mut leaves = (0..fields.len()).filter(|&c| fields[c] == root).map(as_dictionary);
                 let leaf = leaves.next()??;
-                leaves.all(|other| other == Some(leaf)).then_some((root, leaf))
+                leaves.all(|other| other.as_ref() == Some(&leaf)).then_some((root, leaf))
             })
             .collect();
-        let leaf_of = |root: usize| dictionary_roots.iter().find(|(r, _)| *r == root).map(|&(_, leaf)| leaf);
+        let leaf_of = |root: usize| dictionary_roots.iter().find(|(r, _)| *r == root).map(|(_, leaf)| leaf.clone());
         let row_groups = metadata.metadata().row_groups();
         let weight = |root: usize| {
             let of_root = |leaf: &usize| parquet_schema.get_column_root_idx(*leaf) == root;
@@ -430,13 +430,9 @@ impl ParquetReader {
                         .transpose()?;
                     let dictionaries = dictionary
                         .iter()
-                        .zip(fields)
-                        .map(|(&root, field)| {
-                            let value_type = match field.data_type() {
-                                arrow::datatypes::DataType::Dictionary(_, value_type) => value_type.as_ref().clone(),
-                                other => other.clone(),
-                            };
-                            let leaf = dictionary_roots.iter().find(|(r, _)| *r == root).expect("a dictionary root").1;
+                        .map(|&root| {
+                            let found = dictionary_roots.iter().find(|(r, _)| *r == root);
+                            let (leaf, value_type) = found.expect("a dictionary root").1.clone();
                             let metadata = Arc::clone(metadata.metadata());
                             DictionaryColumn::new(input.clone(), metadata, leaf, value_type, groups.clone(), offset)
                         })
