@@ -175,13 +175,14 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let result = match cli.command {
+    // Evaluating a deeply nested expression recurses: the main thread's stack is too small.
+    let result = tessera::exec::on_deep_stack("tessera-main", move || match cli.command {
         Command::Run(args) => run(args),
         Command::Explain { script, format, settings } => explain(&script, format, &settings),
         Command::Compile { target, script, settings } => compile(target, &script, &settings),
         Command::Generate(args) => generate::generate(&args),
         Command::Bench(args) => bench::bench(&args),
-    };
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -257,7 +258,9 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
         let dead_letter = matches!(args.on_error, ErrorPolicy::Skip).then_some(args.dead_letter.as_path());
         checkpointable_outputs(&[args.output.as_deref(), args.late_output.as_deref(), dead_letter])?;
     }
-    let mut sink = FileSink::new(format, args.output.clone(), args.late_output.clone());
+    let schemas: Vec<_> = script.queries.iter().map(|q| q.output_schema.clone()).collect();
+    let mut sink = FileSink::new(format, args.output.clone(), args.late_output.clone(), &schemas)?;
+    refuse_clobbering(&args, &script, &sink)?;
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new(0);
         bar.set_style(
@@ -314,6 +317,25 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
         eprintln!("{}", summary(&stats, &args));
     }
     Ok(())
+}
+
+/// Refuses, before anything is read or written, an output file that is an input of the run
+/// (the script, a source) or another output.
+fn refuse_clobbering(args: &RunArgs, script: &Script, sink: &FileSink) -> Result<(), TesseraError> {
+    use tessera::catalog::Location;
+    use tessera::connectors::file_identity::{self, FileUse};
+    let mut inputs = vec![FileUse::new("the script", &args.script)];
+    for name in script.catalog.source_names() {
+        if let Some(Location::File(path)) = script.catalog.source(name).map(|s| &s.location) {
+            inputs.push(FileUse::new(format!("the file of source `{name}`"), path));
+        }
+    }
+    let mut outputs = sink.files();
+    if matches!(args.on_error, ErrorPolicy::Skip) {
+        outputs.push(FileUse::new("--dead-letter", &args.dead_letter));
+    }
+    outputs.extend(args.stats_json.iter().map(|path| FileUse::new("--stats-json", path)));
+    file_identity::refuse_clobbering(&inputs, &outputs)
 }
 
 /// Checkpointed output is cut back to the checkpoint on resume: it must go to regular files

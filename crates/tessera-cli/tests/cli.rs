@@ -563,3 +563,66 @@ fn benchmarks_run_every_plan() {
         assert!(out.contains(&format!("The plan {model} chose, measured over the fastest plan: mean +")), "{out}");
     }
 }
+
+// Bad input: none of it may destroy a file, hang, crash or answer wrongly in silence.
+
+#[test]
+fn outputs_onto_inputs_or_onto_each_other_are_refused_before_anything_is_touched() {
+    let dir = workspace(GOOD);
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("readings.csv"), dir.path().join("link.csv")).unwrap();
+    let cases: [(&[&str], &str); 7] = [
+        (&["--output", "readings.csv"], "the file of source `readings`"),
+        (&["--output", "sub/../link.csv"], "the file of source `readings`"),
+        (&["--output", "q.sql"], "the script"),
+        (&["--output", "o.csv", "--late-output", "./o.csv"], "is also --output"),
+        (&["--output", "o.csv", "--on-error", "skip", "--dead-letter", "sub/../o.csv"], "is also --output"),
+        (&["--output", "o.csv", "--stats-json", "readings.csv"], "the file of source `readings`"),
+        (&["--late-output", "q.sql"], "the script"),
+    ];
+    for (args, says) in cases {
+        let out = tessera(&[&["run", "q.sql"], args].concat(), dir.path());
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert_eq!(std::fs::read_to_string(dir.path().join("readings.csv")).unwrap(), GOOD, "{args:?}");
+        assert_eq!(std::fs::read_to_string(dir.path().join("q.sql")).unwrap(), format!("{SOURCE}{QUERY}"));
+        assert!(!dir.path().join("o.csv").exists(), "{args:?}: nothing written");
+    }
+    // A Parquet source, which is read mapped into memory, is refused the same way.
+    generate(&["--output", "r.parquet", "--events", "100"], dir.path());
+    let before = std::fs::read(dir.path().join("r.parquet")).unwrap();
+    std::fs::write(dir.path().join("p.sql"), format!("{}{QUERY}", SOURCE.replace("readings.csv", "r.parquet")))
+        .unwrap();
+    let out = tessera(&["run", "p.sql", "--output", "r.parquet"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read(dir.path().join("r.parquet")).unwrap(), before);
+    // Devices may take several outputs.
+    let out = tessera(&["run", "q.sql", "-q", "--output", "/dev/null", "--late-output", "/dev/null"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn ten_thousand_term_expressions_are_planned_or_refused_with_their_position() {
+    let dir = workspace(GOOD);
+    let any_device: Vec<String> = (0..10_000).map(|i| format!("device_id = {}", i * 2 + 1)).collect();
+    let query = QUERY.replace("GROUP BY", &format!("WHERE {}\nGROUP BY", any_device.join(" OR ")));
+    std::fs::write(dir.path().join("or.sql"), format!("{SOURCE}{query}")).unwrap();
+    let out = tessera(&["run", "or.sql", "-q"], dir.path());
+    assert!(out.status.success(), "{}", &text(&out.stderr)[..2000.min(out.stderr.len())]);
+    // Only device 1 has an odd id.
+    assert_eq!(
+        sorted_lines(&text(&out.stdout)),
+        ["1,0,10,20.5,1", "1,10,20,19.0,1", "device_id,window_start,window_end,lo,n"]
+    );
+    let every_term: Vec<String> = (0..10_000).map(|i| i.to_string()).collect();
+    let query = QUERY.replace("MIN(temperature)", &format!("MIN(temperature + {})", every_term.join(" + ")));
+    std::fs::write(dir.path().join("sum.sql"), format!("{SOURCE}{query}")).unwrap();
+    for command in ["run", "explain"] {
+        let out = tessera(&[command, "sum.sql"], dir.path());
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}", &stderr[..2000.min(stderr.len())]);
+        assert!(stderr.contains("nested more than 1000 levels deep") && stderr.contains("line 3, column"), "{stderr}");
+        assert!(stderr.len() < 1000, "the source line is cut around the caret: {stderr}");
+    }
+}

@@ -15,7 +15,7 @@ use crate::exec::pipeline::{
 use crate::optimizer::window_strategy::Strategy;
 use crate::optimizer::{window_groups, WindowGroup};
 use crate::plan::{BranchPlan, QueryPlan};
-use crate::sql::{binder::bind_query, parse_script, ScriptText, Statement};
+use crate::sql::{binder::bind_query, parse_script_here, ScriptText, Statement};
 use crate::state::checkpoint::{fnv64, CheckpointConfig, Checkpointer};
 use crate::state::spill::SpillStore;
 use crate::window::WindowSpec;
@@ -123,12 +123,18 @@ impl Script {
         window_groups(&self.queries, (self.settings.eta, self.settings.keys), self.settings.window_strategy)
     }
 
+    /// Compiles a script's text; paths inside it are relative to `base_dir`. Planning runs on a
+    /// thread of its own with a deep stack (see [`crate::sql::nesting`]).
     pub fn compile(text: &str, base_dir: &Path) -> Result<Script> {
+        crate::exec::on_deep_stack("tessera-plan", || Script::compile_here(text, base_dir))
+    }
+
+    fn compile_here(text: &str, base_dir: &Path) -> Result<Script> {
         let script_text = ScriptText::new(text);
         let mut catalog = Catalog::default();
         let mut settings = Settings::default();
         let mut queries = Vec::new();
-        for statement in parse_script(text, base_dir)? {
+        for statement in parse_script_here(text, base_dir)? {
             match statement {
                 Statement::CreateSource(source) => {
                     let name = source.name.clone();

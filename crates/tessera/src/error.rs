@@ -28,15 +28,41 @@ impl fmt::Display for SqlDiagnostic {
             None => write!(f, "{}", self.message)?,
         }
         if let (Some(loc), Some(text)) = (self.location, &self.source_line) {
+            let (shown, caret) = excerpt(text, loc.column.saturating_sub(1) as usize);
             let gutter = loc.line.to_string();
-            write!(f, "\n {gutter} | {text}\n {} | ", " ".repeat(gutter.len()))?;
-            write!(f, "{}^", " ".repeat(loc.column.saturating_sub(1) as usize))?;
+            write!(f, "\n {gutter} | {shown}\n {} | ", " ".repeat(gutter.len()))?;
+            write!(f, "{}^", " ".repeat(caret))?;
         }
         if let Some(help) = &self.help {
             write!(f, "\n help: {help}")?;
         }
         Ok(())
     }
+}
+
+/// Characters of a source line shown around the caret: a line longer than this (a generated
+/// script's, a 10,000-term expression's) is cut to a window around it, marked with `...`.
+const EXCERPT_CHARS: usize = 100;
+
+/// The part of `line` to show with a caret at character `column` (0-based), and where the
+/// caret falls in it.
+fn excerpt(line: &str, column: usize) -> (String, usize) {
+    let length = line.chars().count();
+    if length <= EXCERPT_CHARS {
+        return (line.to_string(), column);
+    }
+    let start = column.saturating_sub(EXCERPT_CHARS / 3).min(length.saturating_sub(EXCERPT_CHARS));
+    let end = (start + EXCERPT_CHARS).min(length);
+    let mut shown: String = line.chars().skip(start).take(end - start).collect();
+    let mut caret = column - start.min(column);
+    if start > 0 {
+        shown.insert_str(0, "...");
+        caret += 3;
+    }
+    if end < length {
+        shown.push_str("...");
+    }
+    (shown, caret)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,3 +133,30 @@ impl From<arrow::error::ArrowError> for TesseraError {
 }
 
 pub type Result<T, E = TesseraError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_source_lines_are_cut_around_the_caret() {
+        let line = format!("SELECT {} FROM t", (0..500).map(|i| i.to_string()).collect::<Vec<_>>().join(" + "));
+        let column = line.find("250").expect("a term") + 1;
+        let diagnostic = SqlDiagnostic {
+            message: "bad".into(),
+            location: Some(Location { line: 3, column: column as u64 }),
+            source_line: Some(line),
+            help: None,
+        };
+        let text = diagnostic.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[1].len() < EXCERPT_CHARS + 20 && lines[1].contains("...") && lines[1].ends_with("..."), "{text}");
+        // The caret stands under the spot.
+        let caret = lines[2].find('^').expect("a caret");
+        assert_eq!(&lines[1][caret..caret + 3], "250", "{text}");
+        // A short line is shown whole.
+        let (shown, caret) = excerpt("SELECT x", 7);
+        assert_eq!((shown.as_str(), caret), ("SELECT x", 7));
+    }
+}

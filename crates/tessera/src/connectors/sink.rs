@@ -161,30 +161,44 @@ fn open_output(path: &Path, format: OutputFormat, keep: u64) -> Result<Output> {
 }
 
 /// Writes results to stdout or a file. Queries with the same columns share one stream (one
-/// header); a query with different columns gets its own file, `NAME-q<N>.EXT` beside `--output`.
+/// header): the first query's columns go to `--output`, each further set of columns, in the
+/// order of the queries, to its own file `NAME-q<N>.EXT` beside it (`N` from 2).
 pub struct FileSink {
     format: OutputFormat,
     output: Option<PathBuf>,
     late_output: Option<PathBuf>,
     /// Per query: the stream it writes to.
     stream_of_query: Vec<usize>,
-    streams: Vec<(SchemaRef, Output)>,
+    /// Per stream: its columns, and its output once a query opened it.
+    streams: Vec<(SchemaRef, Option<Output>)>,
     late: Option<Output>,
     /// Resuming: the length to keep of each output stream (then of the late rows).
     resume: Vec<u64>,
 }
 
 impl FileSink {
-    pub fn new(format: OutputFormat, output: Option<PathBuf>, late_output: Option<PathBuf>) -> Self {
-        FileSink {
-            format,
-            output,
-            late_output,
-            stream_of_query: Vec::new(),
-            streams: Vec::new(),
-            late: None,
-            resume: Vec::new(),
+    /// A sink for queries with the output columns `query_schemas` (in the order of the queries).
+    pub fn new(
+        format: OutputFormat,
+        output: Option<PathBuf>,
+        late_output: Option<PathBuf>,
+        query_schemas: &[SchemaRef],
+    ) -> Result<Self> {
+        let mut streams: Vec<(SchemaRef, Option<Output>)> = Vec::new();
+        let mut stream_of_query = Vec::with_capacity(query_schemas.len());
+        for schema in query_schemas {
+            let stream = streams.iter().position(|(s, _)| same_columns(s, schema)).unwrap_or_else(|| {
+                streams.push((schema.clone(), None));
+                streams.len() - 1
+            });
+            stream_of_query.push(stream);
         }
+        if streams.len() > 1 && output.is_none() && format == OutputFormat::Csv {
+            return Err(TesseraError::Option(
+                "the script's queries have different columns: give --output FILE (one file per set of columns) or --format jsonl".into(),
+            ));
+        }
+        Ok(FileSink { format, output, late_output, stream_of_query, streams, late: None, resume: Vec::new() })
     }
 
     fn path_for_stream(&self, stream: usize) -> Option<PathBuf> {
@@ -199,6 +213,19 @@ impl FileSink {
         };
         Some(output.with_file_name(name))
     }
+
+    /// Every file this sink may write, with what it is (`--output`, ...), before it writes any.
+    pub fn files(&self) -> Vec<super::file_identity::FileUse> {
+        use super::file_identity::FileUse;
+        let streams = (0..self.streams.len()).filter_map(|stream| {
+            let role = match self.stream_of_query.iter().position(|&s| s == stream) {
+                Some(query) if stream > 0 => format!("the output of query {}", query + 1),
+                _ => "--output".to_string(),
+            };
+            Some(FileUse::new(role, self.path_for_stream(stream)?))
+        });
+        streams.chain(self.late_output.iter().map(|path| FileUse::new("--late-output", path))).collect()
+    }
 }
 
 fn same_columns(a: &SchemaRef, b: &SchemaRef) -> bool {
@@ -208,41 +235,35 @@ fn same_columns(a: &SchemaRef, b: &SchemaRef) -> bool {
 
 impl ResultSink for FileSink {
     fn open_query(&mut self, query: usize, schema: &SchemaRef) -> Result<()> {
-        if self.stream_of_query.len() <= query {
-            self.stream_of_query.resize(query + 1, usize::MAX);
+        let stream = *self.stream_of_query.get(query).ok_or_else(|| {
+            TesseraError::Internal(format!("query {query} opened on a sink made for {}", self.stream_of_query.len()))
+        })?;
+        if !same_columns(&self.streams[stream].0, schema) {
+            return Err(TesseraError::Internal(format!("query {query} opened with other columns")));
         }
-        let stream = match self.streams.iter().position(|(s, _)| same_columns(s, schema)) {
-            Some(s) => s,
+        if self.streams[stream].1.is_some() {
+            return Ok(());
+        }
+        let output = match self.path_for_stream(stream) {
+            Some(path) => open_output(&path, self.format, self.resume.get(stream).copied().unwrap_or(0))?,
             None => {
-                let stream = self.streams.len();
-                if stream > 0 && self.output.is_none() && self.format == OutputFormat::Csv {
-                    return Err(TesseraError::Option(
-                        "the script's queries have different columns: give --output FILE (one file per query) or --format jsonl".into(),
-                    ));
+                let out = Box::new(ClosablePipe { inner: BufWriter::new(std::io::stdout()), closed: false });
+                Output {
+                    format: self.format,
+                    encoder: Some(Encoder::new(self.format, out, true)),
+                    file: None,
+                    started: false,
                 }
-                let output = match self.path_for_stream(stream) {
-                    Some(path) => open_output(&path, self.format, self.resume.get(stream).copied().unwrap_or(0))?,
-                    None => {
-                        let out = Box::new(ClosablePipe { inner: BufWriter::new(std::io::stdout()), closed: false });
-                        Output {
-                            format: self.format,
-                            encoder: Some(Encoder::new(self.format, out, true)),
-                            file: None,
-                            started: false,
-                        }
-                    }
-                };
-                self.streams.push((schema.clone(), output));
-                stream
             }
         };
-        self.stream_of_query[query] = stream;
+        self.streams[stream].1 = Some(output);
         Ok(())
     }
 
     fn write_rows(&mut self, query: usize, batch: &RecordBatch) -> Result<()> {
         let stream = self.stream_of_query[query];
         let (schema, output) = &mut self.streams[stream];
+        let output = output.as_mut().ok_or_else(|| TesseraError::Internal(format!("query {query} not opened")))?;
         let batch = if batch.schema().fields() == schema.fields() {
             batch.clone()
         } else {
@@ -260,7 +281,7 @@ impl ResultSink for FileSink {
     }
 
     fn finish(&mut self) -> Result<()> {
-        for (schema, output) in &mut self.streams {
+        for (schema, output) in self.streams.iter_mut().filter_map(|(s, o)| Some((s, o.as_mut()?))) {
             if output.encoder.is_some() {
                 // A query without rows still gets its CSV header.
                 output.write(&RecordBatch::new_empty(schema.clone()))?;
@@ -273,11 +294,12 @@ impl ResultSink for FileSink {
         Ok(())
     }
 
-    /// The length of every result stream, then of the late rows (0 until there are any).
+    /// The length of every result stream (0 until a query opens it), then of the late rows
+    /// (0 until there are any).
     fn checkpoint(&mut self) -> Result<Vec<u64>> {
         let mut positions = Vec::new();
         for (_, output) in &mut self.streams {
-            positions.push(output.checkpoint()?);
+            positions.push(output.as_mut().map_or(Ok(0), Output::checkpoint)?);
         }
         if self.late_output.is_some() {
             positions.push(self.late.as_mut().map_or(Ok(0), Output::checkpoint)?);

@@ -35,6 +35,31 @@ use key_groups::KeyGroupsExec;
 use key_interner::{key_signature, SharedKeys};
 pub use window_aggregate::{WindowAggregateExec, WindowNodeSpec};
 
+/// The stack of every thread that plans or evaluates expressions: DataFusion's planner and the
+/// evaluation of physical expressions recurse once per level of an expression, tens of
+/// kilobytes a level in a debug build, and a query may nest [`MAX_EXPRESSION_DEPTH`] levels.
+/// Only the pages a thread touches are committed.
+///
+/// [`MAX_EXPRESSION_DEPTH`]: crate::sql::nesting::MAX_EXPRESSION_DEPTH
+pub const THREAD_STACK_BYTES: usize = 256 << 20;
+
+/// A builder for a thread named `name` (so that profilers and debuggers tell the threads apart)
+/// with a stack of [`THREAD_STACK_BYTES`].
+pub fn thread_builder(name: impl Into<String>) -> std::thread::Builder {
+    std::thread::Builder::new().name(name.into()).stack_size(THREAD_STACK_BYTES)
+}
+
+/// Runs `work` on a thread of its own with a stack of [`THREAD_STACK_BYTES`], and returns what
+/// it returned.
+pub fn on_deep_stack<T: Send>(name: &str, work: impl FnOnce() -> crate::Result<T> + Send) -> crate::Result<T> {
+    std::thread::scope(|scope| {
+        let handle = thread_builder(name)
+            .spawn_scoped(scope, work)
+            .map_err(|e| crate::TesseraError::io(format!("cannot start thread {name}"), e))?;
+        handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 /// The cores this process may run on, asked of the system once (it reads cgroup files).
 pub fn cores() -> usize {
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();

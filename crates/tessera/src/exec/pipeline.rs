@@ -556,15 +556,15 @@ pub fn run_source(
     })
 }
 
-/// Starts a thread of a run under `name`, so that profilers and debuggers tell the reading
-/// thread, the workers and the sink thread apart.
+/// Starts a thread of a run under `name` (see [`super::thread_builder`]).
 fn spawn_named<'scope, 'env, T: Send + 'scope>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
     name: String,
     body: impl FnOnce() -> T + Send + 'scope,
 ) -> Result<std::thread::ScopedJoinHandle<'scope, T>> {
-    let thread = std::thread::Builder::new().name(name.clone());
-    thread.spawn_scoped(scope, body).map_err(|e| TesseraError::io(format!("cannot start thread {name}"), e))
+    super::thread_builder(name.clone())
+        .spawn_scoped(scope, body)
+        .map_err(|e| TesseraError::io(format!("cannot start thread {name}"), e))
 }
 
 /// Writes rows to the sink, counting them per query in `rows_out`.

@@ -5,6 +5,7 @@ pub mod binder;
 pub mod diagnostic;
 mod interval;
 pub mod multi_window;
+pub mod nesting;
 mod source_ddl;
 
 use std::path::Path;
@@ -39,8 +40,14 @@ pub enum Statement {
     },
 }
 
-/// Parses a whole script. Paths in `CREATE SOURCE` are resolved against `base_dir`.
+/// Parses a whole script. Paths in `CREATE SOURCE` are resolved against `base_dir`. Runs on a
+/// thread with a deep stack (see [`nesting`]).
 pub fn parse_script(text: &str, base_dir: &Path) -> Result<Vec<Statement>> {
+    crate::exec::on_deep_stack("tessera-parse", || parse_script_here(text, base_dir))
+}
+
+/// [`parse_script`] on the calling thread, which must have a deep stack.
+pub(crate) fn parse_script_here(text: &str, base_dir: &Path) -> Result<Vec<Statement>> {
     let script = ScriptText::new(text);
     let dialect = GenericDialect {};
     let mut parser = Parser::new(&dialect).try_with_sql(text).map_err(|e| script.parser_error(e))?;
@@ -62,6 +69,7 @@ pub fn parse_script(text: &str, base_dir: &Path) -> Result<Vec<Statement>> {
             parse_set(&mut parser, &script, location)?
         } else {
             let mut query = parser.parse_query().map_err(|e| script.parser_error(e))?;
+            nesting::balance_and_check(&mut query, &script)?;
             let emit = parse_emit(&mut parser, &script, &mut query)?;
             Statement::Query { query, location, emit }
         };

@@ -1,0 +1,162 @@
+//! Keeps a query's expression trees shallow enough to plan and evaluate. The SQL parser
+//! accepts a chain of any length (`a OR b OR ... OR z` is a tree as deep as it is long), and
+//! DataFusion's planner, its optimizer and the evaluation of physical expressions recurse once
+//! per level: a deep enough tree overflows the stack. Chains of `AND` and of `OR` are
+//! rebalanced here (both are associative in SQL's three-valued logic, so the answer is the
+//! same, and a 10,000-term `OR` becomes 14 levels deep); any other tree deeper than
+//! [`MAX_EXPRESSION_DEPTH`] is refused with its position. Planning and evaluation run on threads
+//! with stacks sized for that depth ([`crate::exec::THREAD_STACK_BYTES`]).
+
+use std::ops::ControlFlow;
+
+use datafusion_sql::sqlparser::ast::{BinaryOperator, Expr, Query, Spanned, VisitMut, VisitorMut};
+
+use super::diagnostic::{span_location, ScriptText};
+use crate::error::{Location, Result};
+
+/// The deepest expression tree a query may hold once its `AND` and `OR` chains are balanced.
+/// Deeper trees come only from chains of other operators (`a + b + ... + z`) a thousand terms
+/// long.
+pub const MAX_EXPRESSION_DEPTH: usize = 1_000;
+
+/// Balances the `AND` and `OR` chains of `query`, then refuses it if an expression is still
+/// nested deeper than [`MAX_EXPRESSION_DEPTH`].
+pub fn balance_and_check(query: &mut Query, script: &ScriptText) -> Result<()> {
+    let mut balancer = Balancer { depth: 0 };
+    match query.visit(&mut balancer) {
+        ControlFlow::Continue(()) => Ok(()),
+        ControlFlow::Break(location) => Err(script.error(
+            format!(
+                "expression nested more than {MAX_EXPRESSION_DEPTH} levels deep (a chain of operators that long): \
+                 tessera plans at most {MAX_EXPRESSION_DEPTH}; split it, or use IN (...) for a list of values"
+            ),
+            location,
+        )),
+    }
+}
+
+/// Visits expressions top-down: balances each `AND` or `OR` chain at its top, before its
+/// operands are visited, and tracks the depth.
+struct Balancer {
+    depth: usize,
+}
+
+impl VisitorMut for Balancer {
+    type Break = Option<Location>;
+
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
+        if let Expr::BinaryOp { op: op @ (BinaryOperator::And | BinaryOperator::Or), .. } = expr {
+            let op = op.clone();
+            let mut operands = Vec::new();
+            flatten(
+                std::mem::replace(expr, Expr::value(datafusion_sql::sqlparser::ast::Value::Null)),
+                &op,
+                &mut operands,
+            );
+            *expr = balanced(operands, &op);
+        }
+        self.depth += 1;
+        if self.depth > MAX_EXPRESSION_DEPTH {
+            return ControlFlow::Break(first_leaf_location(expr));
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, _expr: &mut Expr) -> ControlFlow<Self::Break> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+}
+
+/// The operands of the chain of `op` topped by `expr`, left to right (without recursion: the
+/// chain may be as deep as it is long).
+fn flatten(expr: Expr, op: &BinaryOperator, operands: &mut Vec<Expr>) {
+    let mut pending = vec![expr];
+    while let Some(expr) = pending.pop() {
+        match expr {
+            Expr::BinaryOp { left, op: this, right } if this == *op => {
+                pending.push(*right);
+                pending.push(*left);
+            }
+            other => operands.push(other),
+        }
+    }
+}
+
+/// `operands` joined by `op` as a balanced tree, in their order.
+fn balanced(mut operands: Vec<Expr>, op: &BinaryOperator) -> Expr {
+    if operands.len() == 1 {
+        return operands.pop().expect("one operand");
+    }
+    let right = operands.split_off(operands.len() / 2);
+    Expr::BinaryOp { left: Box::new(balanced(operands, op)), op: op.clone(), right: Box::new(balanced(right, op)) }
+}
+
+/// Where the leftmost operand of `expr` starts (found without recursion).
+fn first_leaf_location(expr: &Expr) -> Option<Location> {
+    let mut leaf = expr;
+    loop {
+        leaf = match leaf {
+            Expr::BinaryOp { left, .. } => left,
+            Expr::Nested(inner) => inner,
+            Expr::UnaryOp { expr, .. } => expr,
+            Expr::Cast { expr, .. } => expr,
+            Expr::IsNull(inner) | Expr::IsNotNull(inner) => inner,
+            _ => break,
+        };
+    }
+    span_location(leaf.span())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion_sql::sqlparser::dialect::GenericDialect;
+    use datafusion_sql::sqlparser::parser::Parser;
+
+    fn depth(expr: &Expr) -> usize {
+        match expr {
+            Expr::BinaryOp { left, right, .. } => 1 + depth(left).max(depth(right)),
+            Expr::Nested(inner) => 1 + depth(inner),
+            _ => 1,
+        }
+    }
+
+    /// The WHERE clause of `sql`, balanced (on a deep stack, as scripts are planned: the
+    /// visitor recurses once per level of the tree it is given).
+    fn balanced_where(sql: &str) -> Result<Expr> {
+        crate::exec::on_deep_stack("test", || {
+            let mut query = Parser::new(&GenericDialect {}).try_with_sql(sql).unwrap().parse_query().unwrap();
+            balance_and_check(&mut query, &ScriptText::new(sql))?;
+            let datafusion_sql::sqlparser::ast::SetExpr::Select(select) = *query.body else { panic!("a select") };
+            Ok(select.selection.expect("a WHERE"))
+        })
+    }
+
+    #[test]
+    fn and_or_chains_are_balanced_in_order() {
+        let terms: Vec<String> = (0..10_000).map(|i| format!("x = {i}")).collect();
+        let expr = balanced_where(&format!("SELECT x FROM t WHERE {}", terms.join(" OR "))).unwrap();
+        assert_eq!(depth(&expr), 16, "14 levels of OR over the comparisons");
+        let mut operands = Vec::new();
+        flatten(expr, &BinaryOperator::Or, &mut operands);
+        assert_eq!(operands.iter().map(ToString::to_string).collect::<Vec<_>>(), terms);
+        // A mixed chain keeps AND binding tighter than OR: the OR chain's operands are the ANDs.
+        let expr = balanced_where("SELECT x FROM t WHERE a AND b OR c AND d AND e OR f").unwrap();
+        let mut operands = Vec::new();
+        flatten(expr, &BinaryOperator::Or, &mut operands);
+        assert_eq!(operands.iter().map(ToString::to_string).collect::<Vec<_>>(), ["a AND b", "c AND d AND e", "f"]);
+    }
+
+    #[test]
+    fn other_deep_chains_are_refused_with_their_position() {
+        let sum: Vec<String> = (0..2_000).map(|i| i.to_string()).collect();
+        let sql = format!("SELECT x FROM t\nWHERE x = {}", sum.join(" + "));
+        let err = balanced_where(&sql).unwrap_err().to_string();
+        assert!(err.contains("nested more than 1000 levels"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+        let sum: Vec<String> = (0..(MAX_EXPRESSION_DEPTH - 5)).map(|i| i.to_string()).collect();
+        let sql = format!("SELECT x FROM t WHERE x = {}", sum.join(" + "));
+        crate::exec::on_deep_stack("test", || balanced_where(&sql).map(|deep| assert_eq!(depth(&deep), 996))).unwrap();
+    }
+}
