@@ -626,3 +626,84 @@ fn ten_thousand_term_expressions_are_planned_or_refused_with_their_position() {
         assert!(stderr.len() < 1000, "the source line is cut around the caret: {stderr}");
     }
 }
+
+#[test]
+fn extreme_event_times_and_window_sizes_are_bad_rows_or_refused_never_looped_on() {
+    // Sentinels at both ends of 64 bits, and the last windowable times.
+    let data = "device_id,temperature,ts\n1,20.5,1\n2,18.0,9223372036854775807\n\
+                1,19.0,-9223372036854775808\n3,1.0,4611686018427387904\n1,19.0,12\n";
+    let dir = workspace(data);
+    let out = tessera(&["run", "q.sql"], dir.path());
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("readings.csv:3:")
+            && stderr.contains("event time 9223372036854775807 is outside the times tessera windows"),
+        "{stderr}"
+    );
+    let out = tessera(
+        &["run", "q.sql", "--on-error", "skip", "--dead-letter", "bad.jsonl", "--stats-json", "s.json", "-o", "o.csv"],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dead = std::fs::read_to_string(dir.path().join("bad.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = dead.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.iter().map(|l| l["line"].as_u64().unwrap()).collect::<Vec<_>>(), [3, 4], "{dead}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    // Every event is a row out, late, or bad: the one at 2^62 closes the windows before it.
+    assert_eq!((stats["events_in"].as_u64(), stats["bad_rows"].as_u64()), (Some(3), Some(2)), "{stats}");
+    assert_eq!(stats["late_events"].as_u64(), Some(1), "{stats}");
+    assert_eq!(
+        sorted_lines(&std::fs::read_to_string(dir.path().join("o.csv")).unwrap()),
+        ["1,0,10,20.5,1", "3,4611686018427387900,4611686018427387910,1.0,1", "device_id,window_start,window_end,lo,n"]
+    );
+
+    // Window sizes: at most 2^60 units, and at most 2^20 windows per event.
+    let refused = [
+        ("TUMBLE(readings, ts, INTERVAL '1152921504606846977' SECOND)", "longer than the longest duration"),
+        ("HOP(readings, ts, INTERVAL '1' SECOND, INTERVAL '1048577' SECOND)", "tessera refuses more than 1048576"),
+        ("TUMBLE(readings, ts, INTERVAL '9223372036854775807' SECOND)", "longer than the longest duration"),
+    ];
+    for (window, says) in refused {
+        let query = QUERY.replace("TUMBLE(readings, ts, INTERVAL '10' SECOND)", window);
+        std::fs::write(dir.path().join("w.sql"), format!("{SOURCE}{query}")).unwrap();
+        let out = tessera(&["run", "w.sql"], dir.path());
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{window}: {stderr}");
+        assert!(stderr.contains(says) && stderr.contains("line 4, column"), "{window}: {stderr}");
+    }
+    // The longest windows, every strategy, with events at the edges of the time line.
+    let query = QUERY.replace(
+        "TUMBLE(readings, ts, INTERVAL '10' SECOND)",
+        "HOP(readings, ts, INTERVAL '576460752303423488' SECOND, INTERVAL '1152921504606846976' SECOND)",
+    );
+    std::fs::write(
+        dir.path().join("w.sql"),
+        format!("{}{query}", SOURCE.replace("'2' SECOND", "'1152921504606846976' SECOND")),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("readings.csv"),
+        "device_id,temperature,ts\n1,2.0,-4611686018427387904\n1,3.0,5\n1,1.0,4611686018427387904\n",
+    )
+    .unwrap();
+    for strategy in ["auto", "baseline", "wcg", "shared_sliding"] {
+        let setting = format!("window_strategy={strategy}");
+        let out = tessera(&["run", "w.sql", "-q", "--set", &setting], dir.path());
+        assert!(out.status.success(), "{strategy}: {}", text(&out.stderr));
+        assert_eq!(
+            sorted_lines(&text(&out.stdout)),
+            [
+                "1,-4611686018427387904,-3458764513820540928,2.0,1",
+                "1,-5188146770730811392,-4035225266123964416,2.0,1",
+                "1,-576460752303423488,576460752303423488,3.0,1",
+                "1,0,1152921504606846976,3.0,1",
+                "1,4035225266123964416,5188146770730811392,1.0,1",
+                "1,4611686018427387904,5764607523034234880,1.0,1",
+                "device_id,window_start,window_end,lo,n",
+            ],
+            "{strategy}"
+        );
+    }
+}

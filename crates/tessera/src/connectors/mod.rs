@@ -265,11 +265,14 @@ impl DeadLetter {
 }
 
 /// The shape rows are read in: every declared column nullable (so a decoder never fails on a
-/// missing value), and the columns a row must nevertheless have (the event-time column and
-/// NOT NULL columns).
+/// missing value), the columns a row must nevertheless have (the event-time column and NOT
+/// NULL columns), and the event-time column, whose values must be windowable
+/// ([`crate::window::MAX_EVENT_TIME`]).
 pub(crate) struct RowShape {
     pub(crate) schema: arrow::datatypes::SchemaRef,
     required: Vec<usize>,
+    event_time: usize,
+    time_unit: &'static str,
 }
 
 impl RowShape {
@@ -282,7 +285,7 @@ impl RowShape {
         if !required.contains(&source.event_time.index) {
             required.push(source.event_time.index);
         }
-        RowShape { schema, required }
+        RowShape { schema, required, event_time: source.event_time.index, time_unit: source.event_time.unit.suffix() }
     }
 
     /// Reads `column` as `data_type` (which stands for the declared type).
@@ -293,25 +296,41 @@ impl RowShape {
         self.schema = std::sync::Arc::new(arrow::datatypes::Schema::new(fields));
     }
 
-    /// Drops the rows missing a required value, reporting each by its index in the batch.
-    pub(crate) fn drop_incomplete(
+    /// Drops the rows missing a required value or with an event time outside the windowable
+    /// range, reporting each by its index in the batch.
+    pub(crate) fn drop_bad_rows(
         &self,
         batch: RecordBatch,
         mut bad_row: impl FnMut(usize, &str) -> Result<()>,
     ) -> Result<RecordBatch> {
-        use arrow::array::Array;
-        if self.required.iter().all(|&c| batch.column(c).null_count() == 0) {
+        use arrow::array::{Array, AsArray};
+        use arrow::datatypes::{DataType, Int64Type};
+        let times = batch.column(self.event_time);
+        // A time too large for 64 bits (an unsigned column) is cast to NULL.
+        let times = arrow::compute::cast(times, &DataType::Int64)?;
+        let times = times.as_primitive::<Int64Type>();
+        let windowable = times.null_count() == batch.column(self.event_time).null_count()
+            && arrow::compute::min(times).is_none_or(crate::window::is_windowable)
+            && arrow::compute::max(times).is_none_or(crate::window::is_windowable);
+        if windowable && self.required.iter().all(|&c| batch.column(c).null_count() == 0) {
             return Ok(batch);
         }
         let mut keep = vec![true; batch.num_rows()];
-        for &c in &self.required {
-            let column = batch.column(c);
-            for (row, keep_row) in keep.iter_mut().enumerate() {
-                if *keep_row && column.is_null(row) {
-                    *keep_row = false;
-                    bad_row(row, &format!("column `{}` is NULL or missing", self.schema.field(c).name()))?;
-                }
-            }
+        for (row, keep_row) in keep.iter_mut().enumerate() {
+            let missing = self.required.iter().find(|&&c| batch.column(c).is_null(row));
+            let reason = match missing {
+                Some(&c) => format!("column `{}` is NULL or missing", self.schema.field(c).name()),
+                None if times.is_null(row) || !crate::window::is_windowable(times.value(row)) => format!(
+                    "event time {} is outside the times tessera windows, {} to {} {} (±2^62)",
+                    arrow::util::display::array_value_to_string(batch.column(self.event_time), row)?,
+                    -crate::window::MAX_EVENT_TIME,
+                    crate::window::MAX_EVENT_TIME,
+                    self.time_unit
+                ),
+                None => continue,
+            };
+            *keep_row = false;
+            bad_row(row, &reason)?;
         }
         Ok(arrow::compute::filter_record_batch(&batch, &arrow::array::BooleanArray::from(keep))?)
     }

@@ -507,7 +507,7 @@ impl BatchReader for ParquetReader {
             let (name, policy) = (&self.name, &mut self.policy);
             let batch = self
                 .shape
-                .drop_incomplete(batch, |row, reason| policy.bad_row(name, first_row + row as u64, reason, ""))?;
+                .drop_bad_rows(batch, |row, reason| policy.bad_row(name, first_row + row as u64, reason, ""))?;
             if batch.num_rows() > 0 {
                 self.policy.flush()?;
                 return Ok(Some(batch));

@@ -355,7 +355,7 @@ impl BatchReader for TextReader {
             let (decoded, lines) = self.decode_chunk(&chunk, &mut malformed)?;
             let columns: Vec<ArrayRef> = self.projection.iter().map(|&i| Arc::clone(decoded.column(i))).collect();
             let batch = RecordBatch::try_new(Arc::clone(&self.shape.schema), columns)?;
-            let batch = self.shape.drop_incomplete(batch, |row, reason| {
+            let batch = self.shape.drop_bad_rows(batch, |row, reason| {
                 let record =
                     chunk.records.iter().find(|(l, _)| *l == lines[row]).map(|(_, r)| Self::record_text(&chunk, r));
                 let record = record.unwrap_or_default();

@@ -128,21 +128,44 @@ pub fn factor_candidates(target: Input, below: &[WindowSpec], sharing: Sharing) 
     out
 }
 
-/// The positive divisors of `n`, ascending.
+/// Trial division stops at this factor: a cofactor with no prime factor up to it is kept whole
+/// (only 1 and itself are used of its divisors), so a window of up to 2^60 units is factored in
+/// microseconds rather than by 2^30 trial divisions. Slides that divide such a cofactor, more
+/// than 2^20 units long and sharing no small factor with it, are not generated as candidates.
+const MAX_TRIAL_FACTOR: i64 = 1 << 20;
+
+/// The positive divisors of `n`, ascending (see [`MAX_TRIAL_FACTOR`]).
 fn divisors(n: i64) -> Vec<i64> {
-    let (mut small, mut large) = (Vec::new(), Vec::new());
-    let mut d = 1;
-    while d * d <= n {
-        if n % d == 0 {
-            small.push(d);
-            if d != n / d {
-                large.push(n / d);
-            }
+    let mut factors: Vec<(i64, u32)> = Vec::new();
+    let mut rest = n.max(1);
+    let mut d = 2;
+    while d <= MAX_TRIAL_FACTOR && d * d <= rest {
+        let mut power = 0;
+        while rest % d == 0 {
+            rest /= d;
+            power += 1;
         }
-        d += 1;
+        if power > 0 {
+            factors.push((d, power));
+        }
+        d += if d == 2 { 1 } else { 2 };
     }
-    small.extend(large.into_iter().rev());
-    small
+    if rest > 1 {
+        factors.push((rest, 1));
+    }
+    let mut out = vec![1];
+    for (factor, power) in factors {
+        let known = out.len();
+        let mut multiple = 1;
+        for _ in 0..power {
+            multiple *= factor;
+            out.extend_from_within(..known);
+            let new = out.len() - known;
+            out[new..].iter_mut().for_each(|x| *x *= multiple);
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 /// Equation 2, generalised to any event rate: the change in cost when `factor` is inserted
@@ -389,6 +412,19 @@ mod tests {
 
     fn outputs(windows: &[WindowSpec]) -> Vec<(WindowSpec, bool)> {
         windows.iter().map(|w| (*w, true)).collect()
+    }
+
+    #[test]
+    fn divisors_are_every_divisor_and_cheap_for_the_longest_windows() {
+        for n in 1..3000 {
+            let brute: Vec<i64> = (1..=n).filter(|d| n % d == 0).collect();
+            assert_eq!(divisors(n), brute, "{n}");
+        }
+        assert_eq!(divisors(1 << 60), (0..=60).map(|k| 1i64 << k).collect::<Vec<_>>());
+        // 2^61 - 1 is prime: kept whole, so its divisors are 1 and itself.
+        assert_eq!(divisors((1 << 61) - 1), vec![1, (1 << 61) - 1]);
+        let day_ms = 86_400_000;
+        assert_eq!(divisors(day_ms).len(), 11 * 4 * 6);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::aggregate::{AggregateFunction, AggregateSpec, ValueKind};
 use crate::catalog::{Catalog, SourceDef};
 use crate::error::{Result, TesseraError};
 use crate::plan::{AggregateColumn, BranchPlan, EmitMode, ExprRef, QueryPlan, StatelessPlan, WindowAggregatePlan};
-use crate::window::WindowSpec;
+use crate::window::{WindowSpec, MAX_WINDOWS_PER_EVENT};
 
 pub const WINDOW_START: &str = "window_start";
 pub const WINDOW_END: &str = "window_end";
@@ -395,6 +395,17 @@ fn resolve_from<'c>(
             return Err(script.at_span(
                 "HOP slide must not be larger than its size (HOP(source, time, slide, size))",
                 exprs[2].span(),
+            ));
+        }
+        let windows_per_event = (range + slide - 1) / slide;
+        if windows_per_event > MAX_WINDOWS_PER_EVENT {
+            return Err(script.error_with_help(
+                format!(
+                    "HOP puts every event into {windows_per_event} windows (size / slide); \
+                     tessera refuses more than {MAX_WINDOWS_PER_EVENT} (2^20)"
+                ),
+                span_location(exprs[2].span()),
+                Some("use a longer slide or a shorter size".into()),
             ));
         }
         WindowSpec::hopping(slide, range)

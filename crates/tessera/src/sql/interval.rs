@@ -20,9 +20,10 @@ pub fn delay_in_units(expr: &Expr, unit: TimeUnit, script: &ScriptText) -> Resul
 
 fn units(expr: &Expr, unit: TimeUnit, script: &ScriptText, allow_zero: bool) -> Result<i64> {
     let invalid = |why: &str| script.at_span(format!("invalid duration `{expr}`: {why}"), expr.span());
-    let (amount, per_second_num, per_second_den): (f64, i64, i64) = match expr {
+    // The amount and the seconds per unit it is written in, as a fraction `num / den`.
+    let (amount_text, num, den): (String, i64, i64) = match expr {
         Expr::Value(v) => match &v.value {
-            Value::Number(n, _) => (n.parse::<f64>().map_err(|_| invalid("not a number"))?, unit.per_second(), 1),
+            Value::Number(n, _) => (n.clone(), 1, unit.per_second()),
             _ => return Err(invalid("expected an INTERVAL or a number of time units")),
         },
         Expr::UnaryOp { op: UnaryOperator::Minus, .. } => return Err(invalid("durations must be positive")),
@@ -46,25 +47,62 @@ fn units(expr: &Expr, unit: TimeUnit, script: &ScriptText, allow_zero: bool) -> 
                     (amount, unit)
                 }
             };
-            let amount: f64 = amount_text.parse().map_err(|_| invalid("amount is not a number"))?;
             let (num, den) = unit_seconds(&unit_text).ok_or_else(|| invalid("unknown unit"))?;
-            (amount, num, den)
+            (amount_text, num, den)
         }
         _ => return Err(invalid("expected an INTERVAL or a number of time units")),
     };
-    if !(amount.is_finite() && (amount > 0.0 || (allow_zero && amount == 0.0))) {
+    let (mantissa, exponent) = parse_decimal(&amount_text).ok_or_else(|| invalid("amount is not a number"))?;
+    if mantissa < 0 || (mantissa == 0 && !allow_zero) {
         return Err(invalid("durations must be positive"));
     }
-    // units = amount * (seconds per interval unit) * (units per second)
-    let exact = amount * per_second_num as f64 / per_second_den as f64;
-    let units = match expr {
-        Expr::Value(_) => amount,
-        _ => exact * unit.per_second() as f64,
+    // units = mantissa * 10^exponent * (num / den) * per_second, computed exactly.
+    let too_long = || {
+        invalid(&format!(
+            "longer than the longest duration tessera windows, {} {} (2^60 units)",
+            crate::window::MAX_DURATION,
+            unit.suffix()
+        ))
     };
-    if units.fract() != 0.0 || units > i64::MAX as f64 / 4.0 {
+    let scale = 10i128.checked_pow(exponent.unsigned_abs()).ok_or_else(too_long)?;
+    let (numerator, denominator) = if exponent >= 0 { (scale, 1) } else { (1, scale) };
+    let numerator = [mantissa, i128::from(num), i128::from(unit.per_second())]
+        .into_iter()
+        .try_fold(numerator, i128::checked_mul)
+        .ok_or_else(too_long)?;
+    let denominator = denominator * i128::from(den);
+    if numerator % denominator != 0 {
         return Err(invalid(&format!("not a whole number of {} units", unit.suffix())));
     }
+    let units = numerator / denominator;
+    if units > i128::from(crate::window::MAX_DURATION) {
+        return Err(too_long());
+    }
     Ok(units as i64)
+}
+
+/// A decimal number `[+-]digits[.digits][e[+-]digits]` as `mantissa * 10^exponent`, exactly;
+/// `None` when it is not one, has more than 30 digits or an exponent beyond ±29.
+fn parse_decimal(text: &str) -> Option<(i128, i32)> {
+    let (number, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], text[at + 1..].parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    let (negative, number) = match number.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, number.strip_prefix('+').unwrap_or(number)),
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = format!("{whole}{fraction}");
+    if digits.is_empty() || digits.len() > 30 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mantissa: i128 = digits.parse().ok()?;
+    let exponent = exponent.checked_sub(i32::try_from(fraction.len()).ok()?)?;
+    if !(-29..=29).contains(&exponent) {
+        return if mantissa == 0 { Some((0, 0)) } else { None };
+    }
+    Some((if negative { -mantissa } else { mantissa }, exponent))
 }
 
 fn field_name(field: &DateTimeField) -> &'static str {
@@ -116,6 +154,12 @@ mod tests {
         assert_eq!(units("INTERVAL '2 hours'", TimeUnit::Second).unwrap(), 7_200);
         assert_eq!(units("INTERVAL '250' MILLISECOND", TimeUnit::Microsecond).unwrap(), 250_000);
         assert_eq!(units("30", TimeUnit::Second).unwrap(), 30);
+        // Decimal fractions that no float holds exactly.
+        assert_eq!(units("INTERVAL '0.7' SECOND", TimeUnit::Millisecond).unwrap(), 700);
+        assert_eq!(units("INTERVAL '1.1' MINUTE", TimeUnit::Second).unwrap(), 66);
+        assert_eq!(units("INTERVAL '2.5e3' MILLISECOND", TimeUnit::Millisecond).unwrap(), 2_500);
+        assert!(units("INTERVAL '2.5e3' MILLISECOND", TimeUnit::Second).is_err());
+        assert_eq!(units("INTERVAL '0.000001' SECOND", TimeUnit::Microsecond).unwrap(), 1);
     }
 
     #[test]
@@ -124,5 +168,13 @@ mod tests {
         assert!(units("INTERVAL '0' SECOND", TimeUnit::Second).is_err());
         assert!(units("INTERVAL '3 fortnights'", TimeUnit::Second).is_err());
         assert!(units("'x'", TimeUnit::Second).is_err());
+        let err = units("INTERVAL '9223372036854775' SECOND", TimeUnit::Millisecond).unwrap_err().to_string();
+        assert!(err.contains("longer than the longest duration tessera windows, 1152921504606846976 ms"), "{err}");
+        assert_eq!(units("1152921504606846976", TimeUnit::Nanosecond).unwrap(), crate::window::MAX_DURATION);
+        // Exact arithmetic: one unit more than the limit is refused, however close in a float.
+        assert!(units("1152921504606846977", TimeUnit::Nanosecond).is_err());
+        assert!(units("INTERVAL '1152921504606846977' SECOND", TimeUnit::Second).is_err());
+        assert!(units("INTERVAL '1e400' SECOND", TimeUnit::Second).is_err());
+        assert!(units("INTERVAL '0.0000000001' SECOND", TimeUnit::Nanosecond).is_err());
     }
 }

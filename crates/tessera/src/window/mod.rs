@@ -14,6 +14,27 @@ pub mod slicing;
 
 use serde::Serialize;
 
+/// The largest magnitude of an event time, in the source's units: 2^62 (in nanoseconds, the
+/// years 1824 to 2116; in microseconds, ±146,000 years). An event outside it is a bad row.
+/// With window lengths and watermark delays at most [`MAX_DURATION`], every window start and
+/// end, slice boundary and watermark computed from such times stays below 2^63.
+pub const MAX_EVENT_TIME: i64 = 1 << 62;
+
+/// The longest window range, slide or watermark delay, in the source's units: 2^60 (36 years
+/// in nanoseconds).
+pub const MAX_DURATION: i64 = 1 << 60;
+
+/// The most windows of one HOP an event may fall into (`size / slide`): every one of them is
+/// written out for each key, so beyond this one event would produce more rows than any run
+/// could write.
+pub const MAX_WINDOWS_PER_EVENT: i64 = 1 << 20;
+
+/// Whether `time` lies within the event times windows can hold ([`MAX_EVENT_TIME`]).
+#[inline]
+pub fn is_windowable(time: i64) -> bool {
+    (-MAX_EVENT_TIME..=MAX_EVENT_TIME).contains(&time)
+}
+
 /// Which relation lets one window be computed from another's partial aggregates: MIN and MAX
 /// may combine overlapping parts, SUM, COUNT, AVG and the moments need disjoint parts, holistic
 /// aggregates cannot be combined.
