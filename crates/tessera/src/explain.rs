@@ -40,10 +40,8 @@ pub fn explain_json(script: &Script) -> Value {
                 let spanned = slices_spanned(plan);
                 for (n, node) in plan.nodes.iter().enumerate() {
                     let sliding = node.input == NodeInput::Slices { sliding: true };
-                    let running = sliding
-                        && group.members.first().is_some_and(|m| {
-                            slides_on_running_value(&m.plan.aggregates, spanned[n].unwrap_or(1))
-                        });
+                    let running =
+                        sliding && group.members.first().is_some_and(|m| slides_on_running_value(&m.plan.aggregates));
                     windows.push(json!({
                         "name": name(n), "range": node.spec.range, "slide": node.spec.slide, "unit": unit,
                         "output": node.output, "factor": !node.output, "input": input_name(node.input, &name),

@@ -11,6 +11,7 @@
 //! States are columnar: one vector per field, indexed by group slot, so an update is a tight
 //! loop over `(row, slot)` pairs.
 
+mod exact_sum;
 mod hll;
 mod states;
 
@@ -149,19 +150,10 @@ impl ValueKind {
     }
 }
 
-/// A float sum's exact running value merges in fixed point, dearer than two stacks' float
-/// merges: it slides on one only where an instance spans this many slices or more, where two
-/// stacks' suffix tables double the state and no longer run faster (two stacks measured 6-15%
-/// faster at 30-300 slices, the same at 1,000).
-pub const RUNNING_FLOAT_SLICES: i64 = 512;
-
-/// Whether a hopping window of `aggregates` whose instances span `slices` slices slides on a
-/// running value rather than on two stacks: when every state can be taken away again exactly
-/// (COUNT, SUM, AVG), and, for float sums, over at least [`RUNNING_FLOAT_SLICES`].
-pub fn slides_on_running_value(aggregates: &[AggregateSpec], slices: i64) -> bool {
-    let states: Vec<_> = aggregates.iter().map(AggregateSpec::new_states).collect();
-    states.iter().all(|s| s.has_exact_inverse())
-        && (slices >= RUNNING_FLOAT_SLICES || !states.iter().any(|s| s.sums_floats()))
+/// Whether a hopping window of `aggregates` slides on a running value rather than on two
+/// stacks: when every state can be taken away again exactly (COUNT, SUM, AVG).
+pub fn slides_on_running_value(aggregates: &[AggregateSpec]) -> bool {
+    aggregates.iter().all(|a| a.new_states().has_exact_inverse())
 }
 
 /// One aggregate of a query, bound to its input expression.

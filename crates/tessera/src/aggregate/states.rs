@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::exact_sum::ExactSums;
 use super::hll::HyperLogLog;
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, PrimitiveArray, StringArray};
 use arrow::buffer::{BooleanBuffer, NullBuffer};
@@ -90,9 +91,11 @@ pub enum GroupStates {
         sums: Vec<i128>,
         counts: Vec<i64>,
     },
+    /// SUM or AVG of doubles: exact sums, rounded once when read (the same bits whatever the
+    /// order rows and partial states came in).
     SumFloat {
         avg: bool,
-        sums: Vec<f64>,
+        sums: ExactSums,
         counts: Vec<i64>,
     },
     /// COUNT(x) (with values) or COUNT(*) (without).
@@ -128,7 +131,9 @@ impl GroupStates {
             (F::Sum | F::Avg, ValueKind::Int) => {
                 GroupStates::SumInt { avg: function == F::Avg, sums: vec![], counts: vec![] }
             }
-            (F::Sum | F::Avg, _) => GroupStates::SumFloat { avg: function == F::Avg, sums: vec![], counts: vec![] },
+            (F::Sum | F::Avg, _) => {
+                GroupStates::SumFloat { avg: function == F::Avg, sums: ExactSums::default(), counts: vec![] }
+            }
             (F::Count | F::CountRows, _) => GroupStates::Count { counts: vec![] },
             (F::VarSamp | F::StddevSamp, _) => {
                 GroupStates::Moments { stddev: function == F::StddevSamp, counts: vec![], means: vec![], m2s: vec![] }
@@ -177,7 +182,7 @@ impl GroupStates {
                 counts.extend_from_slice(c);
             }
             (S::SumFloat { sums, counts, .. }, S::SumFloat { sums: s, counts: c, .. }) => {
-                sums.extend_from_slice(s);
+                sums.extend_from(s);
                 counts.extend_from_slice(c);
             }
             (S::Count { counts }, S::Count { counts: c }) => counts.extend_from_slice(c),
@@ -221,7 +226,7 @@ impl GroupStates {
                 counts.resize(n, 0);
             }
             GroupStates::SumFloat { sums, counts, .. } => {
-                sums.resize(n, 0.0);
+                sums.resize(n);
                 counts.resize(n, 0);
             }
             GroupStates::Count { counts } => counts.resize(n, 0),
@@ -290,9 +295,9 @@ impl GroupStates {
                 });
             }
             GroupStates::SumFloat { sums, counts, .. } => {
-                let (sums, counts) = (sums.as_mut_slice(), counts.as_mut_slice());
+                let counts = counts.as_mut_slice();
                 each_valid(values_of::<Float64Type>(values), nulls, offset, slots, |v, s| {
-                    sums[s] += v;
+                    sums.add(s, v);
                     counts[s] += 1;
                 });
             }
@@ -355,7 +360,7 @@ impl GroupStates {
                 w.i64s(counts);
             }
             GroupStates::SumFloat { sums, counts, .. } => {
-                w.f64s(sums);
+                sums.encode(w);
                 w.i64s(counts);
             }
             GroupStates::Count { counts } => w.i64s(counts),
@@ -411,7 +416,7 @@ impl GroupStates {
                 (sums.len() == counts.len()).then_some(()).ok_or_else(mismatch)?;
             }
             GroupStates::SumFloat { sums, counts, .. } => {
-                (*sums, *counts) = (r.f64s()?, r.i64s()?);
+                (*sums, *counts) = (ExactSums::decode(r)?, r.i64s()?);
                 (sums.len() == counts.len()).then_some(()).ok_or_else(mismatch)?;
             }
             GroupStates::Count { counts } => *counts = r.i64s()?,
@@ -490,7 +495,7 @@ impl GroupStates {
             }
             (GroupStates::SumFloat { sums, counts, .. }, GroupStates::SumFloat { sums: os, counts: oc, .. }) => {
                 for (i, d) in pairs {
-                    sums[d as usize] += os[i];
+                    sums.add_slot(d as usize, os, i, false);
                     counts[d as usize] += oc[i];
                 }
             }
@@ -537,34 +542,19 @@ impl GroupStates {
         matches!(self, GroupStates::Count { .. } | GroupStates::SumInt { .. } | GroupStates::SumFloat { .. })
     }
 
-    /// Whether these states sum floats (their exact running value needs fixed point).
-    pub fn sums_floats(&self) -> bool {
-        matches!(self, GroupStates::SumFloat { .. })
-    }
-
     /// Adds slot `i` of `other` to slot `dst[i]` of `self` for every slot of `other`, or, with
     /// `subtract`, takes it away, exactly: states that slices entered and left equal those
-    /// merged from the remaining slices afresh, however many came and went. Counts and integer
-    /// sums are exact as they are. A float sum is kept in `fixed` instead, one entry per slot
-    /// of `self` (grown here), in units of 2^-64; [`round_exact`](Self::round_exact) then sets
-    /// the slots' sums to those exact values rounded once. Returns false, the states then
-    /// being unusable, when a float sum has no exact fixed-point form (a last bit below 2^-64,
-    /// a magnitude of 2^56 or more, not finite) or these states have no exact inverse.
-    pub fn add_exactly(&mut self, other: &GroupStates, dst: &[u32], fixed: &mut Vec<i128>, subtract: bool) -> bool {
-        self.add_exactly_slots(other, dst.iter().copied().enumerate(), fixed, subtract)
+    /// merged from the remaining slices afresh, however many came and went (counts and sums
+    /// are exact; see [`ExactSums`]). Returns false, the states then being unusable, when
+    /// these states have no exact inverse.
+    pub fn add_exactly(&mut self, other: &GroupStates, dst: &[u32], subtract: bool) -> bool {
+        self.add_exactly_slots(other, dst.iter().copied().enumerate(), subtract)
     }
 
     /// Like [`add_exactly`](Self::add_exactly) for slot `src[j]` of `other` and slot `dst[j]`
     /// of `self`, for every `j`.
-    pub fn add_exactly_selected(
-        &mut self,
-        other: &GroupStates,
-        src: &[u32],
-        dst: &[u32],
-        fixed: &mut Vec<i128>,
-        subtract: bool,
-    ) -> bool {
-        self.add_exactly_slots(other, src.iter().map(|&s| s as usize).zip(dst.iter().copied()), fixed, subtract)
+    pub fn add_exactly_selected(&mut self, other: &GroupStates, src: &[u32], dst: &[u32], subtract: bool) -> bool {
+        self.add_exactly_slots(other, src.iter().map(|&s| s as usize).zip(dst.iter().copied()), subtract)
     }
 
     /// Adds (or takes away) slot `i` of `other` to slot `d` of `self` for every pair `(i, d)`.
@@ -572,7 +562,6 @@ impl GroupStates {
         &mut self,
         other: &GroupStates,
         pairs: impl Iterator<Item = (usize, u32)>,
-        fixed: &mut Vec<i128>,
         subtract: bool,
     ) -> bool {
         let sign = if subtract { -1 } else { 1 };
@@ -589,31 +578,14 @@ impl GroupStates {
                 }
             }
             (GroupStates::SumFloat { sums, counts, .. }, GroupStates::SumFloat { sums: os, counts: oc, .. }) => {
-                fixed.resize(sums.len(), 0);
                 for (i, d) in pairs {
-                    let d = d as usize;
-                    let Some(s) = to_fixed(os[i]) else { return false };
-                    // Each term is below 2^120 units: a sum out of range fails here, never wraps.
-                    let Some(sum) = (if subtract { fixed[d].checked_sub(s) } else { fixed[d].checked_add(s) }) else {
-                        return false;
-                    };
-                    fixed[d] = sum;
-                    counts[d] += sign * oc[i];
+                    sums.add_slot(d as usize, os, i, subtract);
+                    counts[d as usize] += sign * oc[i];
                 }
             }
             _ => return false,
         }
         true
-    }
-
-    /// Sets the sums of float SUM or AVG states to the exact `fixed` sums that
-    /// [`add_exactly`](Self::add_exactly) kept, rounded once; other states keep their values.
-    pub fn round_exact(&mut self, fixed: &[i128]) {
-        if let GroupStates::SumFloat { sums, .. } = self {
-            for (sum, &exact) in sums.iter_mut().zip(fixed) {
-                *sum = from_fixed(exact);
-            }
-        }
     }
 
     /// SQL values of every slot, in the state's domain (the caller casts to the return type).
@@ -642,11 +614,8 @@ impl GroupStates {
                 validity(counts, |c| c > 0),
             ),
             GroupStates::SumFloat { avg, sums, counts } => {
-                let values = if *avg {
-                    sums.iter().zip(counts).map(|(&s, &c)| s / c.max(1) as f64).collect()
-                } else {
-                    sums.clone()
-                };
+                let divisor = |c: i64| if *avg { c.max(1) as f64 } else { 1.0 };
+                let values = counts.iter().enumerate().map(|(slot, &c)| sums.value(slot) / divisor(c)).collect();
                 primitive::<Float64Type>(values, validity(counts, |c| c > 0))
             }
             GroupStates::Count { counts } => Arc::new(Int64Array::from(counts.clone())),
@@ -677,7 +646,8 @@ impl GroupStates {
                 values.iter().map(|v| 16 + v.as_ref().map_or(0, |s| s.len())).sum()
             }
             GroupStates::SumInt { .. } => n * 24,
-            GroupStates::SumFloat { .. } | GroupStates::Count { .. } => n * 16,
+            GroupStates::SumFloat { sums, .. } => sums.bytes() + n * 8,
+            GroupStates::Count { .. } => n * 16,
             GroupStates::Moments { .. } => n * 24,
             GroupStates::Median { values } => values.iter().map(|v| 24 + v.capacity() * 8).sum(),
             GroupStates::Distinct { sketches } => sketches.iter().map(DistinctSketch::bytes).sum(),
@@ -824,55 +794,6 @@ fn float_key(value: f64) -> i64 {
 
 fn float_of_key(key: i64) -> f64 {
     f64::from_bits(float_key(f64::from_bits(key as u64)) as u64)
-}
-
-/// `value` in units of 2^-64, if it is a whole number of them below 2^120 (a magnitude below
-/// 2^56). Done on the bits: a float is a 53-bit integer times a power of two.
-fn to_fixed(value: f64) -> Option<i128> {
-    let bits = value.to_bits();
-    let biased = ((bits >> 52) & 0x7ff) as i32;
-    if biased == 0x7ff {
-        return None;
-    }
-    let fraction = bits & ((1 << 52) - 1);
-    // value = ±mantissa * 2^power (subnormals have no implicit bit).
-    let (mantissa, power) = if biased == 0 { (fraction, -1074) } else { (fraction | 1 << 52, biased - 1075) };
-    if mantissa == 0 {
-        return Some(0);
-    }
-    let shift = power + 64;
-    let magnitude = if shift >= 0 {
-        // A mantissa below 2^53 shifted by at most 67 stays below 2^120.
-        if shift > 67 {
-            return None;
-        }
-        i128::from(mantissa) << shift
-    } else {
-        let right = shift.unsigned_abs();
-        if right >= 64 || mantissa.trailing_zeros() < right {
-            return None;
-        }
-        i128::from(mantissa >> right)
-    };
-    Some(if bits >> 63 == 1 { -magnitude } else { magnitude })
-}
-
-/// A fixed-point sum (units of 2^-64) as the nearest float, ties to even, by the hardware's
-/// 64-bit conversion: a sum wider than 63 bits is first cut to its top 63, with a last bit
-/// set if any cut one was (that bit lies below the rounding position, so the conversion
-/// rounds as if it had seen them all), then scaled back by an exact power of two.
-fn from_fixed(sum: i128) -> f64 {
-    let magnitude = sum.unsigned_abs();
-    let cut = (128 - magnitude.leading_zeros()).saturating_sub(63);
-    let top = (magnitude >> cut) as u64 | u64::from(magnitude & ((1u128 << cut) - 1) != 0);
-    // 2^(cut - 64), cut in 0..=65: a normal power of two, so the product is exact.
-    let scale = f64::from_bits(((1023 + i64::from(cut) - 64) as u64) << 52);
-    let value = top as i64 as f64 * scale;
-    if sum < 0 {
-        -value
-    } else {
-        value
-    }
 }
 
 fn median(values: &[f64]) -> Option<f64> {
@@ -1072,34 +993,6 @@ mod tests {
         assert!((estimate / n as f64 - 1.0).abs() < 0.05, "{estimate}");
     }
 
-    proptest::proptest! {
-        #[test]
-        fn fixed_point_conversions_agree_with_the_float_arithmetic(
-            bits in proptest::num::u64::ANY,
-            small in -1_000_000i64..1_000_000,
-            power in 0i32..80,
-            high in proptest::num::i64::ANY,
-            low in proptest::num::u64::ANY,
-            shift in 0u32..128,
-        ) {
-            // Any float, and small multiples of powers of two around the 2^-64 resolution: in
-            // fixed point exactly when scaling by 2^64 leaves a whole number below 2^120, and
-            // back unchanged.
-            for value in [f64::from_bits(bits), small as f64 * 2f64.powi(-power)] {
-                let scaled = value * 18_446_744_073_709_551_616.0;
-                let exact = scaled.fract() == 0.0 && scaled.abs() < 2f64.powi(120);
-                proptest::prop_assert_eq!(to_fixed(value), exact.then_some(scaled as i128), "{}", value);
-                if exact {
-                    proptest::prop_assert_eq!(from_fixed(to_fixed(value).unwrap()), value);
-                }
-            }
-            // Any sum, of any width: rounded like the standard conversion.
-            let sum = ((i128::from(high) << 64) | i128::from(low)) >> shift;
-            let expected = sum as f64 / 18_446_744_073_709_551_616.0;
-            proptest::prop_assert_eq!(from_fixed(sum).to_bits(), expected.to_bits(), "{}", sum);
-        }
-    }
-
     #[test]
     fn sums_added_and_taken_away_exactly_equal_the_remaining_slices_summed_exactly() {
         // Slices of one group with sums far apart in magnitude: a float running sum would lose
@@ -1113,27 +1006,31 @@ mod tests {
         let values = [1e16, 0.3, 0.3, 2.0f64.powi(-60), -5.5];
         let mut window = GroupStates::new(AggregateFunction::Sum, ValueKind::Float);
         window.resize(1);
-        let mut fixed = Vec::new();
         for &v in &values {
-            assert!(window.add_exactly(&slice(v), &[0], &mut fixed, false));
+            assert!(window.add_exactly(&slice(v), &[0], false));
         }
-        assert!(window.add_exactly(&slice(values[0]), &[0], &mut fixed, true));
-        window.round_exact(&fixed);
-        // What is left, summed exactly (in units of 2^-64) and rounded once.
-        let exact: i128 = values[1..].iter().map(|&v| to_fixed(v).unwrap()).sum();
+        assert!(window.add_exactly(&slice(values[0]), &[0], true));
+        // What is left, summed in one state and rounded once: the same bits.
+        let mut direct = GroupStates::new(AggregateFunction::Sum, ValueKind::Float);
+        direct.resize(1);
+        direct.update(Some(&floats(&values[1..].iter().map(|&v| Some(v)).collect::<Vec<_>>())), 0, &[0; 4]);
         let sum = window.finalize().unwrap().as_primitive::<Float64Type>().value(0);
-        assert_eq!(sum.to_bits(), from_fixed(exact).to_bits());
-        assert!((sum + 4.9).abs() < 1e-12, "{sum}");
+        assert_eq!(sum.to_bits(), direct.finalize().unwrap().as_primitive::<Float64Type>().value(0).to_bits());
+        assert_eq!(sum, -4.9);
         let float_running = values.iter().sum::<f64>() - values[0];
         assert_eq!(float_running, -6.0, "a float running sum lost 0.6 to the large slice");
         // Empty again: no values, a NULL sum.
         for &v in &values[1..] {
-            assert!(window.add_exactly(&slice(v), &[0], &mut fixed, true));
+            assert!(window.add_exactly(&slice(v), &[0], true));
         }
         assert!(window.finalize().unwrap().is_null(0));
-        // No exact form: a last bit below 2^-64, too large, not finite.
-        for v in [1e-30, 1e20, f64::NAN, f64::INFINITY] {
-            assert!(!window.add_exactly(&slice(v), &[0], &mut fixed, false), "{v}");
+        // Values of any magnitude, and not finite, are taken away again exactly too.
+        for v in [1e-30, 1e300, f64::NAN, f64::INFINITY] {
+            assert!(window.add_exactly(&slice(v), &[0], false), "{v}");
+            assert!(window.add_exactly(&slice(0.25), &[0], false), "{v}");
+            assert!(window.add_exactly(&slice(v), &[0], true), "{v}");
+            assert_eq!(window.finalize().unwrap().as_primitive::<Float64Type>().value(0), 0.25, "{v}");
+            assert!(window.add_exactly(&slice(0.25), &[0], true), "{v}");
         }
         // Counts and integer sums, and states with no inverse.
         let count = |n: usize| {
@@ -1143,11 +1040,11 @@ mod tests {
             s
         };
         let mut counted = count(0);
-        assert!(counted.add_exactly(&count(5), &[0], &mut fixed, false));
-        assert!(counted.add_exactly(&count(3), &[0], &mut fixed, true));
+        assert!(counted.add_exactly(&count(5), &[0], false));
+        assert!(counted.add_exactly(&count(3), &[0], true));
         assert_eq!(counted.finalize().unwrap().as_primitive::<Int64Type>().value(0), 2);
         let min = GroupStates::new(AggregateFunction::Min, ValueKind::Float);
         assert!(!min.has_exact_inverse() && count(0).has_exact_inverse());
-        assert!(!min.clone().add_exactly(&min, &[], &mut fixed, false));
+        assert!(!min.clone().add_exactly(&min, &[], false));
     }
 }

@@ -4,14 +4,10 @@
 //! A [`RunningWindow`] keeps the states of the last instance and moves to the next by adding
 //! the slices that enter it and subtracting those that leave: two merges a slide, whatever
 //! the range, and no stacks of partial aggregates to build and keep. It serves COUNT and
-//! integer SUM and AVG, and float SUM and AVG over windows of
-//! [`RUNNING_FLOAT_SLICES`](crate::aggregate::RUNNING_FLOAT_SLICES) slices or more (below,
-//! two stacks' float merges run faster than exact ones). Subtracting must not drift, so the states are added and taken away exactly
-//! ([`GroupStates::add_exactly`](crate::aggregate::GroupStates::add_exactly): float sums in
-//! fixed point beside the float value), and an instance's value is the exact sum of its
-//! slices, rounded once. A float sum with no exact fixed-point form (values below 2^-64's
-//! resolution, beyond 2^56, not finite) ends the running value: the window goes on with two
-//! stacks, which merge partial aggregates as they are.
+//! SUM and AVG. Subtracting must not drift, so the states are added and taken away exactly
+//! ([`GroupStates::add_exactly`](crate::aggregate::GroupStates::add_exactly): float sums are
+//! exact sums rounded once when read), and an instance's value is the exact sum of its
+//! slices, the same bits as two stacks or any other plan give.
 //!
 //! A key stays in the running states while any counted slice holds it; keys that left every
 //! counted slice are dropped before an instance is returned. Rows arriving late in a slice the
@@ -32,7 +28,7 @@ use crate::plan::WindowAggregatePlan;
 use crate::state::codec::{StateReader, StateWriter};
 
 /// Why a running value gives up (logged).
-const INEXACT: &str = "a float sum has no exact fixed-point form";
+const NO_INVERSE: &str = "an aggregate's states cannot be taken away again";
 const LATE: &str = "late rows cost a running value more than counting instances afresh";
 /// Late rows may always merge this many keys' worth between two instances.
 const LATE_FLOOR: u64 = 1024;
@@ -44,10 +40,10 @@ pub(super) enum Sliding {
 }
 
 impl Sliding {
-    /// A running value or two stacks for `plan`'s aggregates over instances of `slices`
-    /// slices (see [`slides_on_running_value`]).
-    pub(super) fn for_plan(plan: &WindowAggregatePlan, slices: i64) -> Self {
-        if slides_on_running_value(&plan.aggregates, slices) {
+    /// A running value or two stacks for `plan`'s aggregates (see
+    /// [`slides_on_running_value`]).
+    pub(super) fn for_plan(plan: &WindowAggregatePlan) -> Self {
+        if slides_on_running_value(&plan.aggregates) {
             Sliding::Running(RunningWindow::new(GroupTable::new(plan)))
         } else {
             Sliding::Stacks(TwoStacks::default())
@@ -107,7 +103,7 @@ impl Sliding {
     ) -> Result<Option<Cow<'a, GroupTable>>> {
         if let Sliding::Running(running) = self {
             if !running.slide(instance, scratch, slice_reads)? {
-                self.give_up(INEXACT);
+                self.give_up(NO_INVERSE);
             }
         }
         match self {
@@ -158,9 +154,6 @@ impl Sliding {
 pub(super) struct RunningWindow {
     /// The window's states; a slot per key some counted slice held since the last compaction.
     table: GroupTable,
-    /// Per aggregate, the exact fixed-point sums of a float SUM or AVG, per slot (empty for
-    /// other aggregates).
-    fixed: Vec<Vec<i128>>,
     /// Per slot, how many counted slices hold the key.
     holders: Vec<u32>,
     /// Slots no counted slice holds.
@@ -184,7 +177,6 @@ pub(super) struct RunningWindow {
 impl RunningWindow {
     fn new(table: GroupTable) -> Self {
         RunningWindow {
-            fixed: vec![Vec::new(); table.states.len()],
             table,
             holders: Vec::new(),
             absent: 0,
@@ -201,7 +193,6 @@ impl RunningWindow {
     /// Counts nothing any more, keeping the buffers.
     fn clear(&mut self) {
         self.table.clear();
-        self.fixed.iter_mut().for_each(Vec::clear);
         self.holders.clear();
         self.absent = 0;
         self.held = 0;
@@ -253,7 +244,7 @@ impl RunningWindow {
         if let Err(at) = self.counted.binary_search(&slice) {
             self.counted.insert(at, slice);
         }
-        self.count_keys(table, keys, subtract, scratch, slice_reads).then_some(()).ok_or(INEXACT)
+        self.count_keys(table, keys, subtract, scratch, slice_reads).then_some(()).ok_or(NO_INVERSE)
     }
 
     /// Adds (or subtracts) the states `table` holds for `keys` (ids, repeats allowed).
@@ -280,7 +271,8 @@ impl RunningWindow {
 
     /// Moves to the instance of slices `first..=last`: subtracts the counted slices before
     /// `first`, adds those after the last counted up to `last`, and drops the keys no counted
-    /// slice holds. False if a float sum has no exact form (the states are then unusable).
+    /// slice holds. False if an aggregate's states have no exact inverse (the states are then
+    /// unusable).
     fn slide(&mut self, instance: &InstanceSlices, scratch: &mut Vec<u32>, slice_reads: &mut u64) -> Result<bool> {
         let &InstanceSlices { first, last, slices, new_table } = instance;
         if self.span.is_some_and(|(_, through)| last < through) {
@@ -320,9 +312,6 @@ impl RunningWindow {
             self.strikes = 0;
         }
         self.late_merges = 0;
-        for (states, fixed) in self.table.states.iter_mut().zip(&self.fixed) {
-            states.round_exact(fixed);
-        }
         if self.absent > 0 {
             self.compact(new_table, scratch)?;
         }
@@ -346,11 +335,11 @@ impl RunningWindow {
     ) -> bool {
         let before = self.table.keys.len();
         self.table.slots_for(keys, scratch);
-        let RunningWindow { table, fixed, holders, absent, held, .. } = self;
-        for ((mine, theirs), fixed) in table.states.iter_mut().zip(&slice.states).zip(fixed.iter_mut()) {
+        let RunningWindow { table, holders, absent, held, .. } = self;
+        for (mine, theirs) in table.states.iter_mut().zip(&slice.states) {
             let exact = match src {
-                None => mine.add_exactly(theirs, scratch, fixed, subtract),
-                Some(src) => mine.add_exactly_selected(theirs, src, scratch, fixed, subtract),
+                None => mine.add_exactly(theirs, scratch, subtract),
+                Some(src) => mine.add_exactly_selected(theirs, src, scratch, subtract),
             };
             if !exact {
                 return false;
@@ -385,9 +374,6 @@ impl RunningWindow {
         if compacted.merge_keys_from(&self.table, &keys, scratch)? != keys.len() {
             return Err(TesseraError::Internal("a running window lost a key while compacting".into()));
         }
-        for fixed in self.fixed.iter_mut().filter(|f| !f.is_empty()) {
-            *fixed = held.iter().map(|&s| fixed[s]).collect();
-        }
         self.holders = held.iter().map(|&s| self.holders[s]).collect();
         self.absent = 0;
         self.table = compacted;
@@ -403,13 +389,6 @@ impl RunningWindow {
     /// values, and its results are the same to the bit).
     fn encode(&self, w: &mut StateWriter) {
         self.table.encode(w);
-        for fixed in &self.fixed {
-            w.len(fixed.len());
-            for &v in fixed {
-                w.u64(v as u64);
-                w.u64((v >> 64) as u64);
-            }
-        }
         w.u32s(&self.holders);
         w.i64s(&self.counted.iter().copied().collect::<Vec<_>>());
         w.bool(self.span.is_some());
@@ -422,12 +401,6 @@ impl RunningWindow {
 
     fn decode(plan: &WindowAggregatePlan, r: &mut StateReader) -> Result<Self> {
         let table = GroupTable::decode(plan, r)?;
-        let fixed = (0..table.states.len())
-            .map(|_| {
-                let n = r.len(16)?;
-                (0..n).map(|_| Ok(i128::from(r.u64()?) | (i128::from(r.u64()? as i64) << 64))).collect()
-            })
-            .collect::<Result<Vec<Vec<i128>>>>()?;
         let holders = r.u32s()?;
         let counted = r.i64s()?.into();
         let spanned = r.bool()?;
@@ -436,14 +409,13 @@ impl RunningWindow {
         let late_merges = r.u64()?;
         let strikes = r.u32()?;
         let slots = table.keys.len();
-        if holders.len() != slots || fixed.iter().any(|f| !f.is_empty() && f.len() != slots) {
+        if holders.len() != slots {
             return Err(TesseraError::Checkpoint("a saved running window is inconsistent".into()));
         }
         let absent = holders.iter().filter(|&&h| h == 0).count();
         let held = holders.iter().map(|&h| u64::from(h)).sum();
         Ok(RunningWindow {
             table,
-            fixed,
             holders,
             absent,
             held,
@@ -457,10 +429,7 @@ impl RunningWindow {
     }
 
     fn bytes(&self) -> usize {
-        self.table.bytes()
-            + self.fixed.iter().map(|f| f.capacity() * 16).sum::<usize>()
-            + self.holders.capacity() * 4
-            + self.counted.capacity() * 8
+        self.table.bytes() + self.holders.capacity() * 4 + self.counted.capacity() * 8
     }
 }
 
@@ -513,36 +482,20 @@ mod tests {
         table.keys.iter().enumerate().map(|(i, &k)| (k, columns.iter().map(|c| value(c, i)).collect())).collect()
     }
 
-    fn close(a: &BTreeMap<u32, Vec<Option<f64>>>, b: &BTreeMap<u32, Vec<Option<f64>>>) -> bool {
-        a.len() == b.len()
-            && a.iter().zip(b).all(|((ka, va), (kb, vb))| {
-                ka == kb
-                    && va.iter().zip(vb).all(|(x, y)| match (x, y) {
-                        (Some(x), Some(y)) => (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0),
-                        _ => x == y,
-                    })
-            })
-    }
-
     #[test]
-    fn counts_slide_on_a_running_value_float_sums_only_over_many_slices() {
-        let running = |aggregates: &str, slices: i64| {
-            matches!(Sliding::for_plan(&plan_of(aggregates), slices), Sliding::Running(_))
-        };
-        assert!(running("COUNT(*), COUNT(v)", 2));
-        assert!(!running("SUM(v), COUNT(*)", 30));
-        assert!(!running("SUM(v), COUNT(*)", crate::aggregate::RUNNING_FLOAT_SLICES - 1));
-        assert!(running("SUM(v), COUNT(*)", crate::aggregate::RUNNING_FLOAT_SLICES));
-        assert!(!running("MIN(v), COUNT(*)", 10_000));
-        assert!(!running("VAR_SAMP(v)", 10_000));
+    fn counts_and_sums_slide_on_a_running_value() {
+        let running = |aggregates: &str| matches!(Sliding::for_plan(&plan_of(aggregates)), Sliding::Running(_));
+        assert!(running("COUNT(*), COUNT(v)"));
+        assert!(running("SUM(v), AVG(v), COUNT(*)"));
+        assert!(!running("MIN(v), COUNT(*)"));
+        assert!(!running("VAR_SAMP(v)"));
     }
 
     proptest! {
         /// Sliding over slices with keys coming and going, empty slices, rows arriving in a
         /// slice already counted (or spanned while empty), slices dropped as soon as the operator may drop them, and
         /// the state saved and restored between instances: every instance equals its slices
-        /// merged afresh, to the bit while the running value holds; a value with no exact
-        /// fixed-point form hands the window to two stacks.
+        /// merged afresh, to the bit, also with values far apart in magnitude.
         #[test]
         fn every_instance_equals_its_slices_merged_afresh(
             rows in prop::collection::vec(prop::collection::vec((0u32..6, -40i32..40), 0..6), 1..40),
@@ -557,12 +510,13 @@ mod tests {
                 rows.iter().map(|r| r.iter().map(|&(k, v)| (k, f64::from(v) / 4.0)).collect()).collect();
             let tiny_slice = tiny.filter(|&t| pending.get(t).is_some_and(|r| !r.is_empty()));
             if let Some(t) = tiny_slice {
-                // Alone in its slice, or a larger value would absorb it in the slice's sum.
-                pending[t] = vec![(pending[t][0].0, 1e-30)];
+                // A value a float sum of its slice would lose.
+                let key = pending[t][0].0;
+                pending[t].push((key, 1e-30));
             }
             let mut slices: BTreeMap<i64, Vec<(u32, f64)>> = BTreeMap::new();
             let mut tables = Tables::default();
-            let mut sliding = Sliding::for_plan(&plan, crate::aggregate::RUNNING_FLOAT_SLICES);
+            let mut sliding = Sliding::for_plan(&plan);
             prop_assert!(matches!(sliding, Sliding::Running(_)));
             let (mut scratch, mut reads) = (Vec::new(), 0);
             let instances = pending.len() as i64;
@@ -576,9 +530,6 @@ mod tests {
                 // A late row for a slice already counted.
                 for &(at, key, v) in late.iter().filter(|l| l.0 as i64 == m) {
                     let target = first.max(0) + (at as i64 % width).min(m - first.max(0));
-                    if tiny_slice == Some(target as usize) {
-                        continue;
-                    }
                     let before = tables.remove(target).unwrap_or_else(new_table);
                     sliding.before_rows((target, &before, &[key, key]), &mut scratch, &mut reads);
                     let rows = slices.entry(target).or_default();
@@ -594,11 +545,7 @@ mod tests {
                     fresh.get_or_insert_with(new_table).merge_from(table, &mut scratch).unwrap();
                 }
                 let want = values(fresh.as_ref());
-                match &sliding {
-                    // Multiples of 1/4 in a few slices: float sums merged afresh are exact too.
-                    Sliding::Running(_) => prop_assert_eq!(&got, &want, "instance {}", m),
-                    Sliding::Stacks(_) => prop_assert!(close(&got, &want), "instance {}: {:?} against {:?}", m, got, want),
-                }
+                prop_assert_eq!(&got, &want, "instance {}", m);
                 // What the operator drops before the next instance.
                 let keep_from = sliding.oldest_needed().map_or(first + 1, |k| k.min(first + 1));
                 while tables.pop_below(keep_from).is_some() {}
@@ -610,9 +557,8 @@ mod tests {
                     sliding = Sliding::decode(&plan, &mut StateReader::new(&bytes)).unwrap();
                 }
             }
-            // Two stacks only for a value with no exact form (the few late rows here cost less
-            // than a rebuild).
-            prop_assert_eq!(matches!(sliding, Sliding::Stacks(_)), tiny_slice.is_some());
+            // The few late rows here cost less than a rebuild.
+            prop_assert!(matches!(sliding, Sliding::Running(_)));
         }
     }
 }

@@ -412,10 +412,7 @@ impl WindowAggregateExec {
                 closed: Tables::default(),
                 keep_from: i64::MIN,
                 // Only a node sliding over the slices uses it.
-                sliding: Sliding::for_plan(
-                    &shape,
-                    if n.input == (NodeInput::Slices { sliding: true }) { slicing.most_slices_in(&n.spec) } else { 0 },
-                ),
+                sliding: Sliding::for_plan(&shape),
                 emitted: BTreeMap::new(),
             })
             .collect();
