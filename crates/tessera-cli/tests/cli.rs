@@ -707,3 +707,60 @@ fn extreme_event_times_and_window_sizes_are_bad_rows_or_refused_never_looped_on(
         );
     }
 }
+
+/// Asserts `out` is a refusal: exit status 1, no panic, and `says` in the message.
+fn assert_refused(out: &Output, says: &str, what: &str) {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
+    assert!(stderr.contains(says) && !stderr.contains("panicked"), "{what}: expected `{says}` in {stderr}");
+}
+
+#[test]
+fn csv_errors_name_the_files_line_and_the_column() {
+    let cases = [
+        ("1,20.5,1\n2,warm,3\n", "readings.csv:3: cannot read 'warm' as DOUBLE in column `temperature` (field 2)"),
+        ("1,20.5,1\n2,18.0,3,4\n", "readings.csv:3: expected 3 fields, got 4"),
+        ("1,20.5,1\n2,18.0\n", "readings.csv:3: expected 3 fields, got 2"),
+        (
+            "1,20.5,1\n2\u{0}\u{ff},18.0,3\n",
+            "readings.csv:3: cannot read '2\\u{0}\u{ff}' as BIGINT in column `device_id` (field 1)",
+        ),
+    ];
+    for (rows, says) in cases {
+        let dir = workspace(&format!("device_id,temperature,ts\n{rows}"));
+        let out = tessera(&["run", "q.sql"], dir.path());
+        assert_refused(&out, &format!("error: {says}\n"), rows);
+        assert!(!text(&out.stderr).contains("line"), "one line number, the file's: {}", text(&out.stderr));
+    }
+    // Bytes that are not UTF-8, in a declared column and in one the script does not declare.
+    let mut data = b"device_id,note,temperature,ts\n1,a,20.5,1\n".to_vec();
+    data.extend_from_slice(b"2,\xff\xfe,18.0,3\n\xff,b,1.0,4\n");
+    let dir = workspace("");
+    std::fs::write(dir.path().join("readings.csv"), &data).unwrap();
+    let out = tessera(&["run", "q.sql", "--on-error", "skip", "--dead-letter", "bad.jsonl", "-q"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dead = std::fs::read_to_string(dir.path().join("bad.jsonl")).unwrap();
+    let reasons: Vec<String> = dead
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["reason"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(reasons, ["invalid UTF-8 in field 2", "invalid UTF-8 in column `device_id` (field 1)"], "{dead}");
+}
+
+#[test]
+fn binary_input_is_escaped_and_cut_short_in_messages() {
+    let long = "x".repeat(5000);
+    let dir = workspace(&format!("device_id,temperature,ts\n1,20.5,1\n\u{1b}[31m\u{7}{long},18.0,3\n"));
+    let out = tessera(&["run", "q.sql"], dir.path());
+    let stderr = text(&out.stderr);
+    assert_refused(&out, "readings.csv:3: cannot read '\\u{1b}[31m\\u{7}xxx", "escape sequence");
+    assert!(!stderr.contains(['\u{1b}', '\u{7}']), "{stderr:?}");
+    assert!(stderr.len() < 400 && stderr.contains("more characters)"), "{stderr}");
+    // The dead-letter entry keeps the record whole, JSON-escaped.
+    let out = tessera(&["run", "q.sql", "-q", "--on-error", "skip", "--dead-letter", "bad.jsonl"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dead = std::fs::read_to_string(dir.path().join("bad.jsonl")).unwrap();
+    assert!(!dead.contains('\u{1b}') && dead.contains("\\u001b[31m"), "{dead}");
+    let entry: serde_json::Value = serde_json::from_str(dead.trim()).unwrap();
+    assert_eq!(entry["record"], format!("\u{1b}[31m\u{7}{long},18.0,3"));
+}

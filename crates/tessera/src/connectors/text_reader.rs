@@ -207,6 +207,50 @@ impl TextReader {
         }
     }
 
+    /// A CSV field by its column's name and its 1-based position in the record.
+    fn field_name(&self, index: usize) -> String {
+        match self.decode_schema.fields().get(index) {
+            Some(field) if !field.name().starts_with("__extra_") => {
+                format!("column `{}` (field {})", field.name(), index + 1)
+            }
+            _ => format!("field {}", index + 1),
+        }
+    }
+
+    /// Arrow's CSV messages (fields counted from 0, records called lines and counted within
+    /// the batch) told in the file's terms: the column by name and 1-based field number, the
+    /// file's line being the error's.
+    fn describe_error(&self, message: &str) -> String {
+        let TextFormat::Csv { .. } = self.format else {
+            return message.to_string();
+        };
+        let not_parsed = || {
+            let (value, rest) = message.strip_prefix("Error while parsing value '")?.rsplit_once("' as type '")?;
+            let index = leading_number(rest.split_once("' for column ")?.1)?;
+            let declared = self.decode_schema.fields().get(index)?.data_type();
+            Some(format!(
+                "cannot read '{value}' as {} in {}",
+                crate::catalog::sql_type_name(declared),
+                self.field_name(index)
+            ))
+        };
+        let timestamp = || {
+            let rest = message.strip_prefix("Error parsing column ")?;
+            let (_, reason) = rest.split_once(": ")?;
+            Some(format!("{}: {reason}", self.field_name(leading_number(rest)?)))
+        };
+        let fields = || {
+            let (_, counts) = message.strip_prefix("incorrect number of fields for line ")?.split_once(", ")?;
+            let (expected, got) = counts.strip_prefix("expected ")?.split_once(" got ")?;
+            Some(format!("expected {expected} fields, got {got}"))
+        };
+        let utf8 = || {
+            let field = message.strip_prefix("Encountered invalid UTF-8 data for line ")?.split_once(" and field ")?.1;
+            Some(format!("invalid UTF-8 in {}", self.field_name(leading_number(field)?.checked_sub(1)?)))
+        };
+        not_parsed().or_else(timestamp).or_else(fields).or_else(utf8).unwrap_or_else(|| message.to_string())
+    }
+
     fn record_text(chunk: &Chunk, range: &Range<usize>) -> String {
         String::from_utf8_lossy(&chunk.bytes[range.clone()]).trim_end_matches(['\n', '\r']).to_string()
     }
@@ -253,7 +297,7 @@ impl TextReader {
             }
             (outcome, [(line, range)]) => {
                 let reason = match outcome {
-                    Err(e) => clean_arrow_error(&e),
+                    Err(e) => self.describe_error(&clean_arrow_error(&e)),
                     Ok(_) => "not a complete record".to_string(),
                 };
                 malformed.push(Malformed { line: *line, reason, record: Self::record_text(chunk, range) });
@@ -290,8 +334,9 @@ fn feed(
     Ok(())
 }
 
-/// Arrow's parse errors carry a line number relative to the batch; drop it (the reader knows
-/// the real one) and the "Parser error:" prefix.
+/// Arrow's parse errors count lines within the batch, fields from 0 and say `line` for a
+/// record; the reader knows the file's line. The message without Arrow's lines and its
+/// "Parser error:" prefix.
 fn clean_arrow_error(e: &arrow::error::ArrowError) -> String {
     let text = match e {
         arrow::error::ArrowError::ParseError(m)
@@ -307,11 +352,16 @@ fn clean_arrow_error(e: &arrow::error::ArrowError) -> String {
         }
         None => text,
     };
-    let text = match text.find(". Row data:") {
+    match text.find(". Row data:") {
         Some(p) => text[..p].to_string(),
         None => text,
-    };
-    text.replace("incorrect number of fields for line , ", "incorrect number of fields: ")
+    }
+}
+
+/// The number `text` starts with.
+fn leading_number(text: &str) -> Option<usize> {
+    let end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    text[..end].parse().ok()
 }
 
 /// Splits one CSV record into fields, honouring quotes and doubled quotes.
