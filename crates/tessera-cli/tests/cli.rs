@@ -748,6 +748,29 @@ fn csv_errors_name_the_files_line_and_the_column() {
 }
 
 #[test]
+fn a_byte_order_mark_before_the_first_record_is_skipped() {
+    let dir = workspace(&format!("\u{feff}{GOOD}"));
+    let out = tessera(&["run", "q.sql", "-q"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let expected = ["1,0,10,20.5,1", "1,10,20,19.0,1", "2,0,10,18.0,1", "device_id,window_start,window_end,lo,n"];
+    assert_eq!(sorted_lines(&text(&out.stdout)), expected);
+    let rows: String = GOOD
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            format!("{{\"device_id\": {}, \"temperature\": {}, \"ts\": {}}}\n", f[0], f[1], f[2])
+        })
+        .collect();
+    std::fs::write(dir.path().join("readings.jsonl"), format!("\u{feff}{rows}")).unwrap();
+    std::fs::write(dir.path().join("j.sql"), format!("{}{QUERY}", SOURCE.replace("readings.csv", "readings.jsonl")))
+        .unwrap();
+    let out = tessera(&["run", "j.sql", "-q"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(sorted_lines(&text(&out.stdout)), expected);
+}
+
+#[test]
 fn binary_input_is_escaped_and_cut_short_in_messages() {
     let long = "x".repeat(5000);
     let dir = workspace(&format!("device_id,temperature,ts\n1,20.5,1\n\u{1b}[31m\u{7}{long},18.0,3\n"));

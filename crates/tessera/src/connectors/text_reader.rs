@@ -95,12 +95,24 @@ impl TextReader {
             done: false,
             started: false,
         };
+        reader.skip_byte_order_mark()?;
         let has_header =
             !matches!(source.options.get("header").map(|h| h.to_ascii_lowercase()).as_deref(), Some("false"));
         if let (TextFormat::Csv { delimiter }, true) = (format, has_header) {
             reader.read_header(delimiter)?;
         }
         Ok(reader)
+    }
+
+    /// Skips a UTF-8 byte order mark at the start of the input (some editors write one): it
+    /// is no part of the first record.
+    fn skip_byte_order_mark(&mut self) -> Result<()> {
+        const BOM: &[u8] = b"\xEF\xBB\xBF";
+        let start = self.input.fill_buf().map_err(|e| TesseraError::io(format!("cannot read {}", self.name), e))?;
+        if start.starts_with(BOM) {
+            self.input.consume(BOM.len());
+        }
+        Ok(())
     }
 
     /// Maps the header's column names to the declared columns; extra file columns are read as
