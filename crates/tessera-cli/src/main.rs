@@ -174,7 +174,15 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("TESSERA_LOG"))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    // Usage errors are the user's to fix: exit status 1, as for other options (clap's own is 2,
+    // which tessera keeps for its bugs); help and version exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(usage) => {
+            let _ = usage.print();
+            return ExitCode::from(u8::from(usage.use_stderr()));
+        }
+    };
     // Evaluating a deeply nested expression recurses: the main thread's stack is too small.
     let result = tessera::exec::on_deep_stack("tessera-main", move || match cli.command {
         Command::Run(args) => run(args),
@@ -429,16 +437,12 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum CompileTarget {
     Flink,
-    Spark,
 }
 
 fn compile(target: CompileTarget, path: &std::path::Path, settings: &[String]) -> Result<(), TesseraError> {
     let script = load_script(path, settings)?;
     match target {
         CompileTarget::Flink => print!("{}", tessera::compile::flink::compile_flink(&script)?),
-        CompileTarget::Spark => {
-            return Err(TesseraError::Option("--target spark is not implemented yet; --target flink is".into()))
-        }
     }
     Ok(())
 }

@@ -386,7 +386,7 @@ fn queries_with_different_columns_get_their_own_files() {
 }
 
 #[test]
-fn compile_prints_flink_sql_and_refuses_spark() {
+fn compile_prints_flink_sql_and_offers_no_other_target() {
     let dir = workspace(GOOD);
     let out = tessera(&["compile", "--target", "flink", "q.sql"], dir.path());
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -394,9 +394,13 @@ fn compile_prints_flink_sql_and_refuses_spark() {
     assert!(sql.contains("CREATE TABLE readings ("), "{sql}");
     assert!(sql.contains("WATERMARK FOR tessera_rowtime"), "{sql}");
     assert!(sql.contains("CREATE TEMPORARY VIEW g1_w1 AS"), "{sql}");
+    // Spark is not a target: a usage error, and `--help` lists only Flink.
     let out = tessera(&["compile", "--target", "spark", "q.sql"], dir.path());
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("not implemented yet"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("invalid value 'spark' for '--target <TARGET>'"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("[possible values: flink]"), "{}", text(&out.stderr));
+    let help = tessera(&["compile", "--help"], dir.path());
+    assert!(help.status.success() && !text(&help.stdout).to_lowercase().contains("spark"), "{}", text(&help.stdout));
 }
 
 /// A run killed with SIGKILL at 20 random points and restarted each time from its state
@@ -713,6 +717,27 @@ fn assert_refused(out: &Output, says: &str, what: &str) {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
     assert!(stderr.contains(says) && !stderr.contains("panicked"), "{what}: expected `{says}` in {stderr}");
+}
+
+#[test]
+fn usage_errors_exit_1_and_help_and_version_exit_0() {
+    let dir = workspace(GOOD);
+    let cases: [(&[&str], &str); 4] = [
+        (&["run"], "the following required arguments were not provided"),
+        (&["run", "q.sql", "--no-such-option"], "unexpected argument '--no-such-option'"),
+        (&["run", "q.sql", "--format", "xml"], "invalid value 'xml' for '--format <FORMAT>'"),
+        (&["frobnicate"], "unrecognized subcommand 'frobnicate'"),
+    ];
+    for (args, says) in cases {
+        let out = tessera(args, dir.path());
+        assert_refused(&out, says, &format!("{args:?}"));
+        assert!(text(&out.stderr).contains("try '--help'"), "{}", text(&out.stderr));
+    }
+    for args in [&["--help"][..], &["--version"], &["run", "--help"]] {
+        let out = tessera(args, dir.path());
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out.stderr));
+        assert!(out.stdout.starts_with(b"tessera") || text(&out.stdout).contains("Usage: tessera"), "{args:?}");
+    }
 }
 
 #[test]
