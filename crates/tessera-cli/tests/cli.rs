@@ -720,6 +720,88 @@ fn assert_refused(out: &Output, says: &str, what: &str) {
 }
 
 #[test]
+fn every_setting_and_option_is_range_checked() {
+    let dir = workspace(GOOD);
+    let settings: [(&str, &str, &[&str]); 4] = [
+        ("parallelism", "between 1 and 256", &["0", "257", "-1", "9223372036854775807", "two"]),
+        ("batch_size", "between 1 and 1048576", &["0", "1048577", "9223372036854775807", "1e11", "-5"]),
+        ("eta", "between 0.000001 and 1000000000", &["0", "-1", "NaN", "inf", "1e10"]),
+        ("keys", "between 1 and 1000000000000", &["0", "1000000000001", "1.5"]),
+    ];
+    for (name, range, values) in settings {
+        let says = format!("{name} must be between {}", range.trim_start_matches("between "));
+        for value in values {
+            let script = format!("{SOURCE}SET {name} = '{value}';\n{QUERY}");
+            std::fs::write(dir.path().join("set.sql"), script).unwrap();
+            let out = tessera(&["run", "set.sql"], dir.path());
+            assert_refused(&out, &says, &format!("SET {name} = {value}"));
+            assert!(text(&out.stderr).contains("at line 3, column 1"), "{}", text(&out.stderr));
+            let out = tessera(&["run", "q.sql", "--set", &format!("{name}={value}")], dir.path());
+            assert_refused(&out, &says, &format!("--set {name}={value}"));
+        }
+    }
+    // The limits themselves are accepted.
+    for setting in ["batch_size=1048576", "batch_size=1", "keys=1000000000000", "eta=0.000001"] {
+        let out = tessera(&["run", "q.sql", "-q", "--set", setting], dir.path());
+        assert!(out.status.success(), "{setting}: {}", text(&out.stderr));
+    }
+    let state = ["--state-dir", "state", "-o", "o.csv"];
+    let disk = ["--state-backend", "disk"];
+    let options: [(&[&str], &str, &[&str]); 24] = [
+        (&["run", "q.sql", "--parallelism"], "between 1 and 256", &["0", "257", "-1"]),
+        (
+            &[&["run", "q.sql"], &state[..], &["--checkpoint-interval"]].concat(),
+            "between 0 and 86400",
+            &["-1", "NaN", "86401", "1e300"],
+        ),
+        (
+            &[&["run", "q.sql"], &disk[..], &["--state-memory"]].concat(),
+            "between 0 and 1048576GB",
+            &["-1MB", "1048577GB", "1e30GB", "inf", "NaN"],
+        ),
+        (&["generate", "-o", "g.csv", "--events"], "between 0 and 10000000000", &["-1", "10000000001"]),
+        (&["generate", "-o", "g.csv", "--devices"], "between 1 and 1000000000", &["0", "1000000001"]),
+        (
+            &["generate", "-o", "g.csv", "--start"],
+            "between -1000000000000000 and 1000000000000000",
+            &["9223372036854775807", "-1000000000000001"],
+        ),
+        (&["generate", "-o", "g.csv", "--disorder"], "between 0 and 1000000000", &["-1", "9223372036854775807"]),
+        (&["generate", "-o", "g.csv", "--null-fraction"], "between 0 and 1", &["-0.5", "1.5", "NaN"]),
+        (&["bench", "q.sql", "--repeat"], "between 1 and 1000", &["0", "1001"]),
+        (&["bench", "q.sql", "--parallelism"], "between 1 and 256", &["0", "300"]),
+        (&["bench", "slide", "--slide"], "between 1 and 1000000000", &["0", "-10", "9223372036854775807"]),
+        (&["bench", "slide", "--events"], "between 1 and 20000000", &["0", "100000000000"]),
+        (&["bench", "slide", "--eta"], "between 0.000001 and 1000000000", &["0", "1e300"]),
+        (&["bench", "slide", "--keys"], "between 1 and 1000000000", &["0", "1000000001"]),
+        (&["bench", "slide", "--naive-max-ratio"], "between 1 and 1048576", &["0", "1048577"]),
+        (&["bench", "slide", "--repeat"], "between 1 and 1000", &["0"]),
+        (
+            &["bench", "slide", "--ratios"],
+            "each item of --ratios must be between 1 and 1048576",
+            &["0", "1,1048577", "9223372036854775807"],
+        ),
+        (&["bench", "wcg", "--sets"], "between 1 and 10000", &["0", "10001"]),
+        (&["bench", "wcg", "--measure-sets"], "between 0 and 10000", &["10001"]),
+        (&["bench", "wcg", "--events"], "between 1 and 20000000", &["0", "20000001"]),
+        (&["bench", "wcg", "--eta"], "each item of --eta must be between 0.000001 and 1000000000", &["0", "1,1e10"]),
+        (&["bench", "wcg", "--keys"], "between 1 and 1000000000", &["0"]),
+        (&["bench", "wcg", "--repeat"], "between 1 and 1000", &["0", "1001"]),
+        (&["explain", "q.sql", "--set"], "batch_size must be between 1 and 1048576", &["batch_size=0"]),
+    ];
+    for (args, range, values) in options {
+        let (flag, command) = args.split_last().unwrap();
+        for value in values {
+            // `--flag=-1`: clap would take `-1` alone for a flag.
+            let with_value = format!("{flag}={value}");
+            let out = tessera(&[command, &[with_value.as_str()]].concat(), dir.path());
+            assert_refused(&out, range, &with_value);
+        }
+    }
+    assert!(!dir.path().join("g.csv").exists(), "nothing generated");
+}
+
+#[test]
 fn usage_errors_exit_1_and_help_and_version_exit_0() {
     let dir = workspace(GOOD);
     let cases: [(&[&str], &str); 4] = [

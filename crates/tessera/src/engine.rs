@@ -20,6 +20,15 @@ use crate::state::checkpoint::{fnv64, CheckpointConfig, Checkpointer};
 use crate::state::spill::SpillStore;
 use crate::window::WindowSpec;
 
+/// The most worker threads a run takes (`SET parallelism`, `--parallelism`).
+pub const MAX_PARALLELISM: usize = 256;
+/// The most rows per input batch (`SET batch_size`): a batch is decoded in one piece.
+pub const MAX_BATCH_SIZE: usize = 1 << 20;
+/// The range of `SET eta` (events per time unit and key assumed by the cost model).
+pub const ETA_RANGE: (f64, f64) = (1e-6, 1e9);
+/// The most distinct keys `SET keys` may tell the cost model.
+pub const MAX_KEYS: u64 = 1_000_000_000_000;
+
 /// Session options set with `SET name = value` in a script.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -47,6 +56,18 @@ fn parse_window_strategy(value: &str) -> std::result::Result<Option<Strategy>, S
     })
 }
 
+/// `text` as a number from `min` to `max` (inclusive); the error states the range.
+pub fn parse_between<T>(text: &str, min: T, max: T) -> std::result::Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    text.trim()
+        .parse::<T>()
+        .ok()
+        .filter(|value| *value >= min && *value <= max)
+        .ok_or_else(|| format!("must be between {min} and {max}, got '{text}'"))
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -61,28 +82,17 @@ impl Default for Settings {
 
 impl Settings {
     fn set(&mut self, name: &str, value: &str) -> std::result::Result<(), String> {
-        let positive = |v: &str| {
-            v.parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| format!("{name} must be a positive integer, got '{v}'"))
-        };
+        let named = |message: String| format!("{name} {message}");
         match name {
-            "parallelism" => self.parallelism = Some(positive(value)?),
-            "batch_size" => self.batch_size = positive(value)?,
-            "eta" => {
-                self.eta = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| v.is_finite() && *v > 0.0)
-                    .ok_or_else(|| format!("eta must be a positive number, got '{value}'"))?
-            }
-            "keys" => self.keys = Some(positive(value)? as f64),
+            "parallelism" => self.parallelism = Some(parse_between(value, 1, MAX_PARALLELISM).map_err(named)?),
+            "batch_size" => self.batch_size = parse_between(value, 1, MAX_BATCH_SIZE).map_err(named)?,
+            "eta" => self.eta = parse_between(value, ETA_RANGE.0, ETA_RANGE.1).map_err(named)?,
+            "keys" => self.keys = Some(parse_between(value, 1, MAX_KEYS).map_err(named)? as f64),
             "window_strategy" => self.window_strategy = parse_window_strategy(value)?,
             _ => {
                 return Err(format!(
-                    "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy)"
-                ))
+                "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy)"
+            ))
             }
         }
         Ok(())
