@@ -254,9 +254,16 @@ struct RunArgs {
     settings: Vec<String>,
 }
 
-/// Compiles a script and applies the settings given on the command line.
+/// Compiles a script and applies the settings given on the command line; a script without
+/// queries (empty, comments only, or only sources and settings) is refused.
 pub fn load_script(path: &std::path::Path, settings: &[String]) -> Result<Script, TesseraError> {
     let mut script = Script::from_file(path)?;
+    if script.queries.is_empty() {
+        return Err(TesseraError::Plan(format!(
+            "{} has no queries (SELECT ... FROM a source): nothing to run",
+            path.display()
+        )));
+    }
     script.apply_settings(settings)?;
     Ok(script)
 }

@@ -823,6 +823,18 @@ fn usage_errors_exit_1_and_help_and_version_exit_0() {
 }
 
 #[test]
+fn scripts_without_queries_are_refused() {
+    let dir = workspace(GOOD);
+    for script in ["", "-- nothing here\n/* at all */\n", SOURCE, "SET batch_size = 10;"] {
+        std::fs::write(dir.path().join("none.sql"), script).unwrap();
+        for command in ["run", "explain"] {
+            let out = tessera(&[command, "none.sql"], dir.path());
+            assert_refused(&out, "none.sql has no queries (SELECT ... FROM a source): nothing to run", command);
+        }
+    }
+}
+
+#[test]
 fn csv_errors_name_the_files_line_and_the_column() {
     let cases = [
         ("1,20.5,1\n2,warm,3\n", "readings.csv:3: cannot read 'warm' as DOUBLE in column `temperature` (field 2)"),
