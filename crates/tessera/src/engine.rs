@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::catalog::{Catalog, SourceDef};
+use crate::catalog::{Catalog, Location, SourceDef};
 use crate::connectors::sink::ResultSink;
 use crate::connectors::{open_source, BatchReader, ReadOptions};
 use crate::error::{Result, TesseraError};
@@ -143,7 +143,7 @@ impl Script {
         let script_text = ScriptText::new(text);
         let mut catalog = Catalog::default();
         let mut settings = Settings::default();
-        let mut queries = Vec::new();
+        let mut queries: Vec<QueryPlan> = Vec::new();
         for statement in parse_script_here(text, base_dir)? {
             match statement {
                 Statement::CreateSource(source) => {
@@ -155,7 +155,27 @@ impl Script {
                 Statement::Set { name, value, location } => {
                     settings.set(&name, &value).map_err(|m| script_text.error(m, location))?;
                 }
-                Statement::Query { query, emit, .. } => queries.push(bind_query(&catalog, &script_text, &query, emit)?),
+                Statement::Query { query, emit, location } => {
+                    let plan = bind_query(&catalog, &script_text, &query, emit)?;
+                    // Stdin can be read once: by the queries of one source.
+                    let reads_stdin =
+                        |q: &QueryPlan| catalog.source(&q.source).is_some_and(|s| s.location == Location::Stdin);
+                    if let Some(other) =
+                        queries.iter().find(|q| q.source != plan.source && reads_stdin(q) && reads_stdin(&plan))
+                    {
+                        let name = |q: &QueryPlan| catalog.source(&q.source).map_or(String::new(), |s| s.name.clone());
+                        return Err(script_text.error_with_help(
+                            format!(
+                                "sources `{}` and `{}` both read stdin, which can be read only once",
+                                name(other),
+                                name(&plan)
+                            ),
+                            location,
+                            Some("give one of them a file, or query one source".into()),
+                        ));
+                    }
+                    queries.push(plan);
+                }
             }
         }
         Ok(Script { catalog, queries, settings })

@@ -157,3 +157,20 @@ fn strings_compared_with_numbers_are_refused_before_reading() {
         assert!(Script::compile(&format!("{WITH_NAMES}{query}"), Path::new(".")).is_ok(), "{query}");
     }
 }
+
+#[test]
+fn two_sources_reading_stdin_are_refused() {
+    let sources =
+        "CREATE SOURCE a (k BIGINT, ts BIGINT, WATERMARK FOR ts AS ts) WITH (connector = 'stdin', format = 'csv');
+CREATE SOURCE b (k BIGINT, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = '-', format = 'csv');
+";
+    let text = format!("{sources}SELECT k FROM a;\nSELECT k FROM a WHERE k > 1;\nSELECT k FROM b;");
+    let err = Script::compile(&text, Path::new(".")).unwrap_err().to_string();
+    assert!(
+        err.contains("sources `a` and `b` both read stdin, which can be read only once at line 5, column 1"),
+        "{err}"
+    );
+    // Declaring a second one is harmless while only one is read.
+    let text = format!("{sources}SELECT k FROM a;\nSELECT k FROM a WHERE k > 1;");
+    assert!(Script::compile(&text, Path::new(".")).is_ok());
+}
