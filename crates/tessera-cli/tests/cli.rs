@@ -722,11 +722,12 @@ fn assert_refused(out: &Output, says: &str, what: &str) {
 #[test]
 fn every_setting_and_option_is_range_checked() {
     let dir = workspace(GOOD);
-    let settings: [(&str, &str, &[&str]); 4] = [
+    let settings: [(&str, &str, &[&str]); 5] = [
         ("parallelism", "between 1 and 256", &["0", "257", "-1", "9223372036854775807", "two"]),
         ("batch_size", "between 1 and 1048576", &["0", "1048577", "9223372036854775807", "1e11", "-5"]),
         ("eta", "between 0.000001 and 1000000000", &["0", "-1", "NaN", "inf", "1e10"]),
         ("keys", "between 1 and 1000000000000", &["0", "1000000000001", "1.5"]),
+        ("input_flush_ms", "between 0 and 60000", &["-1", "60001", "18446744073709551616"]),
     ];
     for (name, range, values) in settings {
         let says = format!("{name} must be between {}", range.trim_start_matches("between "));
@@ -741,7 +742,7 @@ fn every_setting_and_option_is_range_checked() {
         }
     }
     // The limits themselves are accepted.
-    for setting in ["batch_size=1048576", "batch_size=1", "keys=1000000000000", "eta=0.000001"] {
+    for setting in ["batch_size=1048576", "batch_size=1", "input_flush_ms=0", "keys=1000000000000", "eta=0.000001"] {
         let out = tessera(&["run", "q.sql", "-q", "--set", setting], dir.path());
         assert!(out.status.success(), "{setting}: {}", text(&out.stderr));
     }
@@ -905,4 +906,61 @@ fn binary_input_is_escaped_and_cut_short_in_messages() {
     assert!(!dead.contains('\u{1b}') && dead.contains("\\u001b[31m"), "{dead}");
     let entry: serde_json::Value = serde_json::from_str(dead.trim()).unwrap();
     assert_eq!(entry["record"], format!("\u{1b}[31m\u{7}{long},18.0,3"));
+}
+
+/// `tail -f log | tessera run q.sql`: rows read from a pipe that stays open reach the queries
+/// after the flush delay, and the windows they close are written at once.
+#[test]
+fn stdin_rows_are_handed_over_within_the_flush_delay() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    for format in ["csv", "jsonl"] {
+        let source = SOURCE.replace("path = 'readings.csv'", "connector = 'stdin', format = 'csv'");
+        std::fs::write(dir.path().join("q.sql"), format!("SET input_flush_ms = 100;\n{source}{QUERY}")).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["run", "q.sql", "-q", "--format", format])
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        // The event at 15 moves the watermark to 13, which closes [0, 10).
+        stdin.write_all(b"device_id,temperature,ts\n1,20.5,1\n2,18.0,3\n1,19.0,15\n").unwrap();
+        stdin.flush().unwrap();
+        let (lines, received) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                if lines.send(line.unwrap()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while seen.len() < 2 + usize::from(format == "csv") {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match received.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("{format}: only {seen:?} within 10 s with stdin open"),
+            }
+        }
+        seen.sort();
+        let expected: &[&str] = match format {
+            "csv" => &["1,0,10,20.5,1", "2,0,10,18.0,1", "device_id,window_start,window_end,lo,n"],
+            _ => &[
+                r#"{"device_id":1,"window_start":0,"window_end":10,"lo":20.5,"n":1}"#,
+                r#"{"device_id":2,"window_start":0,"window_end":10,"lo":18.0,"n":1}"#,
+            ],
+        };
+        assert_eq!(seen, expected, "{format}");
+        drop(stdin);
+        let status = child.wait().unwrap();
+        reader.join().unwrap();
+        assert!(status.success(), "{format}");
+        let last: Vec<String> = received.try_iter().collect();
+        assert_eq!(last.len(), 1, "{format}: the window [10, 20) at the end: {last:?}");
+    }
 }

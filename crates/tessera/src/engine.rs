@@ -28,6 +28,8 @@ pub const MAX_BATCH_SIZE: usize = 1 << 20;
 pub const ETA_RANGE: (f64, f64) = (1e-6, 1e9);
 /// The most distinct keys `SET keys` may tell the cost model.
 pub const MAX_KEYS: u64 = 1_000_000_000_000;
+/// The longest `SET input_flush_ms`: a minute.
+pub const MAX_INPUT_FLUSH_MS: u64 = 60_000;
 
 /// Session options set with `SET name = value` in a script.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +44,9 @@ pub struct Settings {
     pub keys: Option<f64>,
     /// How windows are evaluated (`SET window_strategy`): `None` lets the optimizer choose.
     pub window_strategy: Option<Strategy>,
+    /// How long a reader of a pipe (stdin) keeps rows it has before handing them over in a
+    /// batch that is not full (`SET input_flush_ms`).
+    pub input_flush_ms: u64,
 }
 
 /// Parses `SET window_strategy`: `auto` (the cheapest, `None`) or a strategy to force.
@@ -76,6 +81,7 @@ impl Default for Settings {
             eta: 1.0,
             keys: None,
             window_strategy: None,
+            input_flush_ms: 200,
         }
     }
 }
@@ -89,9 +95,10 @@ impl Settings {
             "eta" => self.eta = parse_between(value, ETA_RANGE.0, ETA_RANGE.1).map_err(named)?,
             "keys" => self.keys = Some(parse_between(value, 1, MAX_KEYS).map_err(named)? as f64),
             "window_strategy" => self.window_strategy = parse_window_strategy(value)?,
+            "input_flush_ms" => self.input_flush_ms = parse_between(value, 0, MAX_INPUT_FLUSH_MS).map_err(named)?,
             _ => {
                 return Err(format!(
-                "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy)"
+                "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy, input_flush_ms)"
             ))
             }
         }
@@ -303,6 +310,7 @@ pub fn query_windows(query: &QueryPlan) -> Vec<WindowSpec> {
 pub fn run_script(script: &Script, options: &RunOptions, sink: &mut dyn ResultSink) -> Result<RunStats> {
     let mut read = options.read.clone();
     read.batch_size = script.settings.batch_size;
+    read.flush_after = std::time::Duration::from_millis(script.settings.input_flush_ms);
     run_script_with_readers(script, options, sink, &mut |source| {
         let read = ReadOptions { dictionary_columns: dictionary_columns(&script.queries, source), ..read.clone() };
         open_source(source, &read)

@@ -6,11 +6,13 @@
 use std::io::{BufRead, BufReader, Read};
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
+use super::pipe_input::TextInput;
 use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape, Skipped};
 use crate::catalog::{Format, SourceDef};
 use crate::error::{Result, TesseraError};
@@ -32,6 +34,8 @@ pub struct TextReader {
     decode_schema: SchemaRef,
     projection: Vec<usize>,
     batch_size: usize,
+    /// Reading a pipe: how long rows may wait for a batch to fill.
+    flush_after: Option<Duration>,
     line: u64,
     policy: BadRowPolicy,
     done: bool,
@@ -41,7 +45,7 @@ pub struct TextReader {
 
 /// A reader that counts the bytes it hands out, for progress.
 struct CountingReader {
-    inner: Box<dyn Read + Send>,
+    inner: TextInput,
     count: u64,
 }
 
@@ -63,7 +67,7 @@ impl TextReader {
     pub fn new(
         source: &SourceDef,
         name: String,
-        input: Box<dyn Read + Send>,
+        input: TextInput,
         total_bytes: Option<u64>,
         options: &ReadOptions,
     ) -> Result<Self> {
@@ -81,6 +85,7 @@ impl TextReader {
             Format::Parquet => return Err(TesseraError::Internal("TextReader used for Parquet".into())),
         };
         let shape = RowShape::of(source);
+        let flush_after = matches!(input, TextInput::Pipe(_)).then_some(options.flush_after);
         let mut reader = TextReader {
             name,
             input: BufReader::with_capacity(1 << 20, CountingReader { inner: input, count: 0 }),
@@ -90,6 +95,7 @@ impl TextReader {
             projection: (0..shape.schema.fields().len()).collect(),
             shape,
             batch_size: options.batch_size.max(1),
+            flush_after,
             line: 0,
             policy: BadRowPolicy::new(options),
             done: false,
@@ -263,6 +269,11 @@ impl TextReader {
         not_parsed().or_else(timestamp).or_else(fields).or_else(utf8).unwrap_or_else(|| message.to_string())
     }
 
+    /// Whether the next record is at hand (or comes) before `deadline`.
+    fn next_record_by(&mut self, deadline: Instant) -> bool {
+        Instant::now() < deadline && (!self.input.buffer().is_empty() || self.input.get_mut().inner.ready_by(deadline))
+    }
+
     fn record_text(chunk: &Chunk, range: &Range<usize>) -> String {
         String::from_utf8_lossy(&chunk.bytes[range.clone()]).trim_end_matches(['\n', '\r']).to_string()
     }
@@ -404,11 +415,17 @@ impl BatchReader for TextReader {
         while !self.done {
             let mut chunk =
                 Chunk { bytes: Vec::with_capacity(self.batch_size * 32), records: Vec::with_capacity(self.batch_size) };
+            // Reading a pipe, rows are handed over by then even if the batch is not full.
+            let mut hand_over_by = None;
             while chunk.records.len() < self.batch_size {
+                if hand_over_by.is_some_and(|deadline| !self.next_record_by(deadline)) {
+                    break;
+                }
                 if !self.read_record(&mut chunk)? {
                     self.done = true;
                     break;
                 }
+                hand_over_by = hand_over_by.or_else(|| self.flush_after.map(|delay| Instant::now() + delay));
             }
             if chunk.records.is_empty() {
                 break;
