@@ -964,3 +964,39 @@ fn stdin_rows_are_handed_over_within_the_flush_delay() {
         assert_eq!(last.len(), 1, "{format}: the window [10, 20) at the end: {last:?}");
     }
 }
+
+#[test]
+fn a_killed_runs_spill_folder_is_removed_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    generate(&["-o", "readings.csv", "--events", "400000", "--devices", "200000"], dir.path());
+    std::fs::write(dir.path().join("q.sql"), format!("{SOURCE}{QUERY}")).unwrap();
+    let spilled = || -> Vec<String> {
+        let names = std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned());
+        names.filter(|n| n.starts_with("tessera-spill-")).collect()
+    };
+    let disk = ["run", "q.sql", "-q", "-o", "/dev/null", "--state-backend", "disk", "--state-memory", "0"];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(disk)
+        .env("TMPDIR", &tmp)
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !spilled().iter().any(|n| !n.ends_with(".lock")) {
+        assert!(std::time::Instant::now() < deadline && child.try_wait().unwrap().is_none(), "no spill folder");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    let left = spilled();
+    assert_eq!(left.len(), 2, "the folder and its lock stay behind the killed run: {left:?}");
+    // The next run spilling there removes them, and its own folder when it ends.
+    std::fs::write(dir.path().join("readings.csv"), GOOD).unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_tessera")).args(disk).env("TMPDIR", &tmp).current_dir(dir.path()).output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(spilled(), Vec::<String>::new());
+}
