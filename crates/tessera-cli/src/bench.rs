@@ -11,6 +11,13 @@ use tessera::connectors::{open_source, BatchReader, ReadOptions};
 use tessera::engine::{run_script_with_readers, RunOptions};
 use tessera::TesseraError;
 
+use crate::between;
+
+/// The most timed runs of a benchmark (`--repeat`).
+pub const MAX_REPEAT: usize = 1000;
+/// The most events a benchmark generates in memory (`--events`): 20M take about 500 MB.
+pub const MAX_EVENTS: usize = 20_000_000;
+
 #[derive(clap::Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct BenchArgs {
@@ -19,11 +26,11 @@ pub struct BenchArgs {
     /// The script to time.
     #[arg(required = true)]
     script: Option<PathBuf>,
-    /// Timed runs (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    /// Timed runs (the median is reported), 1 to 1000.
+    #[arg(long, default_value_t = 5, value_parser = between(1, MAX_REPEAT))]
     repeat: usize,
-    /// Worker threads (default: the number of cores).
-    #[arg(long)]
+    /// Worker threads, 1 to 256 (default: the number of cores).
+    #[arg(long, value_parser = between(1, tessera::engine::MAX_PARALLELISM))]
     parallelism: Option<usize>,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -50,7 +57,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
         (None, None) => return Err(TesseraError::Option("bench needs a script, `wcg` or `slide`".into())),
     };
     let script = crate::load_script(path, &args.settings)?;
-    let parallelism = crate::parallelism(args.parallelism)?;
+    let parallelism = crate::parallelism(args.parallelism);
     let read = ReadOptions { batch_size: script.settings.batch_size, ..ReadOptions::default() };
     let load_started = Instant::now();
     let mut loaded = Vec::new();
@@ -72,7 +79,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
     let options = RunOptions { parallelism, ..RunOptions::default() };
     let mut times = Vec::new();
     let (mut rows_out, mut workers) = (0, 0);
-    for _ in 0..args.repeat.max(1) {
+    for _ in 0..args.repeat {
         let mut sink = MemorySink::default();
         let started = Instant::now();
         let stats = run_script_with_readers(&script, &options, &mut sink, &mut |def| {

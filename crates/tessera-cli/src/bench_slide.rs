@@ -15,33 +15,39 @@ use tessera::engine::StateOptions;
 use tessera::optimizer::window_strategy::Strategy;
 use tessera::TesseraError;
 
-use crate::bench_wcg::{create_report, forced, parse_list, stream, time_scripts};
+use crate::bench::{MAX_EVENTS, MAX_REPEAT};
+use crate::bench_wcg::{create_report, forced, parse_list, stream, time_scripts, MAX_STREAM_KEYS};
+use crate::between;
+use tessera::engine::ETA_RANGE;
+
+/// The largest range over slide: the most windows tessera puts an event in.
+const MAX_RATIO: i64 = tessera::window::MAX_WINDOWS_PER_EVENT;
 
 #[derive(clap::Args, Debug)]
 pub struct SlideArgs {
-    /// Range over slide, comma separated.
+    /// Range over slide, comma separated, each 1 to 2^20 (windows per event).
     #[arg(long, default_value = "1,3,10,30,100,300,1000")]
     pub ratios: String,
-    /// The slide, in seconds.
-    #[arg(long, default_value_t = 10)]
+    /// The slide, in seconds, 1 to 10^9.
+    #[arg(long, default_value_t = 10, value_parser = between(1i64, 1_000_000_000))]
     pub slide: i64,
-    /// Events of the stream.
-    #[arg(long, default_value_t = 2_000_000)]
+    /// Events of the stream, 1 to 20M.
+    #[arg(long, default_value_t = 2_000_000, value_parser = between(1, MAX_EVENTS))]
     pub events: usize,
-    /// Events per second.
-    #[arg(long, default_value_t = 100.0)]
+    /// Events per second, as `SET eta` takes.
+    #[arg(long, default_value_t = 100.0, value_parser = between(ETA_RANGE.0, ETA_RANGE.1))]
     pub eta: f64,
-    /// Distinct group keys.
-    #[arg(long, default_value_t = 100)]
+    /// Distinct group keys, 1 to 10^9.
+    #[arg(long, default_value_t = 100, value_parser = between(1, MAX_STREAM_KEYS))]
     pub keys: u64,
-    /// The naive plan updates `ratio` instances per event: run it up to this ratio.
-    #[arg(long, default_value_t = 100)]
+    /// The naive plan updates `ratio` instances per event: run it up to this ratio (1 to 2^20).
+    #[arg(long, default_value_t = 100, value_parser = between(1, MAX_RATIO))]
     pub naive_max_ratio: i64,
     /// The plans to run, comma separated (window_strategy names).
     #[arg(long, default_value = "baseline,shared_paired,shared_sliding")]
     pub plans: String,
-    /// Timed runs per plan and ratio, one of each per round (the median is used).
-    #[arg(long, default_value_t = 3)]
+    /// Timed runs per plan and ratio, one of each per round (the median is used), 1 to 1000.
+    #[arg(long, default_value_t = 3, value_parser = between(1, MAX_REPEAT))]
     pub repeat: usize,
     /// Also write the figures as JSON lines to this file.
     #[arg(long)]
@@ -53,14 +59,11 @@ pub struct SlideArgs {
 const PLANS: [Strategy; 3] = [Strategy::Baseline, Strategy::SharedPaired, Strategy::SharedSliding];
 
 pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
-    let ratios = parse_list("--ratios", &args.ratios, |r: &i64| *r > 0, "positive integers")?;
+    let ratios = parse_list("--ratios", &args.ratios, (1, MAX_RATIO))?;
     let plans =
         args.plans.split(',').map(|p| Strategy::parse(p.trim())).collect::<Option<Vec<_>>>().ok_or_else(|| {
             TesseraError::Option(format!("--plans expects window_strategy names, got '{}'", args.plans))
         })?;
-    if args.slide <= 0 {
-        return Err(TesseraError::Option("--slide must be positive".into()));
-    }
     let mut json_out = create_report(args.json.as_deref())?;
     let batches = stream(args.events, args.eta, args.keys);
     let state = args.state.options(std::env::temp_dir())?;

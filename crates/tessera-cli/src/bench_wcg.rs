@@ -28,28 +28,36 @@ use tessera::window::generators::{generate, Generator, GeneratorParams, SplitMix
 use tessera::window::{Sharing, WindowSpec};
 use tessera::TesseraError;
 
+use crate::bench::{MAX_EVENTS, MAX_REPEAT};
+use crate::between;
+
+/// The most window sets `--sets` draws per case.
+const MAX_SETS: usize = 10_000;
+/// The most distinct keys of a generated stream (`--keys`).
+pub const MAX_STREAM_KEYS: u64 = 1_000_000_000;
+
 #[derive(clap::Args, Debug)]
 pub struct WcgArgs {
-    /// Window sets drawn per generator, variant, size and event rate.
-    #[arg(long, default_value_t = 10)]
+    /// Window sets drawn per generator, variant, size and event rate, 1 to 10000.
+    #[arg(long, default_value_t = 10, value_parser = between(1, MAX_SETS))]
     pub sets: usize,
-    /// Of those, how many are also run by the engine with every strategy.
-    #[arg(long, default_value_t = 2)]
+    /// Of those, how many are also run by the engine with every strategy (at most 10000).
+    #[arg(long, default_value_t = 2, value_parser = between(0, MAX_SETS))]
     pub measure_sets: usize,
-    /// Events of each measured stream.
-    #[arg(long, default_value_t = 300_000)]
+    /// Events of each measured stream, 1 to 20M.
+    #[arg(long, default_value_t = 300_000, value_parser = between(1, MAX_EVENTS))]
     pub events: usize,
-    /// Event rates, comma separated: events per time unit and key (the model counts a window
+    /// Event rates, comma separated, each as `SET eta` takes: events per time unit and key (the model counts a window
     /// instance's merges once, the runtime once per key in it, so the model's rate is each
     /// key's); a measured stream has `eta * keys` events per time unit.
     #[arg(long, default_value = "1,10,100")]
     pub eta: String,
     /// Distinct group keys in each measured stream (told to the model for the "with the keys
-    /// known" choice).
-    #[arg(long, default_value_t = 10)]
+    /// known" choice), 1 to 10^9.
+    #[arg(long, default_value_t = 10, value_parser = between(1, MAX_STREAM_KEYS))]
     pub keys: u64,
-    /// Timed runs per strategy, one of each strategy per round (the median is used).
-    #[arg(long, default_value_t = 3)]
+    /// Timed runs per strategy, one of each strategy per round (the median is used), 1 to 1000.
+    #[arg(long, default_value_t = 3, value_parser = between(1, MAX_REPEAT))]
     pub repeat: usize,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -87,7 +95,7 @@ struct Summary {
 }
 
 pub fn bench_wcg(args: &WcgArgs) -> Result<(), TesseraError> {
-    let etas = parse_list("--eta", &args.eta, |e: &f64| *e > 0.0, "positive numbers")?;
+    let etas = parse_list("--eta", &args.eta, tessera::engine::ETA_RANGE)?;
     let mut json = create_report(args.json.as_deref())?;
     println!(
         "| generator | windows | kind | eta | sets | BL | UP | SP | SS | WCG | WCG-FW | chosen cheapest | WCG-FW gap to exact (mean/max) | measured sets | measured UP/SP/SS/WCG/WCG-FW vs BL | Spearman (mean) | chosen over fastest (mean/max) | with the keys known |"
@@ -283,16 +291,14 @@ fn measure_strategies(
 }
 
 /// A comma-separated option: every item parsed and `valid`, or an error naming the option.
-pub fn parse_list<T: std::str::FromStr>(
-    option: &str,
-    text: &str,
-    valid: impl Fn(&T) -> bool,
-    expected: &str,
-) -> Result<Vec<T>, TesseraError> {
+pub fn parse_list<T>(option: &str, text: &str, (min, max): (T, T)) -> Result<Vec<T>, TesseraError>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
     text.split(',')
-        .map(|item| item.trim().parse::<T>().ok().filter(|v| valid(v)))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| TesseraError::Option(format!("{option} expects {expected}, got '{text}'")))
+        .map(|item| tessera::engine::parse_between(item, min, max))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|message| TesseraError::Option(format!("each item of {option} {message}")))
 }
 
 /// The JSON-lines report file, if one was asked for.

@@ -14,25 +14,31 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use tessera::TesseraError;
 
+use crate::between;
+
+/// The largest `--start` either side of 0.
+const MAX_START: i64 = 1_000_000_000_000_000;
+
 #[derive(clap::Args)]
 pub struct GenerateArgs {
     /// Output file: `.csv` or `.parquet`.
     #[arg(long, short)]
     output: PathBuf,
-    /// Number of events.
-    #[arg(long, default_value_t = 1_000_000)]
+    /// Number of events, at most 10^10.
+    #[arg(long, default_value_t = 1_000_000, value_parser = between(0u64, 10_000_000_000))]
     events: u64,
-    /// Number of devices.
-    #[arg(long, default_value_t = 1_000)]
+    /// Number of devices, 1 to 10^9.
+    #[arg(long, default_value_t = 1_000, value_parser = between(1u64, 1_000_000_000))]
     devices: u64,
-    /// Event time of the first event, in seconds.
-    #[arg(long, default_value_t = 1_700_000_000)]
+    /// Event time of the first event, in seconds, within ±10^15 (event times then stay far
+    /// inside the range tessera windows).
+    #[arg(long, default_value_t = 1_700_000_000, value_parser = between(-MAX_START, MAX_START))]
     start: i64,
-    /// Maximum out-of-orderness in seconds (0 = in order).
-    #[arg(long, default_value_t = 0)]
+    /// Maximum out-of-orderness in seconds (0 = in order), at most 10^9.
+    #[arg(long, default_value_t = 0, value_parser = between(0i64, 1_000_000_000))]
     disorder: i64,
-    /// Fraction of events whose temperature is NULL.
-    #[arg(long, default_value_t = 0.0)]
+    /// Fraction of events whose temperature is NULL, 0 to 1.
+    #[arg(long, default_value_t = 0.0, value_parser = between(0.0, 1.0))]
     null_fraction: f64,
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -81,7 +87,7 @@ pub fn generate(args: &GenerateArgs) -> Result<(), TesseraError> {
         Writer::Csv(Box::new(arrow::csv::WriterBuilder::new().with_header(true).build(file)))
     };
     let mut rng = SplitMix(args.seed);
-    let devices = args.devices.max(1);
+    let devices = args.devices;
     let batch = 65_536u64;
     let mut produced = 0;
     while produced < args.events {

@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tessera::connectors::sink::{FileSink, OutputFormat};
 use tessera::connectors::{OnError, ReadOptions};
-use tessera::engine::{run_script, RunOptions, RunStats, Script, StateOptions};
+use tessera::engine::{parse_between, run_script, RunOptions, RunStats, Script, StateOptions, MAX_PARALLELISM};
 use tessera::exec::pipeline::{Parallelism, Progress};
 use tessera::state::checkpoint::CheckpointConfig;
 use tessera::TesseraError;
@@ -51,7 +51,8 @@ pub struct StateArgs {
     /// beyond --state-memory.
     #[arg(long, value_enum, default_value = "memory")]
     state_backend: StateBackendArg,
-    /// Memory for window state with --state-backend disk, e.g. 256MB or 2GB [default: 1GB].
+    /// Memory for window state with --state-backend disk, e.g. 256MB or 2GB, at most
+    /// 1048576GB [default: 1GB].
     #[arg(long, value_parser = parse_size)]
     state_memory: Option<u64>,
 }
@@ -72,26 +73,31 @@ impl StateArgs {
     }
 }
 
-/// A size in bytes: a number with an optional KB, MB or GB (powers of 1024).
+/// The largest `--state-memory`: 2^50 bytes (1048576GB), far beyond any machine's memory and
+/// far from overflowing the budget's arithmetic.
+const MAX_STATE_MEMORY: u64 = 1 << 50;
+
+/// A size in bytes: a number with an optional KB, MB or GB (powers of 1024), at most
+/// [`MAX_STATE_MEMORY`].
 fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let upper = text.to_ascii_uppercase();
-    let (number, unit) = match upper.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => (&text[..i], &upper[i..]),
-        None => (text, ""),
+    let upper = text.trim().to_ascii_uppercase();
+    // The unit is the letters at the end (`1e3MB` is a thousand megabytes).
+    let (number, unit) = upper.split_at(upper.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len());
+    let scale: Option<u64> = match unit {
+        "" | "B" => Some(1),
+        "KB" | "KIB" => Some(1 << 10),
+        "MB" | "MIB" => Some(1 << 20),
+        "GB" | "GIB" => Some(1 << 30),
+        _ => None,
     };
-    let scale: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KB" | "KIB" => 1 << 10,
-        "MB" | "MIB" => 1 << 20,
-        "GB" | "GIB" => 1 << 30,
-        other => return Err(format!("unknown unit `{other}` (use KB, MB or GB)")),
-    };
-    let value: f64 = number.trim().parse().map_err(|_| format!("`{text}` is not a size such as 256MB"))?;
-    if !(value >= 0.0 && value.is_finite()) {
-        return Err(format!("`{text}` is not a size such as 256MB"));
+    let bytes = scale.and_then(|scale| Some(number.trim().parse::<f64>().ok()? * scale as f64));
+    match bytes {
+        Some(bytes) if (0.0..=MAX_STATE_MEMORY as f64).contains(&bytes) => Ok(bytes as u64),
+        _ => Err(format!(
+            "expected a size between 0 and {}GB, a number and KB, MB or GB such as 256MB, got `{text}`",
+            MAX_STATE_MEMORY >> 30
+        )),
     }
-    Ok((value * scale as f64) as u64)
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -174,7 +180,15 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("TESSERA_LOG"))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    // Usage errors are the user's to fix: exit status 1, as for other options (clap's own is 2,
+    // which tessera keeps for its bugs); help and version exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(usage) => {
+            let _ = usage.print();
+            return ExitCode::from(u8::from(usage.use_stderr()));
+        }
+    };
     // Evaluating a deeply nested expression recurses: the main thread's stack is too small.
     let result = tessera::exec::on_deep_stack("tessera-main", move || match cli.command {
         Command::Run(args) => run(args),
@@ -218,9 +232,9 @@ struct RunArgs {
     /// Where `--on-error skip` puts malformed rows (JSON lines).
     #[arg(long, default_value = "tessera-dead-letter.jsonl")]
     dead_letter: PathBuf,
-    /// Worker threads; rows are split by key hash when there are fewer operators than
-    /// workers (default: chosen per script, up to the number of cores).
-    #[arg(long)]
+    /// Worker threads, 1 to 256; rows are split by key hash when there are fewer operators
+    /// than workers (default: chosen per script, up to the number of cores).
+    #[arg(long, value_parser = between(1, MAX_PARALLELISM))]
     parallelism: Option<usize>,
     /// Save checkpoints here, and resume from the last one if the directory holds one (needs
     /// --output: on resume the output files are cut back to the checkpoint).
@@ -228,8 +242,8 @@ struct RunArgs {
     state_dir: Option<PathBuf>,
     #[command(flatten)]
     state: StateArgs,
-    /// Seconds between checkpoints (with --state-dir).
-    #[arg(long, default_value_t = 10.0, requires = "state_dir")]
+    /// Seconds between checkpoints (with --state-dir), 0 to 86400.
+    #[arg(long, default_value_t = 10.0, requires = "state_dir", value_parser = between(0.0, 86_400.0))]
     checkpoint_interval: f64,
     /// No progress bar and no summary.
     #[arg(long, short)]
@@ -240,16 +254,23 @@ struct RunArgs {
     settings: Vec<String>,
 }
 
-/// Compiles a script and applies the settings given on the command line.
+/// Compiles a script and applies the settings given on the command line; a script without
+/// queries (empty, comments only, or only sources and settings) is refused.
 pub fn load_script(path: &std::path::Path, settings: &[String]) -> Result<Script, TesseraError> {
     let mut script = Script::from_file(path)?;
+    if script.queries.is_empty() {
+        return Err(TesseraError::Plan(format!(
+            "{} has no queries (SELECT ... FROM a source): nothing to run",
+            path.display()
+        )));
+    }
     script.apply_settings(settings)?;
     Ok(script)
 }
 
 fn run(args: RunArgs) -> Result<(), TesseraError> {
     let script = load_script(&args.script, &args.settings)?;
-    let parallelism = parallelism(args.parallelism)?;
+    let parallelism = parallelism(args.parallelism);
     let format = match args.format {
         Format::Csv => OutputFormat::Csv,
         Format::Jsonl => OutputFormat::JsonLines,
@@ -293,12 +314,7 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
         checkpoints: match &args.state_dir {
             Some(dir) => Some(CheckpointConfig {
                 dir: dir.clone(),
-                interval: std::time::Duration::try_from_secs_f64(args.checkpoint_interval).map_err(|_| {
-                    TesseraError::Option(format!(
-                        "--checkpoint-interval must be a number of seconds, got {}",
-                        args.checkpoint_interval
-                    ))
-                })?,
+                interval: std::time::Duration::from_secs_f64(args.checkpoint_interval),
             }),
             None => None,
         },
@@ -354,12 +370,20 @@ fn checkpointable_outputs(outputs: &[Option<&std::path::Path>]) -> Result<(), Te
 
 /// `--parallelism N` fixes the number of workers (over the script's `SET parallelism`); by
 /// default the engine chooses per script, up to the number of cores.
-pub fn parallelism(flag: Option<usize>) -> Result<Parallelism, TesseraError> {
+pub fn parallelism(flag: Option<usize>) -> Parallelism {
     match flag {
-        Some(0) => Err(TesseraError::Option("--parallelism must be at least 1".into())),
-        Some(n) => Ok(Parallelism::Fixed(n)),
-        None => Ok(Parallelism::Auto(tessera::exec::cores())),
+        Some(n) => Parallelism::Fixed(n),
+        None => Parallelism::Auto(tessera::exec::cores()),
     }
+}
+
+/// A command-line value parser for a number from `min` to `max` (inclusive), whose error
+/// states the range.
+pub fn between<T>(min: T, max: T) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy + Send + Sync + 'static,
+{
+    move |text| parse_between(text, min, max)
 }
 
 fn summary(stats: &RunStats, args: &RunArgs) -> String {
@@ -429,16 +453,12 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum CompileTarget {
     Flink,
-    Spark,
 }
 
 fn compile(target: CompileTarget, path: &std::path::Path, settings: &[String]) -> Result<(), TesseraError> {
     let script = load_script(path, settings)?;
     match target {
         CompileTarget::Flink => print!("{}", tessera::compile::flink::compile_flink(&script)?),
-        CompileTarget::Spark => {
-            return Err(TesseraError::Option("--target spark is not implemented yet; --target flink is".into()))
-        }
     }
     Ok(())
 }

@@ -386,7 +386,7 @@ fn queries_with_different_columns_get_their_own_files() {
 }
 
 #[test]
-fn compile_prints_flink_sql_and_refuses_spark() {
+fn compile_prints_flink_sql_and_offers_no_other_target() {
     let dir = workspace(GOOD);
     let out = tessera(&["compile", "--target", "flink", "q.sql"], dir.path());
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -394,9 +394,13 @@ fn compile_prints_flink_sql_and_refuses_spark() {
     assert!(sql.contains("CREATE TABLE readings ("), "{sql}");
     assert!(sql.contains("WATERMARK FOR tessera_rowtime"), "{sql}");
     assert!(sql.contains("CREATE TEMPORARY VIEW g1_w1 AS"), "{sql}");
+    // Spark is not a target: a usage error, and `--help` lists only Flink.
     let out = tessera(&["compile", "--target", "spark", "q.sql"], dir.path());
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("not implemented yet"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("invalid value 'spark' for '--target <TARGET>'"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("[possible values: flink]"), "{}", text(&out.stderr));
+    let help = tessera(&["compile", "--help"], dir.path());
+    assert!(help.status.success() && !text(&help.stdout).to_lowercase().contains("spark"), "{}", text(&help.stdout));
 }
 
 /// A run killed with SIGKILL at 20 random points and restarted each time from its state
@@ -706,4 +710,293 @@ fn extreme_event_times_and_window_sizes_are_bad_rows_or_refused_never_looped_on(
             "{strategy}"
         );
     }
+}
+
+/// Asserts `out` is a refusal: exit status 1, no panic, and `says` in the message.
+fn assert_refused(out: &Output, says: &str, what: &str) {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
+    assert!(stderr.contains(says) && !stderr.contains("panicked"), "{what}: expected `{says}` in {stderr}");
+}
+
+#[test]
+fn every_setting_and_option_is_range_checked() {
+    let dir = workspace(GOOD);
+    let settings: [(&str, &str, &[&str]); 5] = [
+        ("parallelism", "between 1 and 256", &["0", "257", "-1", "9223372036854775807", "two"]),
+        ("batch_size", "between 1 and 1048576", &["0", "1048577", "9223372036854775807", "1e11", "-5"]),
+        ("eta", "between 0.000001 and 1000000000", &["0", "-1", "NaN", "inf", "1e10"]),
+        ("keys", "between 1 and 1000000000000", &["0", "1000000000001", "1.5"]),
+        ("input_flush_ms", "between 0 and 60000", &["-1", "60001", "18446744073709551616"]),
+    ];
+    for (name, range, values) in settings {
+        let says = format!("{name} must be between {}", range.trim_start_matches("between "));
+        for value in values {
+            let script = format!("{SOURCE}SET {name} = '{value}';\n{QUERY}");
+            std::fs::write(dir.path().join("set.sql"), script).unwrap();
+            let out = tessera(&["run", "set.sql"], dir.path());
+            assert_refused(&out, &says, &format!("SET {name} = {value}"));
+            assert!(text(&out.stderr).contains("at line 3, column 1"), "{}", text(&out.stderr));
+            let out = tessera(&["run", "q.sql", "--set", &format!("{name}={value}")], dir.path());
+            assert_refused(&out, &says, &format!("--set {name}={value}"));
+        }
+    }
+    // The limits themselves are accepted.
+    for setting in ["batch_size=1048576", "batch_size=1", "input_flush_ms=0", "keys=1000000000000", "eta=0.000001"] {
+        let out = tessera(&["run", "q.sql", "-q", "--set", setting], dir.path());
+        assert!(out.status.success(), "{setting}: {}", text(&out.stderr));
+    }
+    let state = ["--state-dir", "state", "-o", "o.csv"];
+    let disk = ["--state-backend", "disk"];
+    let options: [(&[&str], &str, &[&str]); 24] = [
+        (&["run", "q.sql", "--parallelism"], "between 1 and 256", &["0", "257", "-1"]),
+        (
+            &[&["run", "q.sql"], &state[..], &["--checkpoint-interval"]].concat(),
+            "between 0 and 86400",
+            &["-1", "NaN", "86401", "1e300"],
+        ),
+        (
+            &[&["run", "q.sql"], &disk[..], &["--state-memory"]].concat(),
+            "between 0 and 1048576GB",
+            &["-1MB", "1048577GB", "1e30GB", "inf", "NaN"],
+        ),
+        (&["generate", "-o", "g.csv", "--events"], "between 0 and 10000000000", &["-1", "10000000001"]),
+        (&["generate", "-o", "g.csv", "--devices"], "between 1 and 1000000000", &["0", "1000000001"]),
+        (
+            &["generate", "-o", "g.csv", "--start"],
+            "between -1000000000000000 and 1000000000000000",
+            &["9223372036854775807", "-1000000000000001"],
+        ),
+        (&["generate", "-o", "g.csv", "--disorder"], "between 0 and 1000000000", &["-1", "9223372036854775807"]),
+        (&["generate", "-o", "g.csv", "--null-fraction"], "between 0 and 1", &["-0.5", "1.5", "NaN"]),
+        (&["bench", "q.sql", "--repeat"], "between 1 and 1000", &["0", "1001"]),
+        (&["bench", "q.sql", "--parallelism"], "between 1 and 256", &["0", "300"]),
+        (&["bench", "slide", "--slide"], "between 1 and 1000000000", &["0", "-10", "9223372036854775807"]),
+        (&["bench", "slide", "--events"], "between 1 and 20000000", &["0", "100000000000"]),
+        (&["bench", "slide", "--eta"], "between 0.000001 and 1000000000", &["0", "1e300"]),
+        (&["bench", "slide", "--keys"], "between 1 and 1000000000", &["0", "1000000001"]),
+        (&["bench", "slide", "--naive-max-ratio"], "between 1 and 1048576", &["0", "1048577"]),
+        (&["bench", "slide", "--repeat"], "between 1 and 1000", &["0"]),
+        (
+            &["bench", "slide", "--ratios"],
+            "each item of --ratios must be between 1 and 1048576",
+            &["0", "1,1048577", "9223372036854775807"],
+        ),
+        (&["bench", "wcg", "--sets"], "between 1 and 10000", &["0", "10001"]),
+        (&["bench", "wcg", "--measure-sets"], "between 0 and 10000", &["10001"]),
+        (&["bench", "wcg", "--events"], "between 1 and 20000000", &["0", "20000001"]),
+        (&["bench", "wcg", "--eta"], "each item of --eta must be between 0.000001 and 1000000000", &["0", "1,1e10"]),
+        (&["bench", "wcg", "--keys"], "between 1 and 1000000000", &["0"]),
+        (&["bench", "wcg", "--repeat"], "between 1 and 1000", &["0", "1001"]),
+        (&["explain", "q.sql", "--set"], "batch_size must be between 1 and 1048576", &["batch_size=0"]),
+    ];
+    for (args, range, values) in options {
+        let (flag, command) = args.split_last().unwrap();
+        for value in values {
+            // `--flag=-1`: clap would take `-1` alone for a flag.
+            let with_value = format!("{flag}={value}");
+            let out = tessera(&[command, &[with_value.as_str()]].concat(), dir.path());
+            assert_refused(&out, range, &with_value);
+        }
+    }
+    assert!(!dir.path().join("g.csv").exists(), "nothing generated");
+}
+
+#[test]
+fn usage_errors_exit_1_and_help_and_version_exit_0() {
+    let dir = workspace(GOOD);
+    let cases: [(&[&str], &str); 4] = [
+        (&["run"], "the following required arguments were not provided"),
+        (&["run", "q.sql", "--no-such-option"], "unexpected argument '--no-such-option'"),
+        (&["run", "q.sql", "--format", "xml"], "invalid value 'xml' for '--format <FORMAT>'"),
+        (&["frobnicate"], "unrecognized subcommand 'frobnicate'"),
+    ];
+    for (args, says) in cases {
+        let out = tessera(args, dir.path());
+        assert_refused(&out, says, &format!("{args:?}"));
+        assert!(text(&out.stderr).contains("try '--help'"), "{}", text(&out.stderr));
+    }
+    for args in [&["--help"][..], &["--version"], &["run", "--help"]] {
+        let out = tessera(args, dir.path());
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out.stderr));
+        assert!(out.stdout.starts_with(b"tessera") || text(&out.stdout).contains("Usage: tessera"), "{args:?}");
+    }
+}
+
+#[test]
+fn scripts_without_queries_are_refused() {
+    let dir = workspace(GOOD);
+    for script in ["", "-- nothing here\n/* at all */\n", SOURCE, "SET batch_size = 10;"] {
+        std::fs::write(dir.path().join("none.sql"), script).unwrap();
+        for command in ["run", "explain"] {
+            let out = tessera(&[command, "none.sql"], dir.path());
+            assert_refused(&out, "none.sql has no queries (SELECT ... FROM a source): nothing to run", command);
+        }
+    }
+}
+
+#[test]
+fn csv_errors_name_the_files_line_and_the_column() {
+    let cases = [
+        ("1,20.5,1\n2,warm,3\n", "readings.csv:3: cannot read 'warm' as DOUBLE in column `temperature` (field 2)"),
+        ("1,20.5,1\n2,18.0,3,4\n", "readings.csv:3: expected 3 fields, got 4"),
+        ("1,20.5,1\n2,18.0\n", "readings.csv:3: expected 3 fields, got 2"),
+        (
+            "1,20.5,1\n2\u{0}\u{ff},18.0,3\n",
+            "readings.csv:3: cannot read '2\\u{0}\u{ff}' as BIGINT in column `device_id` (field 1)",
+        ),
+    ];
+    for (rows, says) in cases {
+        let dir = workspace(&format!("device_id,temperature,ts\n{rows}"));
+        let out = tessera(&["run", "q.sql"], dir.path());
+        assert_refused(&out, &format!("error: {says}\n"), rows);
+        assert!(!text(&out.stderr).contains("line"), "one line number, the file's: {}", text(&out.stderr));
+    }
+    // Bytes that are not UTF-8, in a declared column and in one the script does not declare.
+    let mut data = b"device_id,note,temperature,ts\n1,a,20.5,1\n".to_vec();
+    data.extend_from_slice(b"2,\xff\xfe,18.0,3\n\xff,b,1.0,4\n");
+    let dir = workspace("");
+    std::fs::write(dir.path().join("readings.csv"), &data).unwrap();
+    let out = tessera(&["run", "q.sql", "--on-error", "skip", "--dead-letter", "bad.jsonl", "-q"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dead = std::fs::read_to_string(dir.path().join("bad.jsonl")).unwrap();
+    let reasons: Vec<String> = dead
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["reason"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(reasons, ["invalid UTF-8 in field 2", "invalid UTF-8 in column `device_id` (field 1)"], "{dead}");
+}
+
+#[test]
+fn a_byte_order_mark_before_the_first_record_is_skipped() {
+    let dir = workspace(&format!("\u{feff}{GOOD}"));
+    let out = tessera(&["run", "q.sql", "-q"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let expected = ["1,0,10,20.5,1", "1,10,20,19.0,1", "2,0,10,18.0,1", "device_id,window_start,window_end,lo,n"];
+    assert_eq!(sorted_lines(&text(&out.stdout)), expected);
+    let rows: String = GOOD
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            format!("{{\"device_id\": {}, \"temperature\": {}, \"ts\": {}}}\n", f[0], f[1], f[2])
+        })
+        .collect();
+    std::fs::write(dir.path().join("readings.jsonl"), format!("\u{feff}{rows}")).unwrap();
+    std::fs::write(dir.path().join("j.sql"), format!("{}{QUERY}", SOURCE.replace("readings.csv", "readings.jsonl")))
+        .unwrap();
+    let out = tessera(&["run", "j.sql", "-q"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(sorted_lines(&text(&out.stdout)), expected);
+}
+
+#[test]
+fn binary_input_is_escaped_and_cut_short_in_messages() {
+    let long = "x".repeat(5000);
+    let dir = workspace(&format!("device_id,temperature,ts\n1,20.5,1\n\u{1b}[31m\u{7}{long},18.0,3\n"));
+    let out = tessera(&["run", "q.sql"], dir.path());
+    let stderr = text(&out.stderr);
+    assert_refused(&out, "readings.csv:3: cannot read '\\u{1b}[31m\\u{7}xxx", "escape sequence");
+    assert!(!stderr.contains(['\u{1b}', '\u{7}']), "{stderr:?}");
+    assert!(stderr.len() < 400 && stderr.contains("more characters)"), "{stderr}");
+    // The dead-letter entry keeps the record whole, JSON-escaped.
+    let out = tessera(&["run", "q.sql", "-q", "--on-error", "skip", "--dead-letter", "bad.jsonl"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dead = std::fs::read_to_string(dir.path().join("bad.jsonl")).unwrap();
+    assert!(!dead.contains('\u{1b}') && dead.contains("\\u001b[31m"), "{dead}");
+    let entry: serde_json::Value = serde_json::from_str(dead.trim()).unwrap();
+    assert_eq!(entry["record"], format!("\u{1b}[31m\u{7}{long},18.0,3"));
+}
+
+/// `tail -f log | tessera run q.sql`: rows read from a pipe that stays open reach the queries
+/// after the flush delay, and the windows they close are written at once.
+#[test]
+fn stdin_rows_are_handed_over_within_the_flush_delay() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    for format in ["csv", "jsonl"] {
+        let source = SOURCE.replace("path = 'readings.csv'", "connector = 'stdin', format = 'csv'");
+        std::fs::write(dir.path().join("q.sql"), format!("SET input_flush_ms = 100;\n{source}{QUERY}")).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["run", "q.sql", "-q", "--format", format])
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        // The event at 15 moves the watermark to 13, which closes [0, 10).
+        stdin.write_all(b"device_id,temperature,ts\n1,20.5,1\n2,18.0,3\n1,19.0,15\n").unwrap();
+        stdin.flush().unwrap();
+        let (lines, received) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                if lines.send(line.unwrap()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while seen.len() < 2 + usize::from(format == "csv") {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match received.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("{format}: only {seen:?} within 10 s with stdin open"),
+            }
+        }
+        seen.sort();
+        let expected: &[&str] = match format {
+            "csv" => &["1,0,10,20.5,1", "2,0,10,18.0,1", "device_id,window_start,window_end,lo,n"],
+            _ => &[
+                r#"{"device_id":1,"window_start":0,"window_end":10,"lo":20.5,"n":1}"#,
+                r#"{"device_id":2,"window_start":0,"window_end":10,"lo":18.0,"n":1}"#,
+            ],
+        };
+        assert_eq!(seen, expected, "{format}");
+        drop(stdin);
+        let status = child.wait().unwrap();
+        reader.join().unwrap();
+        assert!(status.success(), "{format}");
+        let last: Vec<String> = received.try_iter().collect();
+        assert_eq!(last.len(), 1, "{format}: the window [10, 20) at the end: {last:?}");
+    }
+}
+
+#[test]
+fn a_killed_runs_spill_folder_is_removed_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    generate(&["-o", "readings.csv", "--events", "400000", "--devices", "200000"], dir.path());
+    std::fs::write(dir.path().join("q.sql"), format!("{SOURCE}{QUERY}")).unwrap();
+    let spilled = || -> Vec<String> {
+        let names = std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned());
+        names.filter(|n| n.starts_with("tessera-spill-")).collect()
+    };
+    let disk = ["run", "q.sql", "-q", "-o", "/dev/null", "--state-backend", "disk", "--state-memory", "0"];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(disk)
+        .env("TMPDIR", &tmp)
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !spilled().iter().any(|n| !n.ends_with(".lock")) {
+        assert!(std::time::Instant::now() < deadline && child.try_wait().unwrap().is_none(), "no spill folder");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    let left = spilled();
+    assert_eq!(left.len(), 2, "the folder and its lock stay behind the killed run: {left:?}");
+    // The next run spilling there removes them, and its own folder when it ends.
+    std::fs::write(dir.path().join("readings.csv"), GOOD).unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_tessera")).args(disk).env("TMPDIR", &tmp).current_dir(dir.path()).output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(spilled(), Vec::<String>::new());
 }

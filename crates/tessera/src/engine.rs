@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::catalog::{Catalog, SourceDef};
+use crate::catalog::{Catalog, Location, SourceDef};
 use crate::connectors::sink::ResultSink;
 use crate::connectors::{open_source, BatchReader, ReadOptions};
 use crate::error::{Result, TesseraError};
@@ -20,6 +20,17 @@ use crate::state::checkpoint::{fnv64, CheckpointConfig, Checkpointer};
 use crate::state::spill::SpillStore;
 use crate::window::WindowSpec;
 
+/// The most worker threads a run takes (`SET parallelism`, `--parallelism`).
+pub const MAX_PARALLELISM: usize = 256;
+/// The most rows per input batch (`SET batch_size`): a batch is decoded in one piece.
+pub const MAX_BATCH_SIZE: usize = 1 << 20;
+/// The range of `SET eta` (events per time unit and key assumed by the cost model).
+pub const ETA_RANGE: (f64, f64) = (1e-6, 1e9);
+/// The most distinct keys `SET keys` may tell the cost model.
+pub const MAX_KEYS: u64 = 1_000_000_000_000;
+/// The longest `SET input_flush_ms`: a minute.
+pub const MAX_INPUT_FLUSH_MS: u64 = 60_000;
+
 /// Session options set with `SET name = value` in a script.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -33,6 +44,9 @@ pub struct Settings {
     pub keys: Option<f64>,
     /// How windows are evaluated (`SET window_strategy`): `None` lets the optimizer choose.
     pub window_strategy: Option<Strategy>,
+    /// How long a reader of a pipe (stdin) keeps rows it has before handing them over in a
+    /// batch that is not full (`SET input_flush_ms`).
+    pub input_flush_ms: u64,
 }
 
 /// Parses `SET window_strategy`: `auto` (the cheapest, `None`) or a strategy to force.
@@ -47,6 +61,18 @@ fn parse_window_strategy(value: &str) -> std::result::Result<Option<Strategy>, S
     })
 }
 
+/// `text` as a number from `min` to `max` (inclusive); the error states the range.
+pub fn parse_between<T>(text: &str, min: T, max: T) -> std::result::Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    text.trim()
+        .parse::<T>()
+        .ok()
+        .filter(|value| *value >= min && *value <= max)
+        .ok_or_else(|| format!("must be between {min} and {max}, got '{text}'"))
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -55,34 +81,25 @@ impl Default for Settings {
             eta: 1.0,
             keys: None,
             window_strategy: None,
+            input_flush_ms: 200,
         }
     }
 }
 
 impl Settings {
     fn set(&mut self, name: &str, value: &str) -> std::result::Result<(), String> {
-        let positive = |v: &str| {
-            v.parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| format!("{name} must be a positive integer, got '{v}'"))
-        };
+        let named = |message: String| format!("{name} {message}");
         match name {
-            "parallelism" => self.parallelism = Some(positive(value)?),
-            "batch_size" => self.batch_size = positive(value)?,
-            "eta" => {
-                self.eta = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| v.is_finite() && *v > 0.0)
-                    .ok_or_else(|| format!("eta must be a positive number, got '{value}'"))?
-            }
-            "keys" => self.keys = Some(positive(value)? as f64),
+            "parallelism" => self.parallelism = Some(parse_between(value, 1, MAX_PARALLELISM).map_err(named)?),
+            "batch_size" => self.batch_size = parse_between(value, 1, MAX_BATCH_SIZE).map_err(named)?,
+            "eta" => self.eta = parse_between(value, ETA_RANGE.0, ETA_RANGE.1).map_err(named)?,
+            "keys" => self.keys = Some(parse_between(value, 1, MAX_KEYS).map_err(named)? as f64),
             "window_strategy" => self.window_strategy = parse_window_strategy(value)?,
+            "input_flush_ms" => self.input_flush_ms = parse_between(value, 0, MAX_INPUT_FLUSH_MS).map_err(named)?,
             _ => {
                 return Err(format!(
-                    "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy)"
-                ))
+                "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy, input_flush_ms)"
+            ))
             }
         }
         Ok(())
@@ -133,7 +150,7 @@ impl Script {
         let script_text = ScriptText::new(text);
         let mut catalog = Catalog::default();
         let mut settings = Settings::default();
-        let mut queries = Vec::new();
+        let mut queries: Vec<QueryPlan> = Vec::new();
         for statement in parse_script_here(text, base_dir)? {
             match statement {
                 Statement::CreateSource(source) => {
@@ -145,7 +162,27 @@ impl Script {
                 Statement::Set { name, value, location } => {
                     settings.set(&name, &value).map_err(|m| script_text.error(m, location))?;
                 }
-                Statement::Query { query, emit, .. } => queries.push(bind_query(&catalog, &script_text, &query, emit)?),
+                Statement::Query { query, emit, location } => {
+                    let plan = bind_query(&catalog, &script_text, &query, emit)?;
+                    // Stdin can be read once: by the queries of one source.
+                    let reads_stdin =
+                        |q: &QueryPlan| catalog.source(&q.source).is_some_and(|s| s.location == Location::Stdin);
+                    if let Some(other) =
+                        queries.iter().find(|q| q.source != plan.source && reads_stdin(q) && reads_stdin(&plan))
+                    {
+                        let name = |q: &QueryPlan| catalog.source(&q.source).map_or(String::new(), |s| s.name.clone());
+                        return Err(script_text.error_with_help(
+                            format!(
+                                "sources `{}` and `{}` both read stdin, which can be read only once",
+                                name(other),
+                                name(&plan)
+                            ),
+                            location,
+                            Some("give one of them a file, or query one source".into()),
+                        ));
+                    }
+                    queries.push(plan);
+                }
             }
         }
         Ok(Script { catalog, queries, settings })
@@ -273,6 +310,7 @@ pub fn query_windows(query: &QueryPlan) -> Vec<WindowSpec> {
 pub fn run_script(script: &Script, options: &RunOptions, sink: &mut dyn ResultSink) -> Result<RunStats> {
     let mut read = options.read.clone();
     read.batch_size = script.settings.batch_size;
+    read.flush_after = std::time::Duration::from_millis(script.settings.input_flush_ms);
     run_script_with_readers(script, options, sink, &mut |source| {
         let read = ReadOptions { dictionary_columns: dictionary_columns(&script.queries, source), ..read.clone() };
         open_source(source, &read)

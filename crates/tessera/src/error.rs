@@ -65,6 +65,27 @@ fn excerpt(line: &str, column: usize) -> (String, usize) {
     (shown, caret)
 }
 
+/// Characters of input text a message shows at most.
+const SHOWN_CHARS: usize = 200;
+
+/// Input text as a message shows it: control characters escaped (`\u{1b}`, `\u{0}`), so that
+/// binary input cannot drive the terminal, and cut after [`SHOWN_CHARS`] characters.
+pub fn printable(text: &str) -> String {
+    let mut shown = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == SHOWN_CHARS {
+            shown.push_str(&format!("... ({} more characters)", text.chars().count() - i));
+            break;
+        }
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TesseraError {
     /// The script does not parse or names something that does not exist.
@@ -73,8 +94,9 @@ pub enum TesseraError {
     /// The script parses but asks for something tessera cannot run.
     #[error("plan error: {0}")]
     Plan(String),
-    /// A malformed input row or file.
-    #[error("{file}:{line}: {reason}")]
+    /// A malformed input row or file (the reason, which may quote the input, shown
+    /// [`printable`]).
+    #[error("{file}:{line}: {}", printable(.reason))]
     Input { file: String, line: u64, reason: String },
     /// Bad command-line options or session settings.
     #[error("invalid option: {0}")]

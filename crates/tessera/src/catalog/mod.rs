@@ -8,6 +8,19 @@ use arrow::datatypes::{DataType, SchemaRef, TimeUnit as ArrowTimeUnit};
 
 use crate::error::{Result, TesseraError};
 
+/// The SQL name of a column type, as a script declares it.
+pub fn sql_type_name(data_type: &DataType) -> String {
+    match data_type {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::Int32 => "INT".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Timestamp(..) => "TIMESTAMP".into(),
+        other => other.to_string(),
+    }
+}
+
 /// The unit in which event time is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum TimeUnit {

@@ -6,6 +6,7 @@ pub mod file_identity;
 pub mod memory;
 mod parquet_dictionary;
 mod parquet_reader;
+mod pipe_input;
 pub mod sink;
 mod text_reader;
 
@@ -50,6 +51,9 @@ pub struct ReadOptions {
     /// as an aggregate's argument: a reader may hand them out as dictionary arrays of the
     /// declared type (a Parquet column encoded with a dictionary is then read as its indices).
     pub dictionary_columns: Vec<usize>,
+    /// A CSV or JSON-lines reader of a pipe (stdin, a FIFO) hands over the rows it has, in a
+    /// batch that is not full, this long after the first of them arrived (`SET input_flush_ms`).
+    pub flush_after: std::time::Duration,
 }
 
 impl Default for ReadOptions {
@@ -60,6 +64,7 @@ impl Default for ReadOptions {
             dead_letter_path: PathBuf::from("tessera-dead-letter.jsonl"),
             column_sets: crate::exec::cores().min(2),
             dictionary_columns: Vec::new(),
+            flush_after: std::time::Duration::from_millis(crate::engine::Settings::default().input_flush_ms),
         }
     }
 }
@@ -161,14 +166,17 @@ pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn 
     let (name, input, total): (String, Box<dyn std::io::Read + Send>, Option<u64>) = match &source.location {
         Location::File(path) => {
             let file = File::open(path).map_err(|e| TesseraError::io(format!("cannot open {}", path.display()), e))?;
-            let total = file.metadata().ok().map(|m| m.len());
+            let metadata = file.metadata().ok();
             if source.format == Format::Parquet {
                 let name = path.display().to_string();
                 let (bytes, ahead) = parquet_reader::map_file(&file)
                     .map_err(|e| TesseraError::io(format!("cannot map {}", path.display()), e))?;
                 return Ok(Box::new(parquet_reader::ParquetReader::new(source, name, bytes, Some(ahead), options)?));
             }
-            (path.display().to_string(), Box::new(file), total)
+            if metadata.as_ref().is_some_and(|m| !m.is_file()) {
+                return read_pipe(source, path.display().to_string(), Box::new(file), options);
+            }
+            (path.display().to_string(), Box::new(file), metadata.map(|m| m.len()))
         }
         Location::Stdin => {
             if source.format == Format::Parquet {
@@ -184,10 +192,24 @@ pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn 
                     options,
                 )?));
             }
-            ("<stdin>".to_string(), Box::new(std::io::stdin()), None)
+            return read_pipe(source, "<stdin>".to_string(), Box::new(std::io::stdin()), options);
         }
     };
     read_text(source, name, input, total, options)
+}
+
+/// Reads a CSV or JSON-lines source from a pipe, handing over rows after at most
+/// [`ReadOptions::flush_after`].
+fn read_pipe(
+    source: &SourceDef,
+    name: String,
+    input: Box<dyn std::io::Read + Send>,
+    options: &ReadOptions,
+) -> Result<Box<dyn BatchReader>> {
+    let pipe = pipe_input::PipeInput::spawn(&name, input)
+        .map_err(|e| TesseraError::io(format!("cannot start reading {name}"), e))?;
+    let input = pipe_input::TextInput::Pipe(pipe);
+    Ok(Box::new(text_reader::TextReader::new(source, name, input, None, options)?))
 }
 
 /// Reads a CSV or JSON-lines source from any byte stream; `name` is used in error messages.
@@ -198,6 +220,7 @@ pub fn read_text(
     total_bytes: Option<u64>,
     options: &ReadOptions,
 ) -> Result<Box<dyn BatchReader>> {
+    let input = pipe_input::TextInput::File(input);
     Ok(Box::new(text_reader::TextReader::new(source, name, input, total_bytes, options)?))
 }
 

@@ -58,6 +58,14 @@ impl Encoder {
         Ok(())
     }
 
+    /// Hands the rows written so far to the output (the CSV encoder does after every batch).
+    fn flush(&mut self) -> Result<()> {
+        match self {
+            Encoder::Csv(_) => Ok(()),
+            Encoder::Json(w) => w.get_mut().flush().map_err(|e| TesseraError::io("cannot write results", e)),
+        }
+    }
+
     /// Flushes everything written and hands back the output.
     fn finish(self) -> Result<Box<dyn Write + Send>> {
         let mut out = match self {
@@ -85,10 +93,14 @@ struct Output {
 impl Output {
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         self.started = true;
-        match self.encoder.as_mut() {
-            Some(encoder) => encoder.write(batch),
-            None => Err(TesseraError::Internal("write after finish".into())),
+        let encoder = self.encoder.as_mut().ok_or_else(|| TesseraError::Internal("write after finish".into()))?;
+        encoder.write(batch)?;
+        // Rows for stdout are shown as they come (a file's are complete at the end, or at a
+        // checkpoint).
+        if self.file.is_none() {
+            encoder.flush()?;
         }
+        Ok(())
     }
 
     fn finish(&mut self) -> Result<()> {

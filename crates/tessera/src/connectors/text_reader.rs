@@ -6,11 +6,13 @@
 use std::io::{BufRead, BufReader, Read};
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
+use super::pipe_input::TextInput;
 use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape, Skipped};
 use crate::catalog::{Format, SourceDef};
 use crate::error::{Result, TesseraError};
@@ -32,6 +34,8 @@ pub struct TextReader {
     decode_schema: SchemaRef,
     projection: Vec<usize>,
     batch_size: usize,
+    /// Reading a pipe: how long rows may wait for a batch to fill.
+    flush_after: Option<Duration>,
     line: u64,
     policy: BadRowPolicy,
     done: bool,
@@ -41,7 +45,7 @@ pub struct TextReader {
 
 /// A reader that counts the bytes it hands out, for progress.
 struct CountingReader {
-    inner: Box<dyn Read + Send>,
+    inner: TextInput,
     count: u64,
 }
 
@@ -63,7 +67,7 @@ impl TextReader {
     pub fn new(
         source: &SourceDef,
         name: String,
-        input: Box<dyn Read + Send>,
+        input: TextInput,
         total_bytes: Option<u64>,
         options: &ReadOptions,
     ) -> Result<Self> {
@@ -81,6 +85,7 @@ impl TextReader {
             Format::Parquet => return Err(TesseraError::Internal("TextReader used for Parquet".into())),
         };
         let shape = RowShape::of(source);
+        let flush_after = matches!(input, TextInput::Pipe(_)).then_some(options.flush_after);
         let mut reader = TextReader {
             name,
             input: BufReader::with_capacity(1 << 20, CountingReader { inner: input, count: 0 }),
@@ -90,17 +95,30 @@ impl TextReader {
             projection: (0..shape.schema.fields().len()).collect(),
             shape,
             batch_size: options.batch_size.max(1),
+            flush_after,
             line: 0,
             policy: BadRowPolicy::new(options),
             done: false,
             started: false,
         };
+        reader.skip_byte_order_mark()?;
         let has_header =
             !matches!(source.options.get("header").map(|h| h.to_ascii_lowercase()).as_deref(), Some("false"));
         if let (TextFormat::Csv { delimiter }, true) = (format, has_header) {
             reader.read_header(delimiter)?;
         }
         Ok(reader)
+    }
+
+    /// Skips a UTF-8 byte order mark at the start of the input (some editors write one): it
+    /// is no part of the first record.
+    fn skip_byte_order_mark(&mut self) -> Result<()> {
+        const BOM: &[u8] = b"\xEF\xBB\xBF";
+        let start = self.input.fill_buf().map_err(|e| TesseraError::io(format!("cannot read {}", self.name), e))?;
+        if start.starts_with(BOM) {
+            self.input.consume(BOM.len());
+        }
+        Ok(())
     }
 
     /// Maps the header's column names to the declared columns; extra file columns are read as
@@ -207,6 +225,55 @@ impl TextReader {
         }
     }
 
+    /// A CSV field by its column's name and its 1-based position in the record.
+    fn field_name(&self, index: usize) -> String {
+        match self.decode_schema.fields().get(index) {
+            Some(field) if !field.name().starts_with("__extra_") => {
+                format!("column `{}` (field {})", field.name(), index + 1)
+            }
+            _ => format!("field {}", index + 1),
+        }
+    }
+
+    /// Arrow's CSV messages (fields counted from 0, records called lines and counted within
+    /// the batch) told in the file's terms: the column by name and 1-based field number, the
+    /// file's line being the error's.
+    fn describe_error(&self, message: &str) -> String {
+        let TextFormat::Csv { .. } = self.format else {
+            return message.to_string();
+        };
+        let not_parsed = || {
+            let (value, rest) = message.strip_prefix("Error while parsing value '")?.rsplit_once("' as type '")?;
+            let index = leading_number(rest.split_once("' for column ")?.1)?;
+            let declared = self.decode_schema.fields().get(index)?.data_type();
+            Some(format!(
+                "cannot read '{value}' as {} in {}",
+                crate::catalog::sql_type_name(declared),
+                self.field_name(index)
+            ))
+        };
+        let timestamp = || {
+            let rest = message.strip_prefix("Error parsing column ")?;
+            let (_, reason) = rest.split_once(": ")?;
+            Some(format!("{}: {reason}", self.field_name(leading_number(rest)?)))
+        };
+        let fields = || {
+            let (_, counts) = message.strip_prefix("incorrect number of fields for line ")?.split_once(", ")?;
+            let (expected, got) = counts.strip_prefix("expected ")?.split_once(" got ")?;
+            Some(format!("expected {expected} fields, got {got}"))
+        };
+        let utf8 = || {
+            let field = message.strip_prefix("Encountered invalid UTF-8 data for line ")?.split_once(" and field ")?.1;
+            Some(format!("invalid UTF-8 in {}", self.field_name(leading_number(field)?.checked_sub(1)?)))
+        };
+        not_parsed().or_else(timestamp).or_else(fields).or_else(utf8).unwrap_or_else(|| message.to_string())
+    }
+
+    /// Whether the next record is at hand (or comes) before `deadline`.
+    fn next_record_by(&mut self, deadline: Instant) -> bool {
+        Instant::now() < deadline && (!self.input.buffer().is_empty() || self.input.get_mut().inner.ready_by(deadline))
+    }
+
     fn record_text(chunk: &Chunk, range: &Range<usize>) -> String {
         String::from_utf8_lossy(&chunk.bytes[range.clone()]).trim_end_matches(['\n', '\r']).to_string()
     }
@@ -253,7 +320,7 @@ impl TextReader {
             }
             (outcome, [(line, range)]) => {
                 let reason = match outcome {
-                    Err(e) => clean_arrow_error(&e),
+                    Err(e) => self.describe_error(&clean_arrow_error(&e)),
                     Ok(_) => "not a complete record".to_string(),
                 };
                 malformed.push(Malformed { line: *line, reason, record: Self::record_text(chunk, range) });
@@ -290,8 +357,9 @@ fn feed(
     Ok(())
 }
 
-/// Arrow's parse errors carry a line number relative to the batch; drop it (the reader knows
-/// the real one) and the "Parser error:" prefix.
+/// Arrow's parse errors count lines within the batch, fields from 0 and say `line` for a
+/// record; the reader knows the file's line. The message without Arrow's lines and its
+/// "Parser error:" prefix.
 fn clean_arrow_error(e: &arrow::error::ArrowError) -> String {
     let text = match e {
         arrow::error::ArrowError::ParseError(m)
@@ -307,11 +375,16 @@ fn clean_arrow_error(e: &arrow::error::ArrowError) -> String {
         }
         None => text,
     };
-    let text = match text.find(". Row data:") {
+    match text.find(". Row data:") {
         Some(p) => text[..p].to_string(),
         None => text,
-    };
-    text.replace("incorrect number of fields for line , ", "incorrect number of fields: ")
+    }
+}
+
+/// The number `text` starts with.
+fn leading_number(text: &str) -> Option<usize> {
+    let end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    text[..end].parse().ok()
 }
 
 /// Splits one CSV record into fields, honouring quotes and doubled quotes.
@@ -342,11 +415,17 @@ impl BatchReader for TextReader {
         while !self.done {
             let mut chunk =
                 Chunk { bytes: Vec::with_capacity(self.batch_size * 32), records: Vec::with_capacity(self.batch_size) };
+            // Reading a pipe, rows are handed over by then even if the batch is not full.
+            let mut hand_over_by = None;
             while chunk.records.len() < self.batch_size {
+                if hand_over_by.is_some_and(|deadline| !self.next_record_by(deadline)) {
+                    break;
+                }
                 if !self.read_record(&mut chunk)? {
                     self.done = true;
                     break;
                 }
+                hand_over_by = hand_over_by.or_else(|| self.flush_after.map(|delay| Instant::now() + delay));
             }
             if chunk.records.is_empty() {
                 break;

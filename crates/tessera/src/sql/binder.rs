@@ -17,7 +17,7 @@ use datafusion_expr::{
 };
 use datafusion_optimizer::Analyzer;
 use datafusion_physical_expr::create_physical_expr;
-use datafusion_sql::planner::{ParserOptions, SqlToRel};
+use datafusion_sql::planner::{ParserOptions, PlannerContext, SqlToRel};
 use datafusion_sql::sqlparser::ast::{
     self, FunctionArg, FunctionArgExpr, GroupByExpr, ObjectName, ObjectNamePart, SelectItem, SetExpr, SetOperator,
     SetQuantifier, Spanned, TableFactor,
@@ -26,7 +26,7 @@ use datafusion_sql::sqlparser::ast::{
 use super::diagnostic::{closest_name, span_location};
 use super::{duration_in_units, ScriptText};
 use crate::aggregate::{AggregateFunction, AggregateSpec, ValueKind};
-use crate::catalog::{Catalog, SourceDef};
+use crate::catalog::{sql_type_name, Catalog, SourceDef};
 use crate::error::{Result, TesseraError};
 use crate::plan::{AggregateColumn, BranchPlan, EmitMode, ExprRef, QueryPlan, StatelessPlan, WindowAggregatePlan};
 use crate::window::{WindowSpec, MAX_WINDOWS_PER_EVENT};
@@ -307,6 +307,7 @@ fn bind_select(
         ..ParserOptions::default()
     };
     let planner = SqlToRel::new_with_options(context, options);
+    check_types(&planner, context, script, &select)?;
     let plan = planner
         .sql_statement_to_plan(ast::Statement::Query(Box::new(query)))
         .map_err(|e| datafusion_error(script, e))?;
@@ -320,6 +321,120 @@ fn bind_select(
         None => bind_stateless(script, &select, &plan, names)?,
     };
     Ok((branch, schema, source.name.to_ascii_lowercase()))
+}
+
+/// Refuses, at their position, the type mismatches DataFusion reports without one or only
+/// while reading input: an aggregate of numbers over strings (`SUM(device)`), and a string
+/// column compared with a number (`device > 5`, which casts every value and fails on the
+/// first that is not a number). `select` reads one source, its FROM already resolved.
+fn check_types(
+    planner: &SqlToRel<StreamContext>,
+    context: &StreamContext,
+    script: &ScriptText,
+    select: &ast::Select,
+) -> Result<()> {
+    let TableFactor::Table { name, alias, .. } = &select.from[0].relation else {
+        return Ok(());
+    };
+    let table = alias
+        .as_ref()
+        .map_or_else(|| last_ident(name, script).map(|id| id.value.clone()), |a| Ok(a.name.value.clone()))?;
+    let Ok(source) = context.get_table_source(TableReference::bare(name.to_string())) else {
+        return Ok(());
+    };
+    let schema = DFSchema::try_from_qualified_schema(table.as_str(), &source.schema())?;
+    // The type of an expression, where the planner can tell it alone (not for a SELECT alias).
+    let type_of = |expr: &ast::Expr| {
+        let expr = planner.sql_to_expr(expr.clone(), &schema, &mut PlannerContext::new()).ok()?;
+        expr.get_type(&schema).ok()
+    };
+    let is_string = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    // A string compared with a number: a column or expression, not a literal that is a number.
+    let mismatch = |text: &ast::Expr, number: &ast::Expr| -> Option<TesseraError> {
+        if let ast::Expr::Value(value) = text {
+            if let ast::Value::SingleQuotedString(s) = &value.value {
+                if s.trim().parse::<f64>().is_ok() {
+                    return None;
+                }
+            }
+        }
+        let (text_type, number_type) = (type_of(text)?, type_of(number)?);
+        (is_string(&text_type) && number_type.is_numeric()).then(|| {
+            script.error_with_help(
+                format!(
+                    "cannot compare `{text}` ({}) with `{number}` ({})",
+                    sql_type_name(&text_type),
+                    sql_type_name(&number_type)
+                ),
+                span_location(text.span()),
+                Some(format!(
+                    "compare with a string, or CAST({text} AS {}) if every value is a number",
+                    sql_type_name(&number_type)
+                )),
+            )
+        })
+    };
+    let compared = |a: &ast::Expr, b: &ast::Expr| mismatch(a, b).or_else(|| mismatch(b, a));
+    let mut refused = None;
+    let _ = ast::visit_expressions(select, |expr| {
+        refused = match expr {
+            ast::Expr::BinaryOp {
+                left,
+                op:
+                    ast::BinaryOperator::Eq
+                    | ast::BinaryOperator::NotEq
+                    | ast::BinaryOperator::Lt
+                    | ast::BinaryOperator::LtEq
+                    | ast::BinaryOperator::Gt
+                    | ast::BinaryOperator::GtEq,
+                right,
+            } => compared(left, right),
+            ast::Expr::Between { expr, low, high, .. } => compared(expr, low).or_else(|| compared(expr, high)),
+            ast::Expr::InList { expr, list, .. } => list.iter().find_map(|item| compared(expr, item)),
+            ast::Expr::Function(call) => numeric_argument_refused(call, script, &type_of),
+            _ => None,
+        };
+        match refused {
+            Some(_) => std::ops::ControlFlow::Break(()),
+            None => std::ops::ControlFlow::Continue(()),
+        }
+    });
+    refused.map_or(Ok(()), Err)
+}
+
+/// The error for an aggregate of numbers (SUM, AVG, STDDEV_SAMP, VAR_SAMP, MEDIAN) over an
+/// argument of another type, if `call` is one.
+fn numeric_argument_refused(
+    call: &ast::Function,
+    script: &ScriptText,
+    type_of: &dyn Fn(&ast::Expr) -> Option<DataType>,
+) -> Option<TesseraError> {
+    let name = call.name.to_string().to_ascii_lowercase();
+    let udf = Functions::get().aggregate.get(&name)?;
+    let function = AggregateFunction::from_datafusion_name(udf.name(), false)?;
+    if !matches!(
+        function,
+        AggregateFunction::Sum
+            | AggregateFunction::Avg
+            | AggregateFunction::StddevSamp
+            | AggregateFunction::VarSamp
+            | AggregateFunction::Median
+    ) {
+        return None;
+    }
+    let ast::FunctionArguments::List(list) = &call.args else {
+        return None;
+    };
+    let [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))] = list.args.as_slice() else {
+        return None;
+    };
+    let data_type = type_of(arg)?;
+    (!data_type.is_numeric() && !data_type.is_null()).then(|| {
+        script.at_span(
+            format!("{} needs a numeric argument, `{arg}` is {}", name.to_ascii_uppercase(), sql_type_name(&data_type)),
+            arg.span(),
+        )
+    })
 }
 
 /// Checks the FROM item and rewrites a window TVF into a scan of the windowed table.
@@ -654,17 +769,6 @@ fn bind_window_aggregate(
                 script.at_span(format!("{display}: arguments of type {data_type} are not supported"), select.span())
             })?,
         };
-        if kind == ValueKind::Utf8
-            && !matches!(
-                function,
-                AggregateFunction::Min
-                    | AggregateFunction::Max
-                    | AggregateFunction::Count
-                    | AggregateFunction::ApproxCountDistinct
-            )
-        {
-            return Err(script.at_span(format!("{display} needs a numeric argument"), select.span()));
-        }
         let kind = if matches!(
             function,
             AggregateFunction::VarSamp | AggregateFunction::StddevSamp | AggregateFunction::Median

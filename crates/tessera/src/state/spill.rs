@@ -2,7 +2,9 @@
 //! window operators evict from memory under `--state-memory`. It lives in a temporary folder
 //! for the run, made when the first group is written (opening and closing an LSM tree costs
 //! a quarter of a second, which runs whose state fits in memory need not pay); checkpoints
-//! carry the spilled groups themselves, so nothing here must survive a crash.
+//! carry the spilled groups themselves, so nothing here must survive a crash. A run holds a
+//! lock on a file beside its folder; a killed run's lock is released with it, and the next
+//! store opened under the same parent removes the folders whose lock nobody holds.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -13,6 +15,37 @@ pub struct SpillStore {
     folder: PathBuf,
     /// The tree once opened (the workers of a run share the store).
     tree: Mutex<Option<(fjall::Keyspace, fjall::PartitionHandle)>>,
+    /// The file beside the folder (`<folder>.lock`), locked while the store is open, which
+    /// tells other runs the folder is in use.
+    lock: (PathBuf, std::fs::File),
+}
+
+/// The start of a spill folder's name.
+const PREFIX: &str = "tessera-spill-";
+
+/// The lock file of a spill folder.
+fn lock_path(folder: &Path) -> PathBuf {
+    let mut name = folder.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Removes the spill folders under `parent` that runs killed before they could remove them
+/// left behind: those whose lock file nobody holds.
+fn remove_abandoned(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(folder) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)?.strip_suffix(".lock")) else {
+            continue;
+        };
+        let lock = entry.path();
+        let abandoned = std::fs::File::open(&lock).is_ok_and(|file| file.try_lock().is_ok());
+        if abandoned {
+            let _ = std::fs::remove_dir_all(parent.join(format!("{PREFIX}{folder}")));
+            let _ = std::fs::remove_file(&lock);
+        }
+    }
 }
 
 fn store_error(e: fjall::Error) -> TesseraError {
@@ -21,16 +54,22 @@ fn store_error(e: fjall::Error) -> TesseraError {
 
 impl SpillStore {
     /// A store in a new folder under `parent` (which is created now), removed when the store
-    /// is dropped.
+    /// is dropped; first removes the folders killed runs left there.
     pub fn open(parent: &Path) -> Result<Self> {
         std::fs::create_dir_all(parent)
             .map_err(|e| TesseraError::io(format!("cannot create {}", parent.display()), e))?;
+        remove_abandoned(parent);
         let unique = format!(
-            "tessera-spill-{}-{}",
+            "{PREFIX}{}-{}",
             std::process::id(),
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
         );
-        Ok(SpillStore { folder: parent.join(unique), tree: Mutex::new(None) })
+        let folder = parent.join(unique);
+        let lock = lock_path(&folder);
+        let cannot = |e| TesseraError::io(format!("cannot create {}", lock.display()), e);
+        let file = std::fs::File::create(&lock).map_err(cannot)?;
+        file.lock().map_err(cannot)?;
+        Ok(SpillStore { folder, tree: Mutex::new(None), lock: (lock, file) })
     }
 
     /// The groups' partition, if the tree is open (opening it when `create`).
@@ -61,5 +100,13 @@ impl SpillStore {
             Some(groups) => groups.remove(key).map_err(store_error),
             None => Ok(()),
         }
+    }
+}
+
+impl Drop for SpillStore {
+    /// Removes the folder (the tree is temporary), then its lock file (unlocked as it closes).
+    fn drop(&mut self) {
+        drop(self.tree.get_mut().map(Option::take));
+        let _ = std::fs::remove_file(&self.lock.0);
     }
 }

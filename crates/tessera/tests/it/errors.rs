@@ -92,3 +92,85 @@ fn streaming_restrictions_are_explained() {
         assert!(Script::compile(&text, Path::new(".")).is_ok(), "{query}");
     }
 }
+
+const WITH_NAMES: &str = "CREATE SOURCE named (device VARCHAR, temperature DOUBLE, ts BIGINT,
+    WATERMARK FOR ts AS ts) WITH (path = 'n.csv');
+";
+
+/// The error of a query on `named` (line 3).
+fn named_error_of(query: &str) -> String {
+    match Script::compile(&format!("{WITH_NAMES}{query}"), Path::new(".")) {
+        Ok(_) => panic!("expected an error for {query}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn numeric_aggregates_of_strings_are_refused_at_their_argument() {
+    let window = "FROM TUMBLE(named, ts, INTERVAL '1' SECOND) GROUP BY window_start, window_end;";
+    for function in ["SUM", "avg", "STDDEV_SAMP", "VAR_SAMP", "MEDIAN", "mean"] {
+        let err = named_error_of(&format!("SELECT window_start, {function}(device) AS s {window}"));
+        let says = format!(
+            "{} needs a numeric argument, `device` is VARCHAR at line 3, column {}",
+            function.to_uppercase(),
+            23 + function.len()
+        );
+        assert!(err.contains(&says), "{err}");
+        assert!(!err.contains("Internal error") && !err.contains("bug"), "{err}");
+    }
+    // In HAVING, and inside an expression.
+    let err = named_error_of(&format!(
+        "SELECT window_start, COUNT(*) AS n {}",
+        window.replace(";", " HAVING SUM(device || 'x') > 1;")
+    ));
+    assert!(err.contains("SUM needs a numeric argument, `device || 'x'` is VARCHAR"), "{err}");
+    // Strings are fine where they are ordered or counted.
+    let text = format!("{WITH_NAMES}SELECT window_start, MIN(device), MAX(device), COUNT(device), APPROX_COUNT_DISTINCT(device) {window}");
+    assert!(Script::compile(&text, Path::new(".")).is_ok());
+}
+
+#[test]
+fn strings_compared_with_numbers_are_refused_before_reading() {
+    let cases = [
+        ("SELECT device FROM named WHERE device > 5;", "`device` (VARCHAR) with `5` (BIGINT) at line 3, column 32"),
+        ("SELECT device FROM named WHERE 5.5 <= device;", "`device` (VARCHAR) with `5.5` (DOUBLE) at line 3, column 39"),
+        ("SELECT device FROM named WHERE device IN ('a', 2);", "`device` (VARCHAR) with `2` (BIGINT) at line 3, column 32"),
+        ("SELECT device FROM named WHERE device BETWEEN 1 AND 9;", "`device` (VARCHAR) with `1` (BIGINT)"),
+        ("SELECT device = ts AS same FROM named;", "`device` (VARCHAR) with `ts` (BIGINT) at line 3, column 8"),
+        ("SELECT ts FROM named WHERE ts > 'soon';", "`'soon'` (VARCHAR) with `ts` (BIGINT) at line 3, column 33"),
+        (
+            "SELECT window_start, COUNT(*) FROM TUMBLE(named, ts, INTERVAL '1' SECOND) WHERE device <> 0 GROUP BY window_start;",
+            "`device` (VARCHAR) with `0` (BIGINT) at line 3, column 81",
+        ),
+    ];
+    for (query, says) in cases {
+        let err = named_error_of(query);
+        assert!(err.contains(&format!("cannot compare {says}")), "{query}: {err}");
+        assert!(err.contains("help: compare with a string, or CAST("), "{err}");
+    }
+    // Strings with strings, numbers with numbers written in quotes, and explicit casts.
+    for query in [
+        "SELECT device FROM named WHERE device > '5' AND device IN ('a', 'b');",
+        "SELECT ts FROM named WHERE ts > '5' AND temperature BETWEEN '1' AND 30;",
+        "SELECT device FROM named WHERE CAST(device AS BIGINT) > 5;",
+    ] {
+        assert!(Script::compile(&format!("{WITH_NAMES}{query}"), Path::new(".")).is_ok(), "{query}");
+    }
+}
+
+#[test]
+fn two_sources_reading_stdin_are_refused() {
+    let sources =
+        "CREATE SOURCE a (k BIGINT, ts BIGINT, WATERMARK FOR ts AS ts) WITH (connector = 'stdin', format = 'csv');
+CREATE SOURCE b (k BIGINT, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = '-', format = 'csv');
+";
+    let text = format!("{sources}SELECT k FROM a;\nSELECT k FROM a WHERE k > 1;\nSELECT k FROM b;");
+    let err = Script::compile(&text, Path::new(".")).unwrap_err().to_string();
+    assert!(
+        err.contains("sources `a` and `b` both read stdin, which can be read only once at line 5, column 1"),
+        "{err}"
+    );
+    // Declaring a second one is harmless while only one is read.
+    let text = format!("{sources}SELECT k FROM a;\nSELECT k FROM a WHERE k > 1;");
+    assert!(Script::compile(&text, Path::new(".")).is_ok());
+}
