@@ -1000,3 +1000,69 @@ fn a_killed_runs_spill_folder_is_removed_by_the_next_run() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(spilled(), Vec::<String>::new());
 }
+
+#[test]
+fn numbers_in_timestamp_columns_follow_time_unit_in_every_format_or_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = [("a", "1764756000000", 1.5), ("a", "2025-12-03 10:00:05", 2.5), ("a", "1764756020000", 3.0)];
+    let csv: String = rows.iter().map(|(d, t, v)| format!("{d},{t},{v}\n")).collect();
+    std::fs::write(dir.path().join("r.csv"), format!("device,ts,v\n{csv}")).unwrap();
+    let quoted = |t: &str| if t.contains('-') { format!("\"{t}\"") } else { t.to_string() };
+    let json: String =
+        rows.iter().map(|(d, t, v)| format!("{{\"device\":\"{d}\",\"ts\":{},\"v\":{v}}}\n", quoted(t))).collect();
+    std::fs::write(dir.path().join("r.jsonl"), json).unwrap();
+    let script = |path: &str, unit: &str| {
+        format!(
+            "CREATE SOURCE r (device VARCHAR, ts TIMESTAMP, v DOUBLE, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+               WITH (path = '{path}'{unit});
+             SELECT device, window_start, window_end, SUM(v) AS s, COUNT(*) AS n
+             FROM TUMBLE(r, ts, INTERVAL '10' SECOND) GROUP BY device, window_start, window_end;"
+        )
+    };
+    for path in ["r.csv", "r.jsonl"] {
+        // Without a unit, a number is refused where it stands, not read as microseconds.
+        std::fs::write(dir.path().join("q.sql"), script(path, "")).unwrap();
+        let out = tessera(&["run", "q.sql"], dir.path());
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{path}: {stderr}");
+        let line = if path == "r.csv" { 2 } else { 1 };
+        assert!(stderr.contains(&format!("{path}:{line}: column `ts` holds the number 1764756000000")), "{stderr}");
+        assert!(stderr.contains("add time_unit"), "{stderr}");
+        // With one, numbers and text agree.
+        std::fs::write(dir.path().join("q.sql"), script(path, ", time_unit = 'ms'")).unwrap();
+        let out = tessera(&["run", "q.sql", "-q"], dir.path());
+        assert!(out.status.success(), "{path}: {}", text(&out.stderr));
+        assert_eq!(
+            sorted_lines(&text(&out.stdout)),
+            [
+                "a,2025-12-03T10:00:00,2025-12-03T10:00:10,4.0,2",
+                "a,2025-12-03T10:00:20,2025-12-03T10:00:30,3.0,1",
+                "device,window_start,window_end,s,n"
+            ],
+            "{path}"
+        );
+    }
+    // Parquet: an integer column declared TIMESTAMP needs the unit too.
+    generate(&["--output", "g.parquet", "--events", "2000"], dir.path());
+    let parquet = |ts_type: &str, unit: &str| {
+        format!(
+            "CREATE SOURCE g (device_id BIGINT, temperature DOUBLE, ts {ts_type}, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+               WITH (path = 'g.parquet'{unit});
+             SELECT COUNT(*) AS n FROM TUMBLE(g, ts, INTERVAL '1' MINUTE) GROUP BY device_id, window_start, window_end;"
+        )
+    };
+    std::fs::write(dir.path().join("p.sql"), parquet("TIMESTAMP", "")).unwrap();
+    let out = tessera(&["run", "p.sql"], dir.path());
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("column `ts` holds numbers (Int64), but a TIMESTAMP number needs a unit"), "{stderr}");
+    let mut outputs = Vec::new();
+    for (ts_type, unit) in [("TIMESTAMP", ", time_unit = 's'"), ("BIGINT", ", time_unit = 's'")] {
+        std::fs::write(dir.path().join("p.sql"), parquet(ts_type, unit)).unwrap();
+        let out = tessera(&["run", "p.sql", "-q"], dir.path());
+        assert!(out.status.success(), "{ts_type}: {}", text(&out.stderr));
+        outputs.push(sorted_lines(&text(&out.stdout)));
+    }
+    assert!(outputs[0].len() > 10);
+    assert_eq!(outputs[0], outputs[1], "the same windows whether ts is TIMESTAMP or BIGINT");
+}

@@ -41,6 +41,15 @@ impl TimeUnit {
         })
     }
 
+    pub fn to_arrow(self) -> ArrowTimeUnit {
+        match self {
+            TimeUnit::Second => ArrowTimeUnit::Second,
+            TimeUnit::Millisecond => ArrowTimeUnit::Millisecond,
+            TimeUnit::Microsecond => ArrowTimeUnit::Microsecond,
+            TimeUnit::Nanosecond => ArrowTimeUnit::Nanosecond,
+        }
+    }
+
     pub fn from_arrow(unit: ArrowTimeUnit) -> TimeUnit {
         match unit {
             ArrowTimeUnit::Second => TimeUnit::Second,

@@ -14,6 +14,8 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
 
+use arrow::array::ArrayRef;
+use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
 
 use crate::catalog::{Format, Location, SourceDef};
@@ -289,13 +291,19 @@ impl DeadLetter {
 
 /// The shape rows are read in: every declared column nullable (so a decoder never fails on a
 /// missing value), the columns a row must nevertheless have (the event-time column and NOT
-/// NULL columns), and the event-time column, whose values must be windowable
-/// ([`crate::window::MAX_EVENT_TIME`]).
+/// NULL columns), the event-time column, whose values must be windowable
+/// ([`crate::window::MAX_EVENT_TIME`]), and the TIMESTAMP columns, which text formats decode
+/// as text: a timestamp written as text is parsed, a number is counted in the source's
+/// `time_unit` and refused without one (JSON's decoder would read it as whatever unit the
+/// column has, silently).
 pub(crate) struct RowShape {
     pub(crate) schema: arrow::datatypes::SchemaRef,
     required: Vec<usize>,
     event_time: usize,
     time_unit: &'static str,
+    timestamps: Vec<usize>,
+    /// Whether the source declares `time_unit`, so numbers in TIMESTAMP columns have a unit.
+    numbers_have_a_unit: bool,
 }
 
 impl RowShape {
@@ -308,7 +316,66 @@ impl RowShape {
         if !required.contains(&source.event_time.index) {
             required.push(source.event_time.index);
         }
-        RowShape { schema, required, event_time: source.event_time.index, time_unit: source.event_time.unit.suffix() }
+        let timestamps =
+            (0..fields.len()).filter(|&i| matches!(fields[i].data_type(), DataType::Timestamp(..))).collect();
+        RowShape {
+            schema,
+            required,
+            event_time: source.event_time.index,
+            time_unit: source.event_time.unit.suffix(),
+            timestamps,
+            numbers_have_a_unit: source.options.contains_key("time_unit"),
+        }
+    }
+
+    /// Column `column` as a text decoder reads it: TIMESTAMP columns as text (see
+    /// [`rows`](Self::rows)), the others as declared.
+    pub(crate) fn text_field(&self, column: usize) -> arrow::datatypes::Field {
+        let field = self.schema.field(column).clone();
+        if self.timestamps.contains(&column) {
+            field.with_data_type(DataType::Utf8)
+        } else {
+            field
+        }
+    }
+
+    /// TIMESTAMP column `column` from its text: timestamps parsed, whole numbers taken as counts
+    /// of the column's unit where the source declares `time_unit`; the rows that are neither,
+    /// with the reason.
+    fn timestamps_from_text(
+        &self,
+        column: usize,
+        text: &arrow::array::StringArray,
+    ) -> Result<(ArrayRef, Vec<(usize, String)>)> {
+        use arrow::array::{Array, AsArray};
+        use arrow::datatypes::Int64Type;
+        let field = self.schema.field(column);
+        let parsed = arrow::compute::cast(text, field.data_type())?;
+        if parsed.null_count() == text.null_count() {
+            return Ok((parsed, Vec::new()));
+        }
+        let counts = arrow::compute::cast(&parsed, &DataType::Int64)?;
+        let mut values: Vec<Option<i64>> = counts.as_primitive::<Int64Type>().iter().collect();
+        let mut failures = Vec::new();
+        for row in (0..text.len()).filter(|&r| text.is_valid(r) && parsed.is_null(r)) {
+            let written = text.value(row).trim();
+            match written.parse::<i64>() {
+                Ok(count) if self.numbers_have_a_unit => values[row] = Some(count),
+                Ok(_) => failures.push((
+                    row,
+                    format!(
+                        "column `{}` holds the number {written}, but a TIMESTAMP number needs a unit: add \
+                         time_unit = 's', 'ms', 'us' or 'ns' to the source's WITH, or write a timestamp",
+                        field.name()
+                    ),
+                )),
+                Err(_) => {
+                    failures.push((row, format!("cannot read '{written}' as TIMESTAMP in column `{}`", field.name())))
+                }
+            }
+        }
+        let counts: ArrayRef = std::sync::Arc::new(arrow::array::Int64Array::from(values));
+        Ok((arrow::compute::cast(&counts, field.data_type())?, failures))
     }
 
     /// Reads `column` as `data_type` (which stands for the declared type).
@@ -319,15 +386,27 @@ impl RowShape {
         self.schema = std::sync::Arc::new(arrow::datatypes::Schema::new(fields));
     }
 
-    /// Drops the rows missing a required value or with an event time outside the windowable
-    /// range, reporting each by its index in the batch.
-    pub(crate) fn drop_bad_rows(
+    /// The rows of decoded `columns` (TIMESTAMP columns possibly as text, see
+    /// [`text_field`](Self::text_field)) but those with a TIMESTAMP they cannot be read as,
+    /// missing a required value or with an event time outside the windowable range, which
+    /// are reported by their index in the batch.
+    pub(crate) fn rows(
         &self,
-        batch: RecordBatch,
+        mut columns: Vec<ArrayRef>,
         mut bad_row: impl FnMut(usize, &str) -> Result<()>,
     ) -> Result<RecordBatch> {
         use arrow::array::{Array, AsArray};
-        use arrow::datatypes::{DataType, Int64Type};
+        use arrow::datatypes::Int64Type;
+        let mut unreadable: Vec<(usize, String)> = Vec::new();
+        for &c in &self.timestamps {
+            if let Some(text) = columns[c].as_string_opt::<i32>() {
+                let (converted, failures) = self.timestamps_from_text(c, text)?;
+                columns[c] = converted;
+                unreadable.extend(failures);
+            }
+        }
+        unreadable.sort_by_key(|(row, _)| *row);
+        let batch = RecordBatch::try_new(std::sync::Arc::clone(&self.schema), columns)?;
         let times = batch.column(self.event_time);
         // A time too large for 64 bits (an unsigned column) is cast to NULL.
         let times = arrow::compute::cast(times, &DataType::Int64)?;
@@ -335,23 +414,27 @@ impl RowShape {
         let windowable = times.null_count() == batch.column(self.event_time).null_count()
             && arrow::compute::min(times).is_none_or(crate::window::is_windowable)
             && arrow::compute::max(times).is_none_or(crate::window::is_windowable);
-        if windowable && self.required.iter().all(|&c| batch.column(c).null_count() == 0) {
+        if unreadable.is_empty() && windowable && self.required.iter().all(|&c| batch.column(c).null_count() == 0) {
             return Ok(batch);
         }
         let mut keep = vec![true; batch.num_rows()];
+        let mut unreadable = unreadable.into_iter().peekable();
         for (row, keep_row) in keep.iter_mut().enumerate() {
             let missing = self.required.iter().find(|&&c| batch.column(c).is_null(row));
-            let reason = match missing {
-                Some(&c) => format!("column `{}` is NULL or missing", self.schema.field(c).name()),
-                None if times.is_null(row) || !crate::window::is_windowable(times.value(row)) => format!(
+            let reason = match (unreadable.next_if(|(r, _)| *r == row), missing) {
+                (Some((_, reason)), _) => reason,
+                (None, Some(&c)) => format!("column `{}` is NULL or missing", self.schema.field(c).name()),
+                (None, None) if times.is_null(row) || !crate::window::is_windowable(times.value(row)) => format!(
                     "event time {} is outside the times tessera windows, {} to {} {} (±2^62)",
                     arrow::util::display::array_value_to_string(batch.column(self.event_time), row)?,
                     -crate::window::MAX_EVENT_TIME,
                     crate::window::MAX_EVENT_TIME,
                     self.time_unit
                 ),
-                None => continue,
+                (None, None) => continue,
             };
+            // A row whose TIMESTAMP columns fail twice is reported once.
+            while unreadable.next_if(|(r, _)| *r == row).is_some() {}
             *keep_row = false;
             bad_row(row, &reason)?;
         }

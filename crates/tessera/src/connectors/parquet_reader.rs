@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef};
 use arrow::compute::cast;
+use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
@@ -314,6 +315,21 @@ impl ParquetReader {
                         ),
                     },
                 )?;
+            let file_type = file_schema.field(index).data_type();
+            if matches!(field.data_type(), DataType::Timestamp(..))
+                && file_type.is_integer()
+                && !source.options.contains_key("time_unit")
+            {
+                return Err(TesseraError::Input {
+                    file: name.clone(),
+                    line: 0,
+                    reason: format!(
+                        "column `{}` holds numbers ({file_type}), but a TIMESTAMP number needs a unit: add \
+                         time_unit = 's', 'ms', 'us' or 'ns' to the source's WITH, or declare the column BIGINT",
+                        field.name()
+                    ),
+                });
+            }
             fields.push(index);
         }
         // File columns read as dictionaries where the file allows: root, leaf and the declared
@@ -487,7 +503,10 @@ impl BatchReader for ParquetReader {
                 .zip(self.shape.schema.fields())
                 .map(|(&(part, i), field)| {
                     let column = parts[part].column(i);
-                    if column.data_type() == field.data_type() {
+                    // Text in a TIMESTAMP column is parsed row by row (see RowShape::rows).
+                    let text_timestamps =
+                        matches!(field.data_type(), DataType::Timestamp(..)) && column.data_type() == &DataType::Utf8;
+                    if column.data_type() == field.data_type() || text_timestamps {
                         Ok(Arc::clone(column))
                     } else {
                         cast(column, field.data_type()).map_err(|e| TesseraError::Input {
@@ -503,11 +522,9 @@ impl BatchReader for ParquetReader {
                     }
                 })
                 .collect::<Result<Vec<ArrayRef>>>()?;
-            let batch = RecordBatch::try_new(Arc::clone(&self.shape.schema), columns)?;
             let (name, policy) = (&self.name, &mut self.policy);
-            let batch = self
-                .shape
-                .drop_bad_rows(batch, |row, reason| policy.bad_row(name, first_row + row as u64, reason, ""))?;
+            let batch =
+                self.shape.rows(columns, |row, reason| policy.bad_row(name, first_row + row as u64, reason, ""))?;
             if batch.num_rows() > 0 {
                 self.policy.flush()?;
                 return Ok(Some(batch));

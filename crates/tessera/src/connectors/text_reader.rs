@@ -91,7 +91,9 @@ impl TextReader {
             input: BufReader::with_capacity(1 << 20, CountingReader { inner: input, count: 0 }),
             total_bytes,
             format,
-            decode_schema: Arc::clone(&shape.schema),
+            decode_schema: Arc::new(Schema::new(
+                (0..shape.schema.fields().len()).map(|c| shape.text_field(c)).collect::<Vec<_>>(),
+            )),
             projection: (0..shape.schema.fields().len()).collect(),
             shape,
             batch_size: options.batch_size.max(1),
@@ -138,7 +140,7 @@ impl TextReader {
             match self.shape.schema.fields().iter().position(|f| f.name().eq_ignore_ascii_case(name)) {
                 Some(d) if projection[d] == usize::MAX => {
                     projection[d] = i;
-                    fields.push(self.shape.schema.field(d).clone());
+                    fields.push(self.shape.text_field(d));
                 }
                 _ => fields.push(Field::new(format!("__extra_{i}"), DataType::Utf8, true)),
             }
@@ -216,7 +218,9 @@ impl TextReader {
                 decoder.flush()
             }
             TextFormat::JsonLines => {
+                // Numbers in TIMESTAMP columns (decoded as text) arrive as their digits.
                 let mut decoder = arrow::json::ReaderBuilder::new(Arc::clone(&self.decode_schema))
+                    .with_coerce_primitive(true)
                     .with_batch_size(records.max(64))
                     .build_decoder()?;
                 feed(bytes, |b| decoder.decode(b))?;
@@ -433,8 +437,7 @@ impl BatchReader for TextReader {
             let mut malformed = Vec::new();
             let (decoded, lines) = self.decode_chunk(&chunk, &mut malformed)?;
             let columns: Vec<ArrayRef> = self.projection.iter().map(|&i| Arc::clone(decoded.column(i))).collect();
-            let batch = RecordBatch::try_new(Arc::clone(&self.shape.schema), columns)?;
-            let batch = self.shape.drop_bad_rows(batch, |row, reason| {
+            let batch = self.shape.rows(columns, |row, reason| {
                 let record =
                     chunk.records.iter().find(|(l, _)| *l == lines[row]).map(|(_, r)| Self::record_text(&chunk, r));
                 let record = record.unwrap_or_default();

@@ -125,22 +125,29 @@ pub fn parse_create_source(parser: &mut Parser, script: &ScriptText, base_dir: &
                 .map(|c| format!("did you mean `{c}`?")),
         )
     })?;
-    let data_type = fields[index].data_type().clone();
-    let unit = match (&data_type, option("time_unit")) {
-        (DataType::Timestamp(unit, _), None) => TimeUnit::from_arrow(*unit),
-        (DataType::Timestamp(..), Some(_)) => {
-            return Err(script.at_span("time_unit applies to BIGINT event-time columns only", option_span("time_unit")))
+    // `time_unit` counts the event-time column's numbers, and is the unit of TIMESTAMP columns
+    // (numbers written in them are counted in it; without it they are refused, see RowShape).
+    let time_unit = match option("time_unit") {
+        None => None,
+        Some(text) => Some(TimeUnit::parse(text).ok_or_else(|| {
+            script.at_span(
+                format!("unknown time_unit '{text}' (supported: 's', 'ms', 'us', 'ns')"),
+                option_span("time_unit"),
+            )
+        })?),
+    };
+    if let Some(unit) = time_unit {
+        for field in &mut fields {
+            if let DataType::Timestamp(_, zone) = field.data_type() {
+                *field = field.clone().with_data_type(DataType::Timestamp(unit.to_arrow(), zone.clone()));
+            }
         }
-        (t, unit_text) if t.is_integer() => match unit_text {
-            None => TimeUnit::Millisecond,
-            Some(text) => TimeUnit::parse(text).ok_or_else(|| {
-                script.at_span(
-                    format!("unknown time_unit '{text}' (supported: 's', 'ms', 'us', 'ns')"),
-                    option_span("time_unit"),
-                )
-            })?,
-        },
-        (t, _) => {
+    }
+    let data_type = fields[index].data_type().clone();
+    let unit = match &data_type {
+        DataType::Timestamp(unit, _) => TimeUnit::from_arrow(*unit),
+        t if t.is_integer() => time_unit.unwrap_or(TimeUnit::Millisecond),
+        t => {
             return Err(script.at_span(
                 format!("event-time column `{}` must be BIGINT or TIMESTAMP, not {t}", fields[index].name()),
                 time_column.span,

@@ -1,4 +1,5 @@
-//! Fuzzing the user-facing entry points: no SQL text and no input bytes may cause a panic.
+//! Fuzzing the user-facing entry points: no SQL text, setting, window size, event time or
+//! input bytes may cause a panic or a hang.
 //! Every target runs `TESSERA_FUZZ_CASES` cases (a quick smoke run by default; the recorded
 //! long runs use 100000).
 
@@ -137,6 +138,111 @@ proptest! {
         "(\\{(\"(k|v|ts|name)\": ?(-?[0-9.e]{0,6}|\"[a-z]{0,3}\"|null|\\[\\]|\\{\\}),? ?){0,4}\\}\n){0,6}".prop_map(String::into_bytes),
     ]) {
         read_all("jsonl", bytes);
+    }
+}
+
+/// Numbers at the edges of what settings, durations and event times go through.
+const EDGES: [&str; 16] = [
+    "0",
+    "1",
+    "3",
+    "-1",
+    "7",
+    "60",
+    "0.5",
+    "1e3",
+    "1e11",
+    "1048576",
+    "1048577",
+    "576460752303423488",
+    "1152921504606846976",
+    "1152921504606846977",
+    "9223372036854775807",
+    "-9223372036854775808",
+];
+
+/// Durations at the edges: [`EDGES`] but for 2^20, whose million windows an event of a HOP
+/// with a slide of 1 is allowed to fill, too slow a case to repeat by the thousand.
+const WINDOW_EDGES: [&str; 15] = [
+    "0",
+    "1",
+    "3",
+    "-1",
+    "7",
+    "60",
+    "0.5",
+    "1e3",
+    "1e11",
+    "1048577",
+    "576460752303423488",
+    "1152921504606846976",
+    "1152921504606846977",
+    "9223372036854775807",
+    "-9223372036854775808",
+];
+
+/// Event times at the edges of the windowable range (±2^62) and of 64 bits.
+const EDGE_TIMES: [i64; 10] =
+    [i64::MIN, i64::MIN + 1, -(1 << 62) - 1, -(1 << 62), 0, 5, 1 << 62, (1 << 62) + 1, i64::MAX - 1, i64::MAX];
+
+/// A script with random settings, a window of random size and slide, and CSV rows with event
+/// times drawn from [`EDGE_TIMES`] and small ones, values from the float edges.
+fn edge_run() -> impl Strategy<Value = (String, Vec<u8>, usize)> {
+    let setting = (
+        prop::sample::select(vec!["parallelism", "batch_size", "eta", "keys", "window_strategy", "input_flush_ms"]),
+        prop::sample::select(EDGES.iter().copied().chain(["'baseline'", "'wcg_factor'", "'x'"]).collect::<Vec<_>>()),
+    );
+    let time = prop_oneof![prop::sample::select(EDGE_TIMES.to_vec()), -50i64..200];
+    let value = prop::sample::select(vec!["1.5", "-0.0", "1e308", "-1e308", "5e-324", "NaN", "inf", "-inf", "", "2"]);
+    (
+        prop::collection::vec(setting, 0..3),
+        prop::sample::select(WINDOW_EDGES.to_vec()),
+        prop::sample::select(WINDOW_EDGES.to_vec()),
+        prop::sample::select(WINDOW_EDGES.to_vec()),
+        any::<bool>(),
+        prop::collection::vec((0i64..3, time, value), 0..25),
+        1usize..4,
+    )
+        .prop_map(|(settings, slide, size, delay, hop, rows, parallelism)| {
+            let window = if hop {
+                format!("HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{size}' SECOND)")
+            } else {
+                format!("TUMBLE(s, ts, {size})")
+            };
+            let sets: String = settings.iter().map(|(name, value)| format!("SET {name} = {value};\n")).collect();
+            let script = format!(
+                "CREATE SOURCE s (k BIGINT, name VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '{delay}' SECOND) WITH (path = 'e.csv', time_unit = 's');
+{sets}SELECT k, window_start, window_end, SUM(v) AS s, MIN(v), COUNT(*) FROM {window} GROUP BY k, window_start, window_end;"
+            );
+            let csv: String = rows.iter().map(|(k, ts, v)| format!("{k},n,{v},{ts}\n")).collect();
+            (script, format!("k,name,v,ts\n{csv}").into_bytes(), parallelism)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Settings, window sizes and event times at the edges: a script is refused or runs to the
+    /// end (reading its rows with its own batch size, bad rows skipped), never panics or
+    /// hangs (every case must finish; the harness's time limit is the test's).
+    #[test]
+    fn edge_settings_windows_and_times_run_or_are_refused((text, csv, parallelism) in edge_run()) {
+        let Ok(script) = Script::compile(&text, Path::new(".")) else { return Ok(()) };
+        let source = script.catalog.source("s").expect("declared").clone();
+        let dead_letter = tempfile::NamedTempFile::new().expect("temp file");
+        let options = ReadOptions {
+            batch_size: script.settings.batch_size,
+            on_error: OnError::Skip,
+            dead_letter_path: dead_letter.path().to_path_buf(),
+            ..ReadOptions::default()
+        };
+        let mut reader = read_text(&source, "edges".into(), Box::new(std::io::Cursor::new(csv)), None, &options)
+            .expect("a reader over CSV");
+        let mut batches = Vec::new();
+        while let Some(batch) = reader.next_batch().expect("skipping never fails") {
+            batches.push(batch);
+        }
+        let _ = super::harness::run_batches(&text, batches, parallelism, script.settings.window_strategy);
     }
 }
 
