@@ -78,7 +78,7 @@ impl ExactSums {
     }
 
     /// Adds `value` to slot `slot`.
-    #[inline]
+    #[inline(always)]
     pub fn add(&mut self, slot: usize, value: f64) {
         match decompose(value) {
             Some((0, _)) => {}
@@ -158,8 +158,21 @@ impl ExactSums {
     }
 
     /// Adds `mantissa * 2^exponent` (not zero) to slot `slot`.
-    #[inline]
+    #[inline(always)]
     fn add_scaled(&mut self, slot: usize, mantissa: i128, exponent: i16) {
+        let (mine, my_exponent) = (self.mantissas[slot], self.exponents[slot]);
+        // The common case: a value of the binade the sum is kept in.
+        if exponent == my_exponent {
+            if let Some(sum) = mine.checked_add(mantissa) {
+                self.mantissas[slot] = sum;
+                return;
+            }
+        }
+        self.add_shifted(slot, mantissa, exponent);
+    }
+
+    /// [`add_scaled`](Self::add_scaled) for a value of another binade than the sum's.
+    fn add_shifted(&mut self, slot: usize, mantissa: i128, exponent: i16) {
         let (mine, my_exponent) = (self.mantissas[slot], self.exponents[slot]);
         if my_exponent != WIDE {
             if mine == 0 {
@@ -307,9 +320,9 @@ impl WideSum {
     }
 }
 
-/// `value` as `mantissa * 2^exponent` with an odd (or zero) mantissa, `None` for NaN and
-/// infinities.
-#[inline]
+/// `value` as `mantissa * 2^exponent`, the mantissa below 2^53 and the exponent that of its
+/// binade (so that values of one binade add without a shift), `None` for NaN and infinities.
+#[inline(always)]
 fn decompose(value: f64) -> Option<(i128, i16)> {
     let bits = value.to_bits();
     let biased = ((bits >> 52) & 0x7ff) as i32;
@@ -320,12 +333,8 @@ fn decompose(value: f64) -> Option<(i128, i16)> {
     // Subnormals have no implicit bit.
     let (mantissa, exponent) =
         if biased == 0 { (fraction, LEAST_EXPONENT) } else { (fraction | 1 << 52, biased - 1075) };
-    if mantissa == 0 {
-        return Some((0, 0));
-    }
-    let zeros = mantissa.trailing_zeros();
-    let mantissa = i128::from(mantissa >> zeros);
-    Some((if bits >> 63 == 1 { -mantissa } else { mantissa }, (exponent + zeros as i32) as i16))
+    let mantissa = i128::from(mantissa);
+    Some((if bits >> 63 == 1 { -mantissa } else { mantissa }, exponent as i16))
 }
 
 /// `value << shift`, if it fits in an i128 with its sign.
