@@ -2,7 +2,7 @@
 //! three ways on the same generated stream: every instance from the stream (the naive
 //! per-window plan: `baseline`), sub-window slices merged when an instance is emitted (the
 //! sub-window design note's plan: `shared_paired`), and slices combined by a sliding aggregator
-//! (`shared_sliding`: two stacks, a running value for SUM and COUNT from 512 slices). It
+//! (`shared_sliding`: a running value for SUM and COUNT, two stacks for MIN). It
 //! reports throughput and the state reads and writes per event of each, for an invertible
 //! aggregate set (SUM, COUNT) and for MIN, with the state in memory or (`--state-backend
 //! disk`) spilled to disk beyond `--state-memory`, then also the
