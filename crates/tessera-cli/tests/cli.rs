@@ -8,6 +8,18 @@ fn tessera(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).current_dir(dir).output().expect("tessera runs")
 }
 
+/// Starts `tessera` with `args` in `dir`, its standard streams piped.
+fn spawn_piped(args: &[&str], dir: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tessera starts")
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -276,22 +288,9 @@ fn csv_parquet_jsonl_and_stdin_inputs_agree() {
             "CREATE SOURCE r (device_id BIGINT, temperature DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) WITH ({with}, time_unit = 's');\n{query}"
         );
         std::fs::write(dir.path().join(format!("{name}.sql")), script).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-            .args([
-                "run",
-                &format!("{name}.sql"),
-                "--format",
-                "jsonl",
-                "-q",
-                "--late-output",
-                &format!("{name}-late.csv"),
-            ])
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let (script_name, late_name) = (format!("{name}.sql"), format!("{name}-late.csv"));
+        let mut child =
+            spawn_piped(&["run", &script_name, "--format", "jsonl", "-q", "--late-output", &late_name], dir.path());
         let mut stdin = child.stdin.take().unwrap();
         if name == "stdin" {
             stdin.write_all(csv.as_bytes()).unwrap();
@@ -917,14 +916,7 @@ fn stdin_rows_are_handed_over_within_the_flush_delay() {
     for format in ["csv", "jsonl"] {
         let source = SOURCE.replace("path = 'readings.csv'", "connector = 'stdin', format = 'csv'");
         std::fs::write(dir.path().join("q.sql"), format!("SET input_flush_ms = 100;\n{source}{QUERY}")).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-            .args(["run", "q.sql", "-q", "--format", format])
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_piped(&["run", "q.sql", "-q", "--format", format], dir.path());
         let mut stdin = child.stdin.take().unwrap();
         // The event at 15 moves the watermark to 13, which closes [0, 10).
         stdin.write_all(b"device_id,temperature,ts\n1,20.5,1\n2,18.0,3\n1,19.0,15\n").unwrap();

@@ -239,19 +239,10 @@ impl WideSum {
         let negative = (mantissa < 0) != subtract;
         let mut carry = false;
         for (i, target) in self.limbs[limb..].iter_mut().enumerate() {
-            let part = parts.get(i).copied().unwrap_or(0);
             if i >= parts.len() && !carry {
                 break;
             }
-            if negative {
-                let (d, b1) = target.overflowing_sub(part);
-                let (d, b2) = d.overflowing_sub(u64::from(carry));
-                (*target, carry) = (d, b1 || b2);
-            } else {
-                let (s, c1) = target.overflowing_add(part);
-                let (s, c2) = s.overflowing_add(u64::from(carry));
-                (*target, carry) = (s, c1 || c2);
-            }
+            carry = add_limb(target, parts.get(i).copied().unwrap_or(0), carry, negative);
         }
     }
 
@@ -271,15 +262,7 @@ impl WideSum {
     fn add_wide(&mut self, other: &WideSum, subtract: bool) {
         let mut carry = false;
         for (mine, &theirs) in self.limbs.iter_mut().zip(&other.limbs) {
-            if subtract {
-                let (d, b1) = mine.overflowing_sub(theirs);
-                let (d, b2) = d.overflowing_sub(u64::from(carry));
-                (*mine, carry) = (d, b1 || b2);
-            } else {
-                let (s, c1) = mine.overflowing_add(theirs);
-                let (s, c2) = s.overflowing_add(u64::from(carry));
-                (*mine, carry) = (s, c1 || c2);
-            }
+            carry = add_limb(mine, theirs, carry, subtract);
         }
         let sign = if subtract { -1 } else { 1 };
         for (mine, &theirs) in self.specials.iter_mut().zip(&other.specials) {
@@ -318,6 +301,22 @@ impl WideSum {
         let sticky = magnitude[..whole].iter().any(|&l| l != 0) || magnitude[whole] & ((1u64 << part) - 1) != 0;
         round_scaled(top | u64::from(sticky), cut as i32 + LEAST_EXPONENT, negative)
     }
+}
+
+/// Adds `part` and the carry in to `limb` (or, `subtract`, takes them away); the carry (or
+/// borrow) out.
+fn add_limb(limb: &mut u64, part: u64, carry: bool, subtract: bool) -> bool {
+    let (value, first, second) = if subtract {
+        let (d, b1) = limb.overflowing_sub(part);
+        let (d, b2) = d.overflowing_sub(u64::from(carry));
+        (d, b1, b2)
+    } else {
+        let (s, c1) = limb.overflowing_add(part);
+        let (s, c2) = s.overflowing_add(u64::from(carry));
+        (s, c1, c2)
+    };
+    *limb = value;
+    first || second
 }
 
 /// `value` as `mantissa * 2^exponent`, the mantissa below 2^53 and the exponent that of its

@@ -161,25 +161,11 @@ const EDGES: [&str; 16] = [
     "-9223372036854775808",
 ];
 
-/// Durations at the edges: [`EDGES`] but for 2^20, whose million windows an event of a HOP
-/// with a slide of 1 is allowed to fill, too slow a case to repeat by the thousand.
-const WINDOW_EDGES: [&str; 15] = [
-    "0",
-    "1",
-    "3",
-    "-1",
-    "7",
-    "60",
-    "0.5",
-    "1e3",
-    "1e11",
-    "1048577",
-    "576460752303423488",
-    "1152921504606846976",
-    "1152921504606846977",
-    "9223372036854775807",
-    "-9223372036854775808",
-];
+/// A duration from [`EDGES`] but 2^20, whose million windows an event of a HOP with a slide
+/// of 1 may fill: too slow a case to repeat by the thousand.
+fn duration() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(EDGES.iter().copied().filter(|e| *e != "1048576").collect::<Vec<_>>())
+}
 
 /// Event times at the edges of the windowable range (±2^62) and of 64 bits.
 const EDGE_TIMES: [i64; 10] =
@@ -196,9 +182,9 @@ fn edge_run() -> impl Strategy<Value = (String, Vec<u8>, usize)> {
     let value = prop::sample::select(vec!["1.5", "-0.0", "1e308", "-1e308", "5e-324", "NaN", "inf", "-inf", "", "2"]);
     (
         prop::collection::vec(setting, 0..3),
-        prop::sample::select(WINDOW_EDGES.to_vec()),
-        prop::sample::select(WINDOW_EDGES.to_vec()),
-        prop::sample::select(WINDOW_EDGES.to_vec()),
+        duration(),
+        duration(),
+        duration(),
         any::<bool>(),
         prop::collection::vec((0i64..3, time, value), 0..25),
         1usize..4,
