@@ -34,14 +34,14 @@ pub enum Input {
 }
 
 /// What merging one instance into another costs beyond its keys' merges, in events: fitted to
-/// the runtime's times over 42 generated window sets at 10, 100 and 1,000 keys (BENCHMARKS.md,
+/// the runtime's times over 42 generated window sets at 10, 100 and 1,000 keys (docs/benchmark-log,
 /// 2026-12-01 (late evening)), where a merge measured 4.7, 1.9 and 1.4 times an event.
 pub const MERGE_OVERHEAD: f64 = 40.0;
 
 /// Below this many keys per instance a merge weighs no more than at it: what an instance costs
 /// whatever its input (its table, its closing, its rows out) is then most of its work, and
 /// charged to merges alone (41 events at one key) it made the model read windows from the
-/// stream where merging ran faster (BENCHMARKS.md, 2026-12-01 (late night)).
+/// stream where merging ran faster (docs/benchmark-log, 2026-12-01 (late night)).
 pub const FEWEST_KEYS_WEIGHED: f64 = 10.0;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
