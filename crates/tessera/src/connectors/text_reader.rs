@@ -256,11 +256,6 @@ impl TextReader {
                 self.field_name(index)
             ))
         };
-        let timestamp = || {
-            let rest = message.strip_prefix("Error parsing column ")?;
-            let (_, reason) = rest.split_once(": ")?;
-            Some(format!("{}: {reason}", self.field_name(leading_number(rest)?)))
-        };
         let fields = || {
             let (_, counts) = message.strip_prefix("incorrect number of fields for line ")?.split_once(", ")?;
             let (expected, got) = counts.strip_prefix("expected ")?.split_once(" got ")?;
@@ -270,7 +265,7 @@ impl TextReader {
             let field = message.strip_prefix("Encountered invalid UTF-8 data for line ")?.split_once(" and field ")?.1;
             Some(format!("invalid UTF-8 in {}", self.field_name(leading_number(field)?.checked_sub(1)?)))
         };
-        not_parsed().or_else(timestamp).or_else(fields).or_else(utf8).unwrap_or_else(|| message.to_string())
+        not_parsed().or_else(fields).or_else(utf8).unwrap_or_else(|| message.to_string())
     }
 
     /// Whether the next record is at hand (or comes) before `deadline`.
