@@ -321,7 +321,6 @@ pub fn run_script(script: &Script, options: &RunOptions, sink: &mut dyn ResultSi
 /// group key of their windows or as the argument of aggregates that read dictionaries (a
 /// reader may hand these out as dictionaries: see [`ReadOptions::dictionary_columns`]).
 pub fn dictionary_columns(queries: &[QueryPlan], source: &SourceDef) -> Vec<usize> {
-    use crate::aggregate::GroupStates;
     use datafusion_physical_expr::expressions::Column;
     use datafusion_physical_expr::utils::collect_columns;
     let (mut bare, mut other) = (Vec::new(), vec![source.event_time.index]);
@@ -338,8 +337,10 @@ pub fn dictionary_columns(queries: &[QueryPlan], source: &SourceDef) -> Vec<usiz
                 BranchPlan::WindowAggregate(plan) => {
                     plan.filter.iter().for_each(|expr| read(expr, false));
                     for aggregate in &plan.aggregates {
-                        let takes_dictionary = GroupStates::read_dictionaries(aggregate.function, aggregate.kind);
-                        aggregate.arg.iter().for_each(|arg| read(arg, takes_dictionary));
+                        let takes_dictionary = aggregate.function.reads_dictionaries(aggregate.kind);
+                        for (i, arg) in aggregate.args.iter().enumerate() {
+                            read(arg, i == 0 && takes_dictionary);
+                        }
                     }
                     let one_key = plan.keys.len() == 1;
                     plan.keys.iter().for_each(|key| read(key, one_key));

@@ -82,8 +82,7 @@ impl WindowAggregatePlan {
     /// Identifies what the plan computes per row before windowing: WHERE, group keys and the
     /// aggregates (function, argument, domain). Plans with the same signature can share slices.
     pub fn input_signature(&self) -> String {
-        let aggregates: Vec<String> =
-            self.aggregates.iter().map(|a| format!("{:?}({:?}) as {:?}", a.function, a.arg, a.kind)).collect();
+        let aggregates: Vec<String> = self.aggregates.iter().map(|a| a.signature()).collect();
         format!("{:?}|{:?}|{aggregates:?}|{:?}", self.filter, self.keys, self.emit)
     }
 

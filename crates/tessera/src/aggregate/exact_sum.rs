@@ -57,10 +57,6 @@ impl ExactSums {
         self.mantissas.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.mantissas.is_empty()
-    }
-
     /// Grows (or cuts) to `n` slots, new slots zero.
     pub fn resize(&mut self, n: usize) {
         self.mantissas.resize(n, 0);

@@ -166,7 +166,7 @@ pub(super) struct GroupTable {
     /// Key id of each slot.
     pub(super) keys: Vec<u32>,
     /// One state column per aggregate.
-    pub(super) states: Vec<GroupStates>,
+    pub(super) states: Vec<Box<dyn GroupStates>>,
 }
 
 impl Clone for GroupTable {
@@ -183,7 +183,9 @@ impl Clone for GroupTable {
         self.keys.clone_from(&source.keys);
         self.states.truncate(source.states.len());
         for (mine, theirs) in self.states.iter_mut().zip(&source.states) {
-            mine.copy_from(theirs);
+            if !mine.copy_from(theirs.as_ref()) {
+                *mine = theirs.clone();
+            }
         }
         self.states.extend(source.states[self.states.len()..].iter().cloned());
     }
@@ -290,16 +292,10 @@ impl GroupTable {
     }
 
     /// Adds the rows starting at `offset` whose keys are `key_ids`.
-    pub(super) fn add_rows(
-        &mut self,
-        key_ids: &[u32],
-        offset: usize,
-        values: &[Option<ArrayRef>],
-        scratch: &mut Vec<u32>,
-    ) {
+    pub(super) fn add_rows(&mut self, key_ids: &[u32], offset: usize, args: &[Vec<ArrayRef>], scratch: &mut Vec<u32>) {
         self.slots_for(key_ids, scratch);
-        for (state, value) in self.states.iter_mut().zip(values) {
-            state.update(value.as_ref(), offset, scratch);
+        for (state, args) in self.states.iter_mut().zip(args) {
+            state.update(args, offset, scratch);
         }
     }
 
@@ -310,7 +306,7 @@ impl GroupTable {
         }
         self.slots_for(&other.keys, scratch);
         for (mine, theirs) in self.states.iter_mut().zip(&other.states) {
-            mine.merge(theirs, scratch)?;
+            mine.merge(theirs.as_ref(), None, scratch)?;
         }
         Ok(())
     }
@@ -327,7 +323,7 @@ impl GroupTable {
             keys.iter().filter_map(|&k| other.slot_of(k).map(|s| (k, s))).unzip();
         self.slots_for(&present, scratch);
         for (mine, theirs) in self.states.iter_mut().zip(&other.states) {
-            mine.merge_selected(theirs, &src, scratch)?;
+            mine.merge(theirs.as_ref(), Some(&src), scratch)?;
         }
         Ok(present.len())
     }
@@ -358,7 +354,7 @@ impl GroupTable {
             SlotIndex::Dense(dense) => dense.capacity() * 4,
             SlotIndex::Sparse { slots, .. } => slots.capacity() * 9,
         };
-        index + self.keys.capacity() * 4 + self.states.iter().map(GroupStates::bytes).sum::<usize>()
+        index + self.keys.capacity() * 4 + self.states.iter().map(|s| s.bytes()).sum::<usize>()
     }
 }
 

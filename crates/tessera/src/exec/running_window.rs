@@ -5,7 +5,7 @@
 //! the slices that enter it and subtracting those that leave: two merges a slide, whatever
 //! the range, and no stacks of partial aggregates to build and keep. It serves COUNT and
 //! SUM and AVG. Subtracting must not drift, so the states are added and taken away exactly
-//! ([`GroupStates::add_exactly`](crate::aggregate::GroupStates::add_exactly): float sums are
+//! ([`InvertibleStates::add_exactly`](crate::aggregate::InvertibleStates::add_exactly): float sums are
 //! exact sums rounded once when read), and an instance's value is the exact sum of its
 //! slices, the same bits as two stacks or any other plan give.
 //!
@@ -337,11 +337,8 @@ impl RunningWindow {
         self.table.slots_for(keys, scratch);
         let RunningWindow { table, holders, absent, held, .. } = self;
         for (mine, theirs) in table.states.iter_mut().zip(&slice.states) {
-            let exact = match src {
-                None => mine.add_exactly(theirs, scratch, subtract),
-                Some(src) => mine.add_exactly_selected(theirs, src, scratch, subtract),
-            };
-            if !exact {
+            let Some(invertible) = mine.invertible() else { return false };
+            if invertible.add_exactly(theirs.as_ref(), src, scratch, subtract).is_err() {
                 return false;
             }
         }
@@ -463,7 +460,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let values: Vec<_> = plan.aggregates.iter().map(|a| a.evaluate_arg(&batch).unwrap()).collect();
+        let values: Vec<_> = plan.aggregates.iter().map(|a| a.evaluate_args(&batch).unwrap()).collect();
         let mut table = GroupTable::new(plan);
         let keys: Vec<u32> = rows.iter().map(|r| r.0).collect();
         table.add_rows(&keys, 0, &values, &mut Vec::new());

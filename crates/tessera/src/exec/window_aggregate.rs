@@ -156,7 +156,7 @@ struct Aggregated {
     /// Per aggregate of the slot's plan, the partial states of each instance in turn,
     /// finalized once per flush (an instance of a few keys finalized alone made arrays of a
     /// few rows, each allocated, concatenated and freed).
-    states: Vec<GroupStates>,
+    states: Vec<Box<dyn GroupStates>>,
 }
 
 impl Aggregated {
@@ -180,7 +180,7 @@ impl Aggregated {
             return Ok(());
         }
         for (states, instance) in self.states.iter_mut().zip(&table.states) {
-            states.extend_from(instance)?;
+            states.extend_from(instance.as_ref())?;
         }
         Ok(())
     }
@@ -313,7 +313,7 @@ impl Emitter {
             .aggregates
             .iter()
             .zip(&rows.states)
-            .map(|(aggregate, states)| aggregate.finalize(states))
+            .map(|(aggregate, states)| aggregate.finalize(states.as_ref()))
             .collect::<Result<Vec<ArrayRef>>>()?;
         let columns = plan
             .aggregate_columns
@@ -463,7 +463,7 @@ impl WindowAggregateExec {
 
     /// Aggregates rows that passed the WHERE clause; `key_ids` are their interned keys.
     fn process_filtered(&mut self, input: &EventBatch, key_ids: &[u32], out: &mut Output) -> Result<()> {
-        let values = self.shape.aggregates.iter().map(|a| a.evaluate_arg(&input.rows)).collect::<Result<Vec<_>>>()?;
+        let values = self.shape.aggregates.iter().map(|a| a.evaluate_args(&input.rows)).collect::<Result<Vec<_>>>()?;
         let mut late_rows: Vec<Vec<u32>> = vec![Vec::new(); self.emitter.slots.len()];
         let takers = std::mem::take(&mut self.takers);
         let taken = takers.iter().try_for_each(|t| self.take_rows(input, t, key_ids, &values, &mut late_rows, out));
@@ -489,7 +489,7 @@ impl WindowAggregateExec {
         input: &EventBatch,
         takers: &Takers,
         key_ids: &[u32],
-        values: &[Option<ArrayRef>],
+        values: &[Vec<ArrayRef>],
         late_rows: &mut [Vec<u32>],
         out: &mut Output,
     ) -> Result<()> {
@@ -521,7 +521,7 @@ impl WindowAggregateExec {
         rows: std::ops::Range<usize>,
         takers: &Takers,
         key_ids: &[u32],
-        values: &[Option<ArrayRef>],
+        values: &[Vec<ArrayRef>],
         late_rows: &mut [Vec<u32>],
     ) -> Result<()> {
         let cut = takers.own_slices.as_ref().unwrap_or(&self.slicing);

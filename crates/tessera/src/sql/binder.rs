@@ -25,7 +25,7 @@ use datafusion_sql::sqlparser::ast::{
 
 use super::diagnostic::{closest_name, span_location};
 use super::{duration_in_units, ScriptText};
-use crate::aggregate::{AggregateFunction, AggregateSpec, ValueKind};
+use crate::aggregate::{self, AggregateSpec};
 use crate::catalog::{sql_type_name, Catalog, SourceDef};
 use crate::error::{Result, TesseraError};
 use crate::plan::{AggregateColumn, BranchPlan, EmitMode, ExprRef, QueryPlan, StatelessPlan, WindowAggregatePlan};
@@ -317,7 +317,7 @@ fn bind_select(
 
     let names = output_names(&select);
     let (branch, schema) = match window {
-        Some(call) => bind_window_aggregate(script, &select, &plan, call.window, names)?,
+        Some(call) => bind_window_aggregate(script, &select, &plan, (call.window, &source.event_time.column), names)?,
         None => bind_stateless(script, &select, &plan, names)?,
     };
     Ok((branch, schema, source.name.to_ascii_lowercase()))
@@ -391,7 +391,7 @@ fn check_types(
             } => compared(left, right),
             ast::Expr::Between { expr, low, high, .. } => compared(expr, low).or_else(|| compared(expr, high)),
             ast::Expr::InList { expr, list, .. } => list.iter().find_map(|item| compared(expr, item)),
-            ast::Expr::Function(call) => numeric_argument_refused(call, script, &type_of),
+            ast::Expr::Function(call) => argument_type_refused(call, script, &type_of),
             _ => None,
         };
         match refused {
@@ -402,39 +402,28 @@ fn check_types(
     refused.map_or(Ok(()), Err)
 }
 
-/// The error for an aggregate of numbers (SUM, AVG, STDDEV_SAMP, VAR_SAMP, MEDIAN) over an
-/// argument of another type, if `call` is one.
-fn numeric_argument_refused(
+/// The error for an aggregate whose value argument has a type the function does not take
+/// (`SUM(device)` over a VARCHAR), if `call` is one: the function says which types it takes.
+fn argument_type_refused(
     call: &ast::Function,
     script: &ScriptText,
     type_of: &dyn Fn(&ast::Expr) -> Option<DataType>,
 ) -> Option<TesseraError> {
     let name = call.name.to_string().to_ascii_lowercase();
     let udf = Functions::get().aggregate.get(&name)?;
-    let function = AggregateFunction::from_datafusion_name(udf.name(), false)?;
-    if !matches!(
-        function,
-        AggregateFunction::Sum
-            | AggregateFunction::Avg
-            | AggregateFunction::StddevSamp
-            | AggregateFunction::VarSamp
-            | AggregateFunction::Median
-    ) {
-        return None;
-    }
+    let function = aggregate::lookup(udf.name(), false)?;
     let ast::FunctionArguments::List(list) = &call.args else {
         return None;
     };
-    let [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))] = list.args.as_slice() else {
+    let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))) = list.args.first() else {
         return None;
     };
     let data_type = type_of(arg)?;
-    (!data_type.is_numeric() && !data_type.is_null()).then(|| {
-        script.at_span(
-            format!("{} needs a numeric argument, `{arg}` is {}", name.to_ascii_uppercase(), sql_type_name(&data_type)),
-            arg.span(),
-        )
-    })
+    let needs = function.domain(Some(&data_type)).err()?;
+    Some(script.at_span(
+        format!("{} needs {needs}, `{arg}` is {}", name.to_ascii_uppercase(), sql_type_name(&data_type)),
+        arg.span(),
+    ))
 }
 
 /// Checks the FROM item and rewrites a window TVF into a scan of the windowed table.
@@ -664,7 +653,7 @@ fn bind_window_aggregate(
     script: &ScriptText,
     select: &ast::Select,
     plan: &LogicalPlan,
-    window: WindowSpec,
+    (window, event_time): (WindowSpec, &str),
     names: Option<Vec<String>>,
 ) -> Result<(BranchPlan, SchemaRef)> {
     let (projection, rest) = split_projection(plan);
@@ -720,71 +709,11 @@ fn bind_window_aggregate(
             },
             other => return Err(TesseraError::Internal(format!("aggregate expression {other}"))),
         };
-        let params = &call.params;
         let display = expr.schema_name().to_string();
-        if params.distinct {
-            return Err(script.at_span(
-                format!("{display}: DISTINCT aggregates are not supported yet (APPROX_COUNT_DISTINCT is)"),
-                select.span(),
-            ));
-        }
-        if params.filter.is_some() || !params.order_by.is_empty() {
-            return Err(script.at_span(
-                format!("{display}: FILTER and ORDER BY inside aggregates are not supported yet"),
-                select.span(),
-            ));
-        }
-        let counts_rows = match params.args.as_slice() {
-            [] => true,
-            #[allow(deprecated)]
-            [Expr::Wildcard { .. }] => true,
-            [Expr::Literal(value, _)] => !value.is_null(),
-            _ => false,
-        };
-        let function = AggregateFunction::from_datafusion_name(call.func.name(), counts_rows).ok_or_else(|| {
-            script.at_span(
-                format!(
-                    "aggregate `{}` is not supported on streams (supported: MIN, MAX, SUM, COUNT, AVG, STDDEV_SAMP, VAR_SAMP, MEDIAN, APPROX_COUNT_DISTINCT)",
-                    call.func.name()
-                ),
-                select.span(),
-            )
-        })?;
-        let arg = match (function, params.args.as_slice()) {
-            (AggregateFunction::CountRows, _) => None,
-            (_, [arg]) => {
-                if mentions_window_column(arg) {
-                    return Err(script.at_span(
-                        format!("{display}: aggregates cannot read window_start or window_end"),
-                        select.span(),
-                    ));
-                }
-                Some((physical(script, arg, input_schema)?, arg.get_type(input_schema)?))
-            }
-            _ => return Err(script.at_span(format!("{display} takes one argument"), select.span())),
-        };
-        let kind = match &arg {
-            None => ValueKind::Int,
-            Some((_, data_type)) => ValueKind::of(data_type).ok_or_else(|| {
-                script.at_span(format!("{display}: arguments of type {data_type} are not supported"), select.span())
-            })?,
-        };
-        let kind = if matches!(
-            function,
-            AggregateFunction::VarSamp | AggregateFunction::StddevSamp | AggregateFunction::Median
-        ) {
-            ValueKind::Float
-        } else {
-            kind
-        };
+        let output_type = aggregate_fields[aggregate.group_expr.len() + i].data_type().clone();
+        let spec = bind_aggregate(script, select, call, (display, output_type), (input_schema, event_time))?;
         columns.push(AggregateColumn::Aggregate(aggregates.len()));
-        aggregates.push(AggregateSpec {
-            function,
-            arg: arg.map(|(expr, _)| expr),
-            kind,
-            output_type: aggregate_fields[aggregate.group_expr.len() + i].data_type().clone(),
-            display,
-        });
+        aggregates.push(spec);
     }
     let aggregate_schema: SchemaRef = Arc::new(aggregate.schema.as_arrow().clone());
     let after_aggregate = rest.schema();
@@ -810,6 +739,97 @@ fn bind_window_aggregate(
         window_name: None,
     };
     Ok((BranchPlan::WindowAggregate(Arc::new(plan)), output_schema))
+}
+
+/// One aggregate call of a window query: the function that answers it, asked for the domain of
+/// its value and its parameters; functions ordered by event time get the event-time column as
+/// a second argument.
+fn bind_aggregate(
+    script: &ScriptText,
+    select: &ast::Select,
+    call: &datafusion_expr::expr::AggregateFunction,
+    (display, output_type): (String, DataType),
+    (input_schema, event_time): (&DFSchema, &str),
+) -> Result<AggregateSpec> {
+    let params = &call.params;
+    let refused = |message: String| script.at_span(message, select.span());
+    if params.distinct {
+        return Err(refused(format!(
+            "{display}: DISTINCT aggregates are not supported yet (APPROX_COUNT_DISTINCT is)"
+        )));
+    }
+    if params.filter.is_some() {
+        return Err(refused(format!("{display}: FILTER inside aggregates is not supported yet")));
+    }
+    let counts_rows = match params.args.as_slice() {
+        [] => true,
+        #[allow(deprecated)]
+        [Expr::Wildcard { .. }] => true,
+        [Expr::Literal(value, _)] => !value.is_null(),
+        _ => false,
+    };
+    let Some(function) = aggregate::lookup(call.func.name(), counts_rows) else {
+        return Err(refused(format!(
+            "aggregate `{}` is not supported on streams (supported: {})",
+            call.func.name(),
+            aggregate::supported_names()
+        )));
+    };
+    let time_column = || -> Result<Expr> {
+        let (qualifier, field) = input_schema.qualified_field_with_unqualified_name(event_time)?;
+        Ok(Expr::Column(datafusion_common::Column::new(qualifier.cloned(), field.name())))
+    };
+    // ORDER BY inside the call: the event time for functions ordered by it (their order
+    // anyway), the value itself for percentiles (`WITHIN GROUP (ORDER BY x)`).
+    for sort in &params.order_by {
+        let allowed = if function.orders_by_event_time() {
+            sort.asc && sort.expr == time_column()?
+        } else {
+            params.args.first() == Some(&sort.expr) && sort.asc
+        };
+        if !allowed {
+            let order = if function.orders_by_event_time() {
+                format!("orders by the event time `{event_time}` ascending")
+            } else {
+                "takes no ORDER BY other than WITHIN GROUP (ORDER BY its value)".to_string()
+            };
+            return Err(refused(format!("{display}: {} {order}", function.name().to_ascii_uppercase())));
+        }
+    }
+    let (value, rest) = match params.args.split_first() {
+        _ if counts_rows && function.domain(None).is_ok() => (None, &[][..]),
+        Some((value, rest)) => (Some(value), rest),
+        None => (None, &[][..]),
+    };
+    if value.is_some_and(mentions_window_column) {
+        return Err(refused(format!("{display}: aggregates cannot read window_start or window_end")));
+    }
+    let value_type = value.map(|v| v.get_type(input_schema)).transpose()?;
+    let name = function.name().to_ascii_uppercase();
+    let kind = function.domain(value_type.as_ref()).map_err(|needs| {
+        let got = match (value, &value_type) {
+            (Some(value), Some(t)) => format!("`{value}` is {}", sql_type_name(t)),
+            _ => "it has none".to_string(),
+        };
+        refused(format!("{name} needs {needs}, {got}"))
+    })?;
+    let literals: Vec<_> = rest.iter().map(literal_value).collect();
+    let parameter = function.parameter(&literals).map_err(|problem| refused(format!("{display}: {name} {problem}")))?;
+    let mut args = value.map(|v| physical(script, v, input_schema)).into_iter().collect::<Result<Vec<_>>>()?;
+    if function.orders_by_event_time() {
+        args.push(physical(script, &time_column()?, input_schema)?);
+    }
+    Ok(AggregateSpec { function, args, kind, parameter, output_type, display })
+}
+
+/// The value of a literal argument, also one DataFusion's coercion wrapped in a cast.
+fn literal_value(expr: &Expr) -> Option<datafusion_common::ScalarValue> {
+    match expr {
+        Expr::Literal(value, _) => Some(value.clone()),
+        Expr::Cast(cast) => literal_value(&cast.expr)?.cast_to(cast.field.data_type()).ok(),
+        Expr::TryCast(cast) => literal_value(&cast.expr)?.cast_to(cast.field.data_type()).ok(),
+        _ => None,
+    }
 }
 
 /// A DataFusion planning error as a SQL diagnostic, with its span and a suggestion for unknown
