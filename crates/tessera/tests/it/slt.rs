@@ -1,19 +1,25 @@
-//! The sqllogictest suite (`tests/slt/*.slt`). Each file gets a fresh engine. Streams are made
-//! deterministic by explicit events: `INSERT INTO source VALUES (...)` appends events to a
-//! source in arrival order, and every query runs over all events inserted so far, flushing
-//! open windows at the end of the input. `SHOW late_events` returns the late events of the
-//! previous query.
+//! The sqllogictest suite (`tests/slt/*.slt`), run through the library's entry points
+//! (`tessera::engine`, `tessera::explain`) only. Each file gets a fresh engine:
+//!
+//! - `CREATE SOURCE` and `SET` statements form the file's preamble, in order;
+//! - `INSERT INTO source VALUES (...)` appends events to the source's CSV file in arrival order;
+//! - a query is compiled as a script, the preamble (a statement per line) then the query, and
+//!   run with `run_script` over all events inserted so far, flushing open windows at the end of
+//!   the input. Rows come in the order the engine writes them: sort them (`rowsort`) unless the
+//!   order is the point. Errors are the engine's messages, their lines those of that script;
+//! - `EXPLAIN query` returns the text EXPLAIN of that script (`tessera explain`), a row per line;
+//! - `SHOW late_events` returns the late events of the previous query.
 
-use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use sqllogictest::{DBOutput, DefaultColumnType};
+use tessera::catalog::{Location, SourceDef};
 use tessera::connectors::sink::MemorySink;
-use tessera::connectors::{open_source, ReadOptions};
-use tessera::engine::Script;
-use tessera::exec::pipeline::{run_source, Parallelism, SourceOptions};
+use tessera::engine::{run_script, RunOptions, Script};
+use tessera::explain::{explain_json, explain_text};
 
-use super::harness::rows;
+use super::harness::rows_in_order;
 
 #[derive(Debug)]
 struct SltError(String);
@@ -26,33 +32,50 @@ impl std::fmt::Display for SltError {
 
 impl std::error::Error for SltError {}
 
+impl From<tessera::TesseraError> for SltError {
+    fn from(e: tessera::TesseraError) -> Self {
+        SltError(e.to_string())
+    }
+}
+
 struct StreamDb {
     dir: tempfile::TempDir,
-    /// Statements that define the session: CREATE SOURCE and SET, in order.
+    /// The CREATE SOURCE and SET statements so far.
     preamble: Vec<String>,
-    /// Events per source file (CSV lines after the header).
-    events: BTreeMap<String, Vec<String>>,
     last_late_events: u64,
 }
 
 impl StreamDb {
     fn new() -> Self {
-        StreamDb {
-            dir: tempfile::tempdir().expect("temp dir"),
-            preamble: vec![],
-            events: BTreeMap::new(),
-            last_late_events: 0,
+        StreamDb { dir: tempfile::tempdir().expect("temp dir"), preamble: vec![], last_late_events: 0 }
+    }
+
+    /// The preamble, a statement per line, followed by `statement` (if any), compiled.
+    fn compile(&self, statement: Option<&str>) -> Result<Script, SltError> {
+        let statements = self.preamble.iter().map(String::as_str).chain(statement);
+        let text: String = statements.map(|s| format!("{s};\n")).collect();
+        Ok(Script::compile(&text, self.dir.path())?)
+    }
+
+    /// The file a source reads, which INSERT appends to.
+    fn source_file(source: &SourceDef) -> Result<&Path, SltError> {
+        match &source.location {
+            Location::File(path) => Ok(path),
+            other => Err(SltError(format!("source `{}` reads {other:?}, not a file", source.name))),
         }
     }
 
-    /// The path option of a source's DDL.
-    fn source_file(ddl: &str) -> Option<String> {
-        let lower = ddl.to_ascii_lowercase();
-        let at = lower.find("path")?;
-        let rest = &ddl[at..];
-        let open = rest.find('\'')?;
-        let close = rest[open + 1..].find('\'')?;
-        Some(rest[open + 1..open + 1 + close].to_string())
+    /// Creates the CSV file, with its header, of every declared source that has none yet.
+    fn create_source_files(script: &Script) -> Result<(), SltError> {
+        for name in script.catalog.source_names() {
+            let source = script.catalog.source(name).expect("listed source");
+            let path = Self::source_file(source)?;
+            if !path.exists() {
+                let header: Vec<&str> = source.schema.fields().iter().map(|f| f.name().as_str()).collect();
+                std::fs::write(path, header.join(",") + "\n").map_err(|e| SltError(e.to_string()))?;
+            }
+        }
+        Ok(())
     }
 
     fn insert(&mut self, sql: &str) -> Result<u64, SltError> {
@@ -63,72 +86,52 @@ impl StreamDb {
         let Some(Statement::Insert(insert)) = statements.first() else {
             return Err(SltError("expected INSERT".into()));
         };
-        let table = insert.table.to_string().to_ascii_lowercase();
-        let ddl = self
-            .preamble
-            .iter()
-            .find(|d| d.to_ascii_lowercase().contains(&format!("source {table}")))
-            .ok_or_else(|| SltError(format!("unknown source {table}")))?;
-        let file = Self::source_file(ddl).ok_or_else(|| SltError("source without path".into()))?;
         let Some(SetExpr::Values(values)) = insert.source.as_ref().map(|q| q.body.as_ref()) else {
             return Err(SltError("expected VALUES".into()));
         };
-        let lines = self.events.entry(file).or_default();
+        let table = insert.table.to_string();
+        let script = self.compile(None)?;
+        let source = script.catalog.source(&table).ok_or_else(|| SltError(format!("unknown source {table}")))?;
+        let mut lines = String::new();
         for row in &values.rows {
             let fields: Vec<String> = row
                 .iter()
-                .map(|e| {
-                    let text = e.to_string();
-                    if text.eq_ignore_ascii_case("NULL") {
-                        String::new()
-                    } else {
-                        text.trim_matches('\'').to_string()
-                    }
+                .map(|e| match e.to_string() {
+                    text if text.eq_ignore_ascii_case("NULL") => String::new(),
+                    text => text.trim_matches('\'').to_string(),
                 })
                 .collect();
-            lines.push(fields.join(","));
+            lines.push_str(&(fields.join(",") + "\n"));
         }
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(Self::source_file(source)?)
+            .and_then(|mut file| file.write_all(lines.as_bytes()))
+            .map_err(|e| SltError(e.to_string()))?;
         Ok(values.rows.len() as u64)
     }
 
     fn query(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SltError> {
-        let text = format!("{}\n{sql};", self.preamble.join(";\n") + if self.preamble.is_empty() { "" } else { ";" });
-        let script = Script::compile(&text, self.dir.path()).map_err(|e| SltError(e.to_string()))?;
-        let query = script.queries.last().ok_or_else(|| SltError("no query".into()))?;
-        let source = script.catalog.source(&query.source).expect("bound source").clone();
-        self.write_source_files(&source)?;
-        let mut reader = open_source(&source, &ReadOptions::default()).map_err(|e| SltError(e.to_string()))?;
+        let script = self.compile(Some(sql))?;
+        let index = script.queries.len().checked_sub(1).ok_or_else(|| SltError("no query".into()))?;
         let mut sink = MemorySink::default();
-        let index = script.queries.len() - 1;
-        let groups = script.window_groups();
-        let groups: Vec<_> = groups.iter().filter(|g| g.members.iter().any(|m| m.query == index)).collect();
-        let run = run_source(
-            &source,
-            reader.as_mut(),
-            &[(index, query)],
-            &groups,
-            &mut sink,
-            SourceOptions::workers(Parallelism::Fixed(1)),
-        )
-        .map_err(|e| SltError(e.to_string()))?;
-        self.last_late_events = run.query_metrics[index].late_events;
-        let types = query.output_schema.fields().iter().map(|f| column_type(f.data_type())).collect();
-        let rows = rows(&sink.rows[index]).into_iter().map(|r| r.iter().map(|v| v.render()).collect()).collect();
+        let stats = run_script(&script, &RunOptions::default(), &mut sink)?;
+        self.last_late_events = stats.queries[index].late_events;
+        let rows: Vec<Vec<String>> =
+            rows_in_order(&sink.rows[index]).iter().map(|r| r.iter().map(|v| v.render()).collect()).collect();
+        if stats.queries[index].rows_out != rows.len() as u64 {
+            return Err(SltError(format!("{} rows written, {} counted", rows.len(), stats.queries[index].rows_out)));
+        }
+        let types = script.queries[index].output_schema.fields().iter().map(|f| column_type(f.data_type())).collect();
         Ok(DBOutput::Rows { types, rows })
     }
 
-    fn write_source_files(&self, source: &tessera::catalog::SourceDef) -> Result<(), SltError> {
-        if let tessera::catalog::Location::File(path) = &source.location {
-            let file = path.strip_prefix(self.dir.path()).unwrap_or(path).to_string_lossy().to_string();
-            let header: Vec<&str> = source.schema.fields().iter().map(|f| f.name().as_str()).collect();
-            let mut text = header.join(",") + "\n";
-            for line in self.events.get(&file).into_iter().flatten() {
-                text.push_str(line);
-                text.push('\n');
-            }
-            std::fs::write(path, text).map_err(|e| SltError(e.to_string()))?;
-        }
-        Ok(())
+    fn explain(&self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SltError> {
+        let text = explain_text(&explain_json(&self.compile(Some(sql))?));
+        Ok(DBOutput::Rows {
+            types: vec![DefaultColumnType::Text],
+            rows: text.lines().map(|l| vec![l.into()]).collect(),
+        })
     }
 }
 
@@ -150,9 +153,9 @@ impl sqllogictest::DB for StreamDb {
         let trimmed = sql.trim().trim_end_matches(';');
         let upper = trimmed.to_ascii_uppercase();
         if upper.starts_with("CREATE SOURCE") || upper.starts_with("SET ") {
-            // Check it compiles on its own, then keep it for the queries that follow.
-            let candidate = format!("{};\n{trimmed};", self.preamble.join(";\n"));
-            Script::compile(&candidate, self.dir.path()).map_err(|e| SltError(e.to_string()))?;
+            // Check it compiles after the preamble, then keep it for the statements that follow.
+            let script = self.compile(Some(trimmed))?;
+            Self::create_source_files(&script)?;
             self.preamble.push(trimmed.to_string());
             Ok(DBOutput::StatementComplete(0))
         } else if upper.starts_with("INSERT") {
@@ -162,6 +165,8 @@ impl sqllogictest::DB for StreamDb {
                 types: vec![DefaultColumnType::Integer],
                 rows: vec![vec![self.last_late_events.to_string()]],
             })
+        } else if upper.starts_with("EXPLAIN ") {
+            self.explain(&trimmed["EXPLAIN ".len()..])
         } else {
             self.query(trimmed)
         }
