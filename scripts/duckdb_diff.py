@@ -45,8 +45,19 @@ DISTINCT_REL_TOL = 0.02
 SHOW_ROWS = 5
 TESSERA_TIMEOUT_S = 120
 
+def percentile(column, p):
+    """DuckDB's exact quantile_cont of `column` at `p`, with the two values it interpolates
+    between: tessera's sketch promises to be within 1% of the larger of their magnitudes."""
+    values = f"list_sort(list({column}) FILTER (WHERE {column} IS NOT NULL))"
+    rank = f"{p} * (count({column}) - 1)"
+    return f"[quantile_cont({column}, {p}), {values}[floor({rank})::BIGINT + 1], {values}[ceil({rank})::BIGINT + 1]]"
+
+
+PERCENTILE_REL_TOL = 0.01
+
 # (tessera call, DuckDB call, kind of the result). "int" results must be printed as integers and
-# match exactly, "float" ones match within the float tolerance, "distinct" ones within 2%.
+# match exactly, "float" ones match within the float tolerance, "distinct" ones within 2%, "bool"
+# ones are true or false, "percentile" ones within 1% of the neighbouring values' magnitude.
 AGGREGATES = [
     ("MIN(v)", "min(v)", "float"),
     ("MIN(i)", "min(i)", "int"),
@@ -67,6 +78,13 @@ AGGREGATES = [
     ("MEDIAN(i)", "median(i)", "float"),
     ("APPROX_COUNT_DISTINCT(v)", "count(DISTINCT v)", "distinct"),
     ("APPROX_COUNT_DISTINCT(i)", "count(DISTINCT i)", "distinct"),
+    # By event time, ties by arrival: `n` is each event's line in the file.
+    ("FIRST_VALUE(v)", "first(v ORDER BY ts, n)", "float"),
+    ("LAST_VALUE(i)", "last(i ORDER BY ts, n)", "int"),
+    ("BOOL_AND(v > 0)", "bool_and(v > 0)", "bool"),
+    ("BOOL_OR(i < 0)", "bool_or(i < 0)", "bool"),
+    ("APPROX_PERCENTILE_CONT(v, 0.3)", percentile("v", 0.3), "percentile"),
+    ("APPROX_MEDIAN(i)", percentile("i", 0.5), "percentile"),
 ]
 
 # Filters applied to events before windowing (the same text in both engines).
@@ -171,7 +189,7 @@ class Case:
             query += "\nEMIT CHANGES"
         return (
             f"-- duckdb-diff case, seed {self.seed}\n"
-            f"CREATE SOURCE s (k BIGINT, v DOUBLE, i BIGINT, ts BIGINT, {watermark})\n"
+            f"CREATE SOURCE s (k BIGINT, v DOUBLE, i BIGINT, ts BIGINT, n BIGINT, {watermark})\n"
             f"  WITH (connector = 'file', path = '{self.events_file()}', time_unit = 's');\n"
             f"{query};\n"
         )
@@ -184,8 +202,8 @@ class Case:
         """The events of the CSV file at `events_path`, as DuckDB reads them."""
         path = events_path.replace("'", "''")
         return (
-            f"SELECT k, v, i, ts FROM read_csv('{path}', header = true, auto_detect = false, delim = ',', "
-            "columns = {'k': 'BIGINT', 'v': 'DOUBLE', 'i': 'BIGINT', 'ts': 'BIGINT'})"
+            f"SELECT k, v, i, ts, n FROM read_csv('{path}', header = true, auto_detect = false, delim = ',', "
+            "columns = {'k': 'BIGINT', 'v': 'DOUBLE', 'i': 'BIGINT', 'ts': 'BIGINT', 'n': 'BIGINT'})"
         )
 
     def duckdb_query(self, events_path):
@@ -275,9 +293,9 @@ def generate_events(rng, num_keys, delay):
 
 def write_events(path, rows):
     with open(path, "w", newline="") as f:
-        f.write("k,v,i,ts\n")
-        for k, v, i, ts in rows:
-            f.write(f"{'' if k is None else k},{'' if v is None else repr(v)},{'' if i is None else i},{ts}\n")
+        f.write("k,v,i,ts,n\n")
+        for n, (k, v, i, ts) in enumerate(rows):
+            f.write(f"{'' if k is None else k},{'' if v is None else repr(v)},{'' if i is None else i},{ts},{n}\n")
 
 
 INT_RE = re.compile(r"^-?[0-9]+$")
@@ -307,6 +325,10 @@ def parse_tessera(path, columns):
                 if not INT_RE.match(field):
                     raise ValueError(f"line {line_no}: column {name} should be an integer, got {field!r}")
                 row.append(int(field))
+            elif kind == "bool":
+                if field not in ("true", "false"):
+                    raise ValueError(f"line {line_no}: column {name} should be true or false, got {field!r}")
+                row.append(field == "true")
             else:
                 row.append(float(field))
         rows.append(tuple(row))
@@ -329,10 +351,19 @@ def fold_changelog(rows, num_keys):
 
 
 def values_match(kind, ours, theirs):
+    if kind == "percentile" and theirs is not None and theirs[0] is None:
+        theirs = None  # no value: DuckDB's quantile and neighbours are all NULL
     if ours is None or theirs is None:
         return ours is None and theirs is None
     if kind in ("key", "int"):
         return isinstance(ours, int) and ours == int(theirs)
+    if kind == "bool":
+        return ours is theirs
+    if kind == "percentile":
+        exact, low, high = theirs
+        if exact is None:
+            return False
+        return abs(ours - exact) <= PERCENTILE_REL_TOL * max(abs(low), abs(high)) + FLOAT_ABS_TOL
     if kind == "distinct":
         return abs(ours - int(theirs)) <= DISTINCT_REL_TOL * abs(int(theirs))
     return math.isclose(float(ours), float(theirs), rel_tol=FLOAT_REL_TOL, abs_tol=FLOAT_ABS_TOL)

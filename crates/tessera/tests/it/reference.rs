@@ -27,6 +27,16 @@ pub enum Agg {
     StddevSamp,
     Median,
     CountDistinct,
+    /// The value of the earliest event (the first to arrive among ties), NULL or not.
+    FirstValue,
+    /// The value of the latest event (the last to arrive among ties).
+    LastValue,
+    /// `BOOL_AND(v > 0)` and `BOOL_OR(v > 0)`.
+    BoolAnd,
+    BoolOr,
+    /// The exact `quantile_cont` at this many thousandths: what `APPROX_PERCENTILE_CONT`
+    /// estimates.
+    PercentileCont(u16),
 }
 
 impl Agg {
@@ -55,10 +65,17 @@ impl Agg {
             Agg::StddevSamp => format!("STDDEV_SAMP({column})"),
             Agg::Median => format!("MEDIAN({column})"),
             Agg::CountDistinct => format!("APPROX_COUNT_DISTINCT({column})"),
+            Agg::FirstValue => format!("FIRST_VALUE({column})"),
+            Agg::LastValue => format!("LAST_VALUE({column})"),
+            Agg::BoolAnd => format!("BOOL_AND({column} > 0)"),
+            Agg::BoolOr => format!("BOOL_OR({column} > 0)"),
+            Agg::PercentileCont(p) => format!("APPROX_PERCENTILE_CONT({column}, {})", f64::from(p) / 1000.0),
         }
     }
 
-    fn compute(self, values: &[Option<f64>]) -> Value {
+    /// The aggregate of a window's events, `(event time, value)` in arrival order.
+    fn compute(self, events: &[(i64, Option<f64>)]) -> Value {
+        let values: Vec<Option<f64>> = events.iter().map(|e| e.1).collect();
         let present: Vec<f64> = values.iter().flatten().copied().collect();
         let n = present.len() as f64;
         let float = |v: Option<f64>| v.map_or(Value::Null, Value::Float);
@@ -71,7 +88,24 @@ impl Agg {
                 distinct.dedup();
                 Value::Int(distinct.len() as i64)
             }
+            Agg::FirstValue => {
+                let first = events.iter().enumerate().min_by_key(|(i, e)| (e.0, *i));
+                first.and_then(|(_, e)| e.1).map_or(Value::Null, Value::Float)
+            }
+            Agg::LastValue => {
+                let last = events.iter().enumerate().max_by_key(|(i, e)| (e.0, *i));
+                last.and_then(|(_, e)| e.1).map_or(Value::Null, Value::Float)
+            }
             _ if present.is_empty() => Value::Null,
+            Agg::BoolAnd => Value::Text(present.iter().all(|&v| v > 0.0).to_string()),
+            Agg::BoolOr => Value::Text(present.iter().any(|&v| v > 0.0).to_string()),
+            Agg::PercentileCont(p) => {
+                let mut sorted = present.clone();
+                sorted.sort_by(f64::total_cmp);
+                let position = f64::from(p) / 1000.0 * (sorted.len() - 1) as f64;
+                let (low, high) = (sorted[position.floor() as usize], sorted[position.ceil() as usize]);
+                Value::Float(low + (position - position.floor()) * (high - low))
+            }
             Agg::Min => float(present.iter().copied().reduce(f64::min)),
             Agg::Max => float(present.iter().copied().reduce(f64::max)),
             Agg::Sum => Value::Float(present.iter().sum()),
@@ -97,7 +131,9 @@ impl Agg {
 /// Result rows `(key, window_start, window_end, aggregates...)`, sorted, and the number of
 /// events that missed at least one of their windows.
 pub fn evaluate(events: &[Event], range: i64, slide: i64, delay: i64, aggs: &[Agg]) -> (Vec<Vec<Value>>, u64) {
-    let mut groups: BTreeMap<(Option<i64>, i64), Vec<Option<f64>>> = BTreeMap::new();
+    // Per (key, window start): the events' times and values, in arrival order.
+    type Windows = BTreeMap<(Option<i64>, i64), Vec<(i64, Option<f64>)>>;
+    let mut groups = Windows::new();
     let mut max_seen: Option<i64> = None;
     let mut late = 0;
     for event in events {
@@ -113,7 +149,7 @@ pub fn evaluate(events: &[Event], range: i64, slide: i64, delay: i64, aggs: &[Ag
             if watermark.is_some_and(|w| end <= w) {
                 missed = true;
             } else {
-                groups.entry((event.key, start)).or_default().push(event.value);
+                groups.entry((event.key, start)).or_default().push((event.ts, event.value));
             }
         }
         late += u64::from(missed);
