@@ -14,6 +14,7 @@ use crate::exec::pipeline::{
 };
 use crate::optimizer::window_strategy::Strategy;
 use crate::optimizer::{window_groups, WindowGroup};
+use crate::physical::PhysicalPlan;
 use crate::plan::{BranchPlan, QueryPlan};
 use crate::sql::{binder::bind_query, parse_script_here, ScriptText, Statement};
 use crate::state::checkpoint::{fnv64, CheckpointConfig, Checkpointer};
@@ -138,6 +139,12 @@ impl Script {
     /// The script's window groups, planned with its settings.
     pub fn window_groups(&self) -> Vec<WindowGroup> {
         window_groups(&self.queries, (self.settings.eta, self.settings.keys), self.settings.window_strategy)
+    }
+
+    /// What runs: the operators of every source, as [`run_script`] instantiates them and
+    /// EXPLAIN prints them.
+    pub fn physical_plan(&self) -> PhysicalPlan {
+        PhysicalPlan::new(&self.queries, self.window_groups())
     }
 
     /// Compiles a script's text; paths inside it are relative to `base_dir`. Planning runs on a
@@ -368,14 +375,15 @@ pub fn run_script_with_readers(
         (Parallelism::Fixed(n), _) | (Parallelism::Auto(_), Some(n)) => Parallelism::Fixed(n),
         (auto, None) => auto,
     };
-    let groups = script.window_groups();
+    let plan = script.physical_plan();
+    let groups = &plan.groups;
     let mut stats = RunStats {
         queries: script
             .queries
             .iter()
             .enumerate()
             .map(|(q, plan)| {
-                let strategies = query_strategies(&groups, q);
+                let strategies = query_strategies(groups, q);
                 QueryStats {
                     sql: plan.sql.clone(),
                     plan_cost: groups
@@ -413,7 +421,7 @@ pub fn run_script_with_readers(
                 query.source
             )));
         }
-        let fingerprint = plan_fingerprint(script, &groups, matches!(state, StateBackend::Disk { .. }));
+        let fingerprint = plan_fingerprint(script, groups, matches!(state, StateBackend::Disk { .. }));
         let (opened, found) = Checkpointer::open(config.clone(), fingerprint)?;
         checkpointer = Some(opened);
         resume = found;
@@ -447,7 +455,7 @@ pub fn run_script_with_readers(
             continue;
         }
         let mut reader = open(source)?;
-        let source_groups: Vec<&WindowGroup> = groups.iter().filter(|g| g.source == name).collect();
+        let operators = plan.source(name).map_or(&[][..], |s| &s.operators);
         let checkpoints = checkpointer.as_mut().map(|checkpointer| SourceCheckpoints {
             checkpointer,
             source: index,
@@ -457,7 +465,7 @@ pub fn run_script_with_readers(
         });
         let source_options =
             SourceOptions { parallelism, progress: options.progress, checkpoints, state: state.clone() };
-        let run = run_source(source, reader.as_mut(), &queries, &source_groups, sink, source_options)?;
+        let run = run_source(source, reader.as_mut(), &queries, operators, sink, source_options)?;
         add_source_run(&mut stats, &queries, &run);
         if let Some(checkpointer) = checkpointer.as_mut() {
             checkpointer.source_finished(run);
@@ -473,7 +481,7 @@ pub fn run_script_with_readers(
     if let Some(checkpointer) = checkpointer.as_mut() {
         checkpointer.complete(sink.checkpoint()?)?;
     }
-    stats.keys_hints = keys_hints(script, &groups, &stats.queries);
+    stats.keys_hints = keys_hints(script, groups, &stats.queries);
     stats.elapsed_ms = started.elapsed().as_millis() as u64;
     // This run's rate: the events a resumed checkpoint held were counted before.
     stats.events_per_second =

@@ -4,22 +4,23 @@
 //! A query's entry describes the window groups it takes part in (usually one): every window
 //! node of the chosen plan (factor windows included), the edges that feed each node (from the
 //! `stream`, from the shared `slices`, or from a covering window, with the multiplier), and
-//! the costs. What is explained is what [`crate::engine::run_script`] runs.
+//! the costs. It prints the script's [`PhysicalPlan`], the value [`crate::engine::run_script`]
+//! instantiates: the windows and their inputs are those of the operators that run.
 
 use serde_json::{json, Value};
 
-use crate::aggregate::slides_on_running_value;
 use crate::engine::Script;
 use crate::optimizer::share_windows::exact_min_cost;
-use crate::optimizer::window_strategy::{NodeInput, Strategy, WindowGroupPlan};
+use crate::optimizer::window_strategy::Strategy;
 use crate::optimizer::WindowGroup;
+use crate::physical::{PhysicalPlan, WindowInput, WindowNodePlan, WindowsPlan};
 use crate::plan::EmitMode;
 use crate::window::cost::{merge_weight, CostModel};
-use crate::window::slicing::Slicing;
 
 /// The EXPLAIN JSON object of `script`: `{ "queries": [...] }`.
 pub fn explain_json(script: &Script) -> Value {
-    let groups = script.window_groups();
+    let physical = script.physical_plan();
+    let groups = &physical.groups;
     let queries: Vec<Value> = script
         .queries
         .iter()
@@ -34,24 +35,27 @@ pub fn explain_json(script: &Script) -> Value {
             let mut chosen_strategy: Vec<&str> = Vec::new();
             let mut exact = json!({ "cost": 0.0, "complete": true, "candidates": 0 });
             let names = node_names(q, &mine);
-            for (g, group) in mine.iter().enumerate() {
+            for (g, (index, group)) in physical.query_groups(q).enumerate() {
                 let name = |n: usize| names[g][n].clone();
                 let plan = &group.plan;
-                let spanned = slices_spanned(plan);
-                for (n, node) in plan.nodes.iter().enumerate() {
-                    let sliding = node.input == NodeInput::Slices { sliding: true };
-                    let running =
-                        sliding && group.members.first().is_some_and(|m| slides_on_running_value(&m.plan.aggregates));
+                let running = running_nodes(&physical, index);
+                for &(operator, node) in &running {
+                    let n = node.group_node;
+                    let aggregator = match node.input {
+                        WindowInput::Sliding(aggregator) => Some(aggregator.name()),
+                        _ => None,
+                    };
                     windows.push(json!({
                         "name": name(n), "range": node.spec.range, "slide": node.spec.slide, "unit": unit,
-                        "output": node.output, "factor": !node.output, "input": input_name(node.input, &name),
-                        "sliding": sliding,
-                        "sliding_aggregator": sliding.then_some(if running { "running value" } else { "two stacks" }),
-                        "cost": node.cost,
+                        "output": plan.nodes[n].output, "factor": !plan.nodes[n].output,
+                        "input": input_name(operator, node, &name),
+                        "sliding": aggregator.is_some(),
+                        "sliding_aggregator": aggregator,
+                        "cost": plan.nodes[n].cost,
                         "queries": group.members.iter().filter(|m| m.node == n).map(|m| m.query + 1).collect::<Vec<_>>(),
                     }));
                 }
-                edges.extend(group_edges(group, &spanned, &name));
+                edges.extend(group_edges(&running, &name));
                 for member in &group.members {
                     for a in &member.plan.aggregates {
                         if !aggregates.contains(&a.function.name()) {
@@ -147,51 +151,42 @@ fn add_cost(costs: &mut Value, key: &str, value: f64) {
     costs[key] = json!(total);
 }
 
-fn input_name(input: NodeInput, name: &dyn Fn(usize) -> String) -> String {
-    match input {
-        NodeInput::Stream => "stream".into(),
-        NodeInput::Slices { .. } => "slices".into(),
-        NodeInput::Window(p) => name(p),
+/// The window nodes of group `g` as they run, in the group's order, each with its operator.
+fn running_nodes(physical: &PhysicalPlan, g: usize) -> Vec<(&WindowsPlan, &WindowNodePlan)> {
+    let mut nodes: Vec<_> =
+        physical.group_operators(g).flat_map(|operator| operator.nodes.iter().map(move |n| (operator, n))).collect();
+    nodes.sort_by_key(|(_, n)| n.group_node);
+    nodes
+}
+
+fn input_name(operator: &WindowsPlan, node: &WindowNodePlan, name: &dyn Fn(usize) -> String) -> String {
+    match node.input {
+        WindowInput::Stream => "stream".into(),
+        WindowInput::Slices | WindowInput::Sliding(_) => "slices".into(),
+        WindowInput::Window(p) => name(operator.nodes[p].group_node),
     }
 }
 
-/// For every node fed by slices, the most slices one of its instances merges (`None` for the
-/// others): the shared slicing of all of them, or under an unshared strategy each window's own.
-fn slices_spanned(plan: &WindowGroupPlan) -> Vec<Option<i64>> {
-    let sliced: Vec<_> =
-        plan.nodes.iter().filter(|n| matches!(n.input, NodeInput::Slices { .. })).map(|n| n.spec).collect();
-    let shared = Slicing::shared(&sliced);
-    plan.nodes
-        .iter()
-        .map(|n| {
-            matches!(n.input, NodeInput::Slices { .. }).then(|| {
-                if plan.strategy.is_shared() {
-                    shared.most_slices_in(&n.spec)
-                } else {
-                    Slicing::paired(&n.spec).most_slices_in(&n.spec)
-                }
-            })
-        })
-        .collect()
-}
-
-/// Edges into every node: from a covering window (its covering multiplier), from the stream
-/// (the virtual root `W<1,1>` covers a window `r` times) or from the slices (the most slices
-/// an instance merges).
-/// `spanned` is [`slices_spanned`]'s.
-fn group_edges(group: &WindowGroup, spanned: &[Option<i64>], name: &dyn Fn(usize) -> String) -> Vec<Value> {
-    let plan = &group.plan;
+/// Edges into every node of `running` ([`running_nodes`]): from a covering window (its
+/// covering multiplier), from the stream (the virtual root `W<1,1>` covers a window `r` times)
+/// or from the slices of its operator (the most slices an instance merges).
+fn group_edges(running: &[(&WindowsPlan, &WindowNodePlan)], name: &dyn Fn(usize) -> String) -> Vec<Value> {
     let mut edges = Vec::new();
-    if spanned.iter().any(Option::is_some) {
+    if running.iter().any(|(_, n)| n.input.reads_slices()) {
         edges.push(json!({ "from": "stream", "to": "slices", "multiplier": 1 }));
     }
-    for (n, node) in plan.nodes.iter().enumerate() {
+    for (operator, node) in running {
         let (from, multiplier) = match node.input {
-            NodeInput::Stream => ("stream".to_string(), node.spec.range),
-            NodeInput::Slices { .. } => ("slices".to_string(), spanned[n].unwrap_or(1)),
-            NodeInput::Window(p) => (name(p), node.spec.covering_multiplier(&plan.nodes[p].spec)),
+            WindowInput::Stream => ("stream".to_string(), node.spec.range),
+            WindowInput::Slices | WindowInput::Sliding(_) => {
+                ("slices".to_string(), operator.slicing().most_slices_in(&node.spec))
+            }
+            WindowInput::Window(p) => {
+                let parent = &operator.nodes[p];
+                (name(parent.group_node), node.spec.covering_multiplier(&parent.spec))
+            }
         };
-        edges.push(json!({ "from": from, "to": name(n), "multiplier": multiplier }));
+        edges.push(json!({ "from": from, "to": name(node.group_node), "multiplier": multiplier }));
     }
     edges
 }

@@ -19,6 +19,7 @@ pub mod error;
 pub mod exec;
 pub mod explain;
 pub mod optimizer;
+pub mod physical;
 pub mod plan;
 pub mod sql;
 pub mod state;

@@ -11,6 +11,13 @@ use crate::window::WindowSpec;
 
 pub type ExprRef = Arc<dyn PhysicalExpr>;
 
+/// The columns of an `EMIT CHANGES` query: `op` (`+I`, `+U` or `-D`), then the SELECT list.
+pub fn changelog_schema(columns: &SchemaRef) -> SchemaRef {
+    let mut fields = vec![Arc::new(arrow::datatypes::Field::new("op", arrow::datatypes::DataType::Utf8, false))];
+    fields.extend(columns.fields().iter().cloned());
+    Arc::new(arrow::datatypes::Schema::new(fields))
+}
+
 /// One continuous query of a script: one or more branches (the arms of a `UNION ALL`) whose
 /// rows form one output stream.
 #[derive(Debug, Clone)]

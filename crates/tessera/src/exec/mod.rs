@@ -28,12 +28,13 @@ use arrow::datatypes::Int64Type;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{Result, TesseraError};
-use crate::plan::{StatelessPlan, WindowAggregatePlan};
+use crate::physical::OperatorKind;
+use crate::plan::WindowAggregatePlan;
 use crate::state::codec::{batch_bytes, batch_from_bytes, StateReader, StateWriter};
 pub use filter_project::{filter_and_project, FilterProjectExec};
 use key_groups::KeyGroupsExec;
 use key_interner::{key_signature, SharedKeys};
-pub use window_aggregate::{WindowAggregateExec, WindowNodeSpec};
+pub use window_aggregate::WindowAggregateExec;
 
 /// The stack of every thread that plans or evaluates expressions: DataFusion's planner and the
 /// evaluation of physical expressions recurse once per level of an expression, tens of
@@ -350,6 +351,11 @@ pub trait StreamOperator: Send {
     /// Counters per output slot; `state_bytes` (reported on slot 0) excludes interned keys,
     /// which [`KeySpaces`] reports.
     fn metrics(&self) -> Vec<OperatorMetrics>;
+    /// The window nodes the operator evaluates, as it built them: each node's window and where
+    /// its instances get their partial states (the sliding aggregator it holds).
+    fn window_nodes(&self) -> Vec<(crate::window::WindowSpec, crate::physical::WindowInput)> {
+        Vec::new()
+    }
 }
 
 /// The key interners of one worker, one per distinct list of group-key expressions.
@@ -436,24 +442,6 @@ impl KeySpaces {
     }
 }
 
-/// What one operator evaluates.
-pub enum OperatorKind<'a> {
-    /// A stateless branch, one output slot.
-    Stateless(&'a StatelessPlan),
-    /// Window nodes feeding output slots that share WHERE, keys and aggregates.
-    Windows { nodes: Vec<WindowNodeSpec>, slots: Vec<Arc<WindowAggregatePlan>> },
-}
-
-impl OperatorKind<'_> {
-    /// The group keys rows are partitioned by (`None`: a stateless branch).
-    pub fn window_shape(&self) -> Option<&WindowAggregatePlan> {
-        match self {
-            OperatorKind::Stateless(_) => None,
-            OperatorKind::Windows { slots, .. } => Some(&slots[0]),
-        }
-    }
-}
-
 /// The operator for `kind`; window operators get the key interner of their group keys.
 pub fn create_operator(
     kind: &OperatorKind,
@@ -462,25 +450,17 @@ pub fn create_operator(
     state: &OperatorState,
 ) -> Result<Box<dyn StreamOperator>> {
     match kind {
-        OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new((*plan).clone()))),
-        OperatorKind::Windows { nodes, slots } => {
-            let keys = key_spaces.get(&slots[0])?;
-            let (nodes, slots, event_time_type) = (nodes.clone(), slots.clone(), event_time_type.clone());
+        OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new(plan.clone()))),
+        OperatorKind::Windows(windows) => {
+            let keys = key_spaces.get(&windows.slots[0])?;
+            let (windows, event_time_type) = (windows.clone(), event_time_type.clone());
             match state {
-                OperatorState::Memory => {
-                    Ok(Box::new(WindowAggregateExec::new(nodes, slots, event_time_type, keys, 0)?))
-                }
+                OperatorState::Memory => Ok(Box::new(WindowAggregateExec::new(&windows, event_time_type, keys, 0)?)),
                 OperatorState::Spilling { store, id, memory_bytes, group_bits } => {
-                    let shape = Arc::clone(&slots[0]);
+                    let shape = Arc::clone(&windows.slots[0]);
                     let group_keys = Arc::clone(&keys);
                     let make = Box::new(move |key_base| {
-                        WindowAggregateExec::new(
-                            nodes.clone(),
-                            slots.clone(),
-                            event_time_type.clone(),
-                            Arc::clone(&keys),
-                            key_base,
-                        )
+                        WindowAggregateExec::new(&windows, event_time_type.clone(), Arc::clone(&keys), key_base)
                     });
                     let store = Arc::clone(store);
                     Ok(Box::new(KeyGroupsExec::new(make, shape, group_keys, store, *id, *group_bits, *memory_bytes)?))

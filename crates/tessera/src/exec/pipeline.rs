@@ -22,18 +22,15 @@ use arrow::record_batch::RecordBatch;
 use datafusion_common::hash_utils::{create_hashes, RandomState};
 
 use super::key_interner::key_signature;
-use super::window_aggregate::WindowNodeSpec;
 use super::{
-    create_operator, EventBatch, KeySpaces, OperatorKind, OperatorMetrics, OperatorState, Output, StreamOperator,
-    Watermarks,
+    create_operator, EventBatch, KeySpaces, OperatorMetrics, OperatorState, Output, StreamOperator, Watermarks,
 };
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
 use crate::connectors::{BatchReader, FreedHere, Skipped, SpareWork};
 use crate::error::{Result, TesseraError};
-use crate::optimizer::window_strategy::NodeInput;
-use crate::optimizer::{GroupMember, WindowGroup};
-use crate::plan::{BranchPlan, QueryPlan};
+use crate::physical::{OperatorKind, OperatorPlan};
+use crate::plan::QueryPlan;
 use crate::state::checkpoint::{Checkpointer, SourcePosition};
 use crate::state::codec::{StateReader, StateWriter};
 use crate::state::spill::SpillStore;
@@ -87,13 +84,9 @@ pub struct SourceRun {
     /// reached the operators (restoring the state and moving the input to the checkpoint).
     pub resumed_events: u64,
     pub recovery_ms: u64,
-}
-
-/// One operator, as planned: what it evaluates, and the query each of its output slots
-/// belongs to.
-struct OperatorSpec<'a> {
-    queries: Vec<usize>,
-    kind: OperatorKind<'a>,
+    /// The window nodes of each operator, as the operators built them from the plan.
+    #[serde(skip)]
+    pub window_nodes: Vec<Vec<(crate::window::WindowSpec, crate::physical::WindowInput)>>,
 }
 
 /// How far the reading thread and a single worker have got, so that the reading thread interns
@@ -152,48 +145,6 @@ impl Drop for WorkerStopped<'_> {
     fn drop(&mut self) {
         self.0.handled(u64::MAX - 1);
     }
-}
-
-/// The operators for `queries`: one per stateless branch, and for each window group one
-/// operator evaluating all its nodes (shared strategies) or one per node.
-fn plan_operators<'a>(queries: &[(usize, &'a QueryPlan)], groups: &[&WindowGroup]) -> Vec<OperatorSpec<'a>> {
-    let mut specs = Vec::new();
-    for (query, plan) in queries {
-        for branch in &plan.branches {
-            if let BranchPlan::Stateless(stateless) = branch {
-                specs.push(OperatorSpec { queries: vec![*query], kind: OperatorKind::Stateless(stateless) });
-            }
-        }
-    }
-    for group in groups {
-        let node_sets: Vec<Vec<usize>> = if group.plan.strategy.is_shared() {
-            vec![(0..group.plan.nodes.len()).collect()]
-        } else {
-            (0..group.plan.nodes.len()).map(|n| vec![n]).collect()
-        };
-        for node_set in node_sets {
-            let members: Vec<&GroupMember> = group.members.iter().filter(|m| node_set.contains(&m.node)).collect();
-            let nodes = node_set
-                .iter()
-                .map(|&n| {
-                    let planned = &group.plan.nodes[n];
-                    let input = match planned.input {
-                        NodeInput::Window(p) => NodeInput::Window(
-                            node_set.iter().position(|&x| x == p).expect("a shared plan holds every parent"),
-                        ),
-                        other => other,
-                    };
-                    let slots = members.iter().enumerate().filter(|(_, m)| m.node == n).map(|(s, _)| s).collect();
-                    WindowNodeSpec { spec: planned.spec, input, slots }
-                })
-                .collect();
-            specs.push(OperatorSpec {
-                queries: members.iter().map(|m| m.query).collect(),
-                kind: OperatorKind::Windows { nodes, slots: members.iter().map(|m| Arc::clone(&m.plan)).collect() },
-            });
-        }
-    }
-    specs
 }
 
 /// The operators one worker runs, each with the query of each of its output slots.
@@ -256,7 +207,7 @@ fn save_checkpoint(
 impl Worker {
     /// Worker `index` of `workers`, running `specs`, keeping window state in `backend`.
     fn new(
-        specs: &[OperatorSpec],
+        specs: &[OperatorPlan],
         event_time_type: &DataType,
         backend: &StateBackend,
         (index, workers): (usize, usize),
@@ -447,21 +398,21 @@ pub struct SourceCheckpoints<'a> {
     pub resume: Option<(SourcePosition, Vec<u8>)>,
 }
 
-/// Runs `queries` (index in the script, plan) over `source` until its input ends; `groups` are
-/// the planned window groups of these queries.
+/// Runs `queries` (index in the script, plan) over `source` until its input ends, evaluating
+/// them by `operators`, the source's operators in the physical plan.
 ///
 /// Decoding runs on its own thread ahead of the operators, so reading and computing overlap.
 pub fn run_source(
     source: &SourceDef,
     reader: &mut dyn BatchReader,
     queries: &[(usize, &QueryPlan)],
-    groups: &[&WindowGroup],
+    operators: &[OperatorPlan],
     sink: &mut dyn ResultSink,
     options: SourceOptions<'_>,
 ) -> Result<SourceRun> {
     let SourceOptions { parallelism, progress, mut checkpoints, state } = options;
     let started = std::time::Instant::now();
-    let specs = plan_operators(queries, groups);
+    let specs = operators;
     let query_count = queries.iter().map(|(q, _)| q + 1).max().unwrap_or(0);
     for (query, plan) in queries {
         sink.open_query(*query, &plan.output_schema)?;
@@ -471,6 +422,12 @@ pub fn run_source(
         query_metrics: vec![OperatorMetrics::default(); query_count],
         ..Default::default()
     };
+    let mut described = KeySpaces::default();
+    for spec in specs {
+        let operator =
+            create_operator(&spec.kind, &source.event_time.data_type, &mut described, &OperatorState::Memory)?;
+        run.window_nodes.push(operator.window_nodes());
+    }
     // Checkpoints are cut between batches of one worker (the reading thread still decodes
     // ahead on the other core).
     let workers = parallelism.workers(specs.len());
@@ -493,7 +450,7 @@ pub fn run_source(
     // the same in every run of the same input: key groups on disk are blocks of ids, and a
     // resumed run must put each key in the group the interrupted run put it in.
     let mut inline_worker =
-        if workers == 1 { Some(Worker::new(&specs, &source.event_time.data_type, &state, (0, 1))?) } else { None };
+        if workers == 1 { Some(Worker::new(specs, &source.event_time.data_type, &state, (0, 1))?) } else { None };
     let intern_progress = Arc::new(InternProgress::default());
     if let (Some(worker), Some((_, snapshot))) = (inline_worker.as_mut(), &resume) {
         worker.restore(split_snapshot(snapshot, 1)?[0])?;
@@ -542,11 +499,11 @@ pub fn run_source(
             checkpoints.map(|c| (Consumed { source: c.source, batches: skip_batches, started }, c.checkpointer));
         let computed = if let Some(worker) = inline_worker {
             let batches = Batches::new(batch_rx, spare);
-            compute_inline((worker, &intern_progress), &specs, batches, sink, progress, &mut run, checkpoints)
+            compute_inline((worker, &intern_progress), specs, batches, sink, progress, &mut run, checkpoints)
         } else {
             let saved = resume.as_ref().map(|(_, snapshot)| snapshot.as_slice());
             let io = Io { batches: batch_rx, sink, progress };
-            compute_parallel(&specs, source, (workers, &state), io, &mut run, checkpoints, saved)
+            compute_parallel(specs, source, (workers, &state), io, &mut run, checkpoints, saved)
         };
         let read = reading.join().map_err(|_| TesseraError::Internal("the reader thread panicked".into()))?;
         // A read error explains a failure downstream better than the failure itself.
@@ -621,7 +578,7 @@ impl Consumed {
 /// when one is due.
 fn compute_inline(
     (mut worker, interning): (Worker, &InternProgress),
-    specs: &[OperatorSpec],
+    specs: &[OperatorPlan],
     batches: Batches<Stamped>,
     sink: &mut dyn ResultSink,
     progress: Option<&ProgressFn<'_>>,
@@ -727,7 +684,7 @@ enum WorkerMessage {
 /// sink thread behind the rows it emitted before, and the sink thread saves the checkpoint
 /// once it has every worker's. `saved` is the snapshot to resume from.
 fn compute_parallel(
-    specs: &[OperatorSpec],
+    specs: &[OperatorPlan],
     source: &SourceDef,
     (workers, state): (usize, &StateBackend),
     io: Io<'_, '_>,

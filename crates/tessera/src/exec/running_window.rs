@@ -22,8 +22,8 @@ use std::collections::VecDeque;
 
 use super::group_table::GroupTable;
 use super::two_stacks::{InstanceSlices, TwoStacks};
-use crate::aggregate::slides_on_running_value;
 use crate::error::{Result, TesseraError};
+use crate::physical::SlidingAggregator;
 use crate::plan::WindowAggregatePlan;
 use crate::state::codec::{StateReader, StateWriter};
 
@@ -40,13 +40,19 @@ pub(super) enum Sliding {
 }
 
 impl Sliding {
-    /// A running value or two stacks for `plan`'s aggregates (see
-    /// [`slides_on_running_value`]).
-    pub(super) fn for_plan(plan: &WindowAggregatePlan) -> Self {
-        if slides_on_running_value(&plan.aggregates) {
-            Sliding::Running(RunningWindow::new(GroupTable::new(plan)))
-        } else {
-            Sliding::Stacks(TwoStacks::default())
+    /// The `aggregator` the physical plan chose, for windows of `plan`.
+    pub(super) fn new(aggregator: SlidingAggregator, plan: &WindowAggregatePlan) -> Self {
+        match aggregator {
+            SlidingAggregator::RunningValue => Sliding::Running(RunningWindow::new(GroupTable::new(plan))),
+            SlidingAggregator::TwoStacks => Sliding::Stacks(TwoStacks::default()),
+        }
+    }
+
+    /// The aggregator this is.
+    pub(super) fn aggregator(&self) -> SlidingAggregator {
+        match self {
+            Sliding::Running(_) => SlidingAggregator::RunningValue,
+            Sliding::Stacks(_) => SlidingAggregator::TwoStacks,
         }
     }
 
@@ -481,7 +487,9 @@ mod tests {
 
     #[test]
     fn counts_and_sums_slide_on_a_running_value() {
-        let running = |aggregates: &str| matches!(Sliding::for_plan(&plan_of(aggregates)), Sliding::Running(_));
+        let running = |aggregates: &str| {
+            SlidingAggregator::for_aggregates(&plan_of(aggregates).aggregates) == SlidingAggregator::RunningValue
+        };
         assert!(running("COUNT(*), COUNT(v)"));
         assert!(running("SUM(v), AVG(v), COUNT(*)"));
         assert!(!running("MIN(v), COUNT(*)"));
@@ -513,7 +521,7 @@ mod tests {
             }
             let mut slices: BTreeMap<i64, Vec<(u32, f64)>> = BTreeMap::new();
             let mut tables = Tables::default();
-            let mut sliding = Sliding::for_plan(&plan);
+            let mut sliding = Sliding::new(SlidingAggregator::for_aggregates(&plan.aggregates), &plan);
             prop_assert!(matches!(sliding, Sliding::Running(_)));
             let (mut scratch, mut reads) = (Vec::new(), 0);
             let instances = pending.len() as i64;

@@ -31,9 +31,8 @@ use super::two_stacks::{InstanceSlices, TwoStacks};
 use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::aggregate::GroupStates;
 use crate::error::{Result, TesseraError};
-use crate::optimizer::window_strategy::NodeInput;
-use crate::plan::{AggregateColumn, EmitMode, WindowAggregatePlan};
-use crate::sql::binder::changelog_schema;
+use crate::physical::{SlidingAggregator, WindowInput, WindowsPlan};
+use crate::plan::{changelog_schema, AggregateColumn, EmitMode, WindowAggregatePlan};
 use crate::state::codec::{StateReader, StateWriter};
 use crate::window::slicing::Slicing;
 use crate::window::{floor_div, WindowSpec};
@@ -94,18 +93,10 @@ fn ascending_below(times: &[i64], bound: i64) -> usize {
     below + 1 + times[below + 1..above].partition_point(|&t| t < bound)
 }
 
-/// A window node as planned: its window, its input and the output slots it feeds.
-#[derive(Debug, Clone)]
-pub struct WindowNodeSpec {
-    pub spec: WindowSpec,
-    pub input: NodeInput,
-    pub slots: Vec<usize>,
-}
-
 /// A window node and where its emission stands.
 struct Node {
     spec: WindowSpec,
-    input: NodeInput,
+    input: WindowInput,
     slots: Vec<usize>,
     /// Nodes that read this one's closed instances.
     children: Vec<usize>,
@@ -342,7 +333,7 @@ struct Takers {
 
 impl Takers {
     fn of(nodes: &[Node], changes: bool) -> Vec<Takers> {
-        let alone = |n: &Node| !changes && n.input == NodeInput::Stream && n.children.is_empty();
+        let alone = |n: &Node| !changes && n.input == WindowInput::Stream && n.children.is_empty();
         let mut takers: Vec<Takers> = (0..nodes.len())
             .filter(|&i| alone(&nodes[i]))
             .map(|i| Takers { nodes: vec![i], own_slices: Some(Slicing::paired(&nodes[i].spec)) })
@@ -382,23 +373,16 @@ pub struct WindowAggregateExec {
 }
 
 impl WindowAggregateExec {
-    /// An operator for `nodes` (parents before children) feeding `slots`, which must agree on
-    /// WHERE, keys and aggregates.
-    pub fn new(
-        nodes: Vec<WindowNodeSpec>,
-        slots: Vec<Arc<WindowAggregatePlan>>,
-        event_time_type: DataType,
-        keys: Arc<SharedKeys>,
-        key_base: u32,
-    ) -> Result<Self> {
+    /// The operator `plan` describes: its nodes (parents before children) feeding its slots,
+    /// which must agree on WHERE, keys and aggregates.
+    pub fn new(plan: &WindowsPlan, event_time_type: DataType, keys: Arc<SharedKeys>, key_base: u32) -> Result<Self> {
+        let (nodes, slots) = (&plan.nodes, plan.slots.clone());
         let shape = slots
             .first()
             .cloned()
             .ok_or_else(|| TesseraError::Internal("a window aggregate without outputs".into()))?;
         let changes = shape.emit == EmitMode::Changes;
-        let roots: Vec<WindowSpec> =
-            nodes.iter().filter(|n| !matches!(n.input, NodeInput::Window(_))).map(|n| n.spec).collect();
-        let slicing = Slicing::shared(&roots);
+        let slicing = plan.slicing();
         let mut built: Vec<Node> = nodes
             .iter()
             .map(|n| Node {
@@ -412,12 +396,18 @@ impl WindowAggregateExec {
                 closed: Tables::default(),
                 keep_from: i64::MIN,
                 // Only a node sliding over the slices uses it.
-                sliding: Sliding::for_plan(&shape),
+                sliding: Sliding::new(
+                    match n.input {
+                        WindowInput::Sliding(aggregator) => aggregator,
+                        _ => SlidingAggregator::TwoStacks,
+                    },
+                    &shape,
+                ),
                 emitted: BTreeMap::new(),
             })
             .collect();
         for (i, n) in nodes.iter().enumerate() {
-            if let NodeInput::Window(p) = n.input {
+            if let WindowInput::Window(p) = n.input {
                 if p >= i || !n.spec.is_covered_by(&nodes[p].spec) {
                     return Err(TesseraError::Internal(format!("window node {i} cannot read node {p}")));
                 }
@@ -560,13 +550,13 @@ impl WindowAggregateExec {
                 }
                 if last >= node.next_window {
                     match node.input {
-                        NodeInput::Stream => {
+                        WindowInput::Stream => {
                             for m in first.max(node.next_window)..=last {
                                 add(node.open.get_or_insert_with(m, || pool.take(shape)), run.clone(), scratch);
                             }
                         }
-                        NodeInput::Slices { .. } => to_slice = true,
-                        NodeInput::Window(_) => {}
+                        WindowInput::Slices | WindowInput::Sliding(_) => to_slice = true,
+                        WindowInput::Window(_) => {}
                     }
                 }
             }
@@ -614,7 +604,7 @@ impl WindowAggregateExec {
             node.next_window = node.next_window.max(spec.first_window_ending_after(watermark));
         }
         // Only slices and instances kept for children are dropped.
-        if which.iter().any(|&i| !self.nodes[i].children.is_empty() || self.nodes[i].input != NodeInput::Stream) {
+        if which.iter().any(|&i| !self.nodes[i].children.is_empty() || self.nodes[i].input != WindowInput::Stream) {
             self.drop_unneeded_state();
         }
         Ok(())
@@ -628,12 +618,12 @@ impl WindowAggregateExec {
         // The end of the first unit of input data at or after the start of `m`; the first
         // instance containing that unit is the candidate.
         let data_end = match node.input {
-            NodeInput::Stream => return node.open.range(m..).next().map(|(k, _)| k),
-            NodeInput::Slices { .. } => {
+            WindowInput::Stream => return node.open.range(m..).next().map(|(k, _)| k),
+            WindowInput::Slices | WindowInput::Sliding(_) => {
                 let (k, _) = self.slices.range(self.slicing.slice_of(spec.start(m))..).next()?;
                 self.slicing.end(k)
             }
-            NodeInput::Window(p) => {
+            WindowInput::Window(p) => {
                 let parent = self.nodes[p].spec;
                 let (j, _) = self.nodes[p].closed.range(floor_div(spec.start(m), parent.slide)..).next()?;
                 parent.end(j)
@@ -658,11 +648,11 @@ impl WindowAggregateExec {
         let spec = node.spec;
         let mut reads = 0u64;
         let table = match node.input {
-            NodeInput::Stream => match node.open.remove(m) {
+            WindowInput::Stream => match node.open.remove(m) {
                 Some(table) => table,
                 None => return Ok(()),
             },
-            NodeInput::Slices { sliding: true } => {
+            WindowInput::Sliding(_) => {
                 let range = slicing.slices_between(spec.start(m), spec.end(m));
                 let new_table = || GroupTable::new(shape);
                 let instance =
@@ -675,7 +665,7 @@ impl WindowAggregateExec {
                 }
                 return Ok(());
             }
-            NodeInput::Slices { sliding: false } => {
+            WindowInput::Slices => {
                 let mut parts = slices.range(slicing.slices_between(spec.start(m), spec.end(m)));
                 match (parts.next(), parts.next()) {
                     (None, _) => return Ok(()),
@@ -694,7 +684,7 @@ impl WindowAggregateExec {
                     }
                 }
             }
-            NodeInput::Window(p) => {
+            WindowInput::Window(p) => {
                 let parent = &parents[p];
                 let (from, to) =
                     (spec.start(m) / parent.spec.slide, (spec.end(m) - parent.spec.range) / parent.spec.slide);
@@ -750,7 +740,7 @@ impl WindowAggregateExec {
             let new_table = || GroupTable::new(shape);
             let mut tables: Vec<(i64, GroupTable)> = Vec::with_capacity(instances.len());
             match node.input {
-                NodeInput::Stream => {
+                WindowInput::Stream => {
                     for (&m, keys) in &instances {
                         let mut table = new_table();
                         if let Some(open) = node.open.get(m) {
@@ -759,7 +749,7 @@ impl WindowAggregateExec {
                         tables.push((m, table));
                     }
                 }
-                NodeInput::Slices { .. } => {
+                WindowInput::Slices | WindowInput::Sliding(_) => {
                     let (Some((&first, _)), Some((&last, _))) =
                         (instances.first_key_value(), instances.last_key_value())
                     else {
@@ -795,7 +785,7 @@ impl WindowAggregateExec {
                         tables.push((m, table));
                     }
                 }
-                NodeInput::Window(_) => {
+                WindowInput::Window(_) => {
                     return Err(TesseraError::Internal("EMIT CHANGES over a covering window's instances".into()))
                 }
             }
@@ -817,7 +807,7 @@ impl WindowAggregateExec {
         let keep_slices_from = self
             .nodes
             .iter()
-            .filter(|n| matches!(n.input, NodeInput::Slices { .. }))
+            .filter(|n| n.input.reads_slices())
             .map(|n| {
                 let open = slicing.slice_of(n.spec.start(n.next_window));
                 n.sliding.oldest_needed().map_or(open, |counted| counted.min(open))
@@ -989,6 +979,17 @@ impl StreamOperator for WindowAggregateExec {
                 .collect::<Result<_>>()?;
         }
         Ok(())
+    }
+
+    fn window_nodes(&self) -> Vec<(WindowSpec, WindowInput)> {
+        let nodes = self.nodes.iter().map(|node| {
+            let input = match node.input {
+                WindowInput::Sliding(_) => WindowInput::Sliding(node.sliding.aggregator()),
+                other => other,
+            };
+            (node.spec, input)
+        });
+        nodes.collect()
     }
 
     fn metrics(&self) -> Vec<OperatorMetrics> {

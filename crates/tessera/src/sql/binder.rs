@@ -12,9 +12,11 @@ use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::logical_plan::builder::LogicalTableSource;
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_expr::planner::ContextProvider;
+use datafusion_expr::simplify::SimplifyContext;
 use datafusion_expr::{
     AggregateUDF, Expr, ExprSchemable, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
 };
+use datafusion_optimizer::simplify_expressions::ExprSimplifier;
 use datafusion_optimizer::Analyzer;
 use datafusion_physical_expr::create_physical_expr;
 use datafusion_sql::planner::{ParserOptions, PlannerContext, SqlToRel};
@@ -28,7 +30,9 @@ use super::{duration_in_units, ScriptText};
 use crate::aggregate::{self, AggregateSpec};
 use crate::catalog::{sql_type_name, Catalog, SourceDef};
 use crate::error::{Result, TesseraError};
-use crate::plan::{AggregateColumn, BranchPlan, EmitMode, ExprRef, QueryPlan, StatelessPlan, WindowAggregatePlan};
+use crate::plan::{
+    changelog_schema, AggregateColumn, BranchPlan, EmitMode, ExprRef, QueryPlan, StatelessPlan, WindowAggregatePlan,
+};
 use crate::window::{WindowSpec, MAX_WINDOWS_PER_EVENT};
 
 pub const WINDOW_START: &str = "window_start";
@@ -221,13 +225,6 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query, em
         output_schema = changelog_schema(&output_schema);
     }
     Ok(QueryPlan { sql: query.to_string(), source: source.unwrap_or_default(), branches, output_schema, emit })
-}
-
-/// The columns of an `EMIT CHANGES` query: `op` (`+I` or `+U`), then the SELECT list.
-pub fn changelog_schema(columns: &SchemaRef) -> SchemaRef {
-    let mut fields = vec![Arc::new(arrow::datatypes::Field::new("op", arrow::datatypes::DataType::Utf8, false))];
-    fields.extend(columns.fields().iter().cloned());
-    Arc::new(Schema::new(fields))
 }
 
 /// The `SELECT`s a query's branches are bound from, in order: the arms of its `UNION ALL`, each
@@ -574,8 +571,13 @@ fn output_schema(plan: &LogicalPlan, names: Option<Vec<String>>) -> SchemaRef {
     ))
 }
 
+/// The physical expression of `expr` over rows of `schema`, simplified first as DataFusion's
+/// own planner does: some functions exist only to be rewritten there (`COALESCE` becomes a
+/// `CASE`) and have no physical form of their own.
 fn physical(script: &ScriptText, expr: &Expr, schema: &DFSchema) -> Result<ExprRef> {
-    create_physical_expr(expr, schema, &ExecutionProps::new(), &PhysicalPlanningContext::default())
+    let context = SimplifyContext::builder().with_schema(Arc::new(schema.clone())).build();
+    let simplified = ExprSimplifier::new(context).simplify(expr.clone()).map_err(|e| datafusion_error(script, e))?;
+    create_physical_expr(&simplified, schema, &ExecutionProps::new(), &PhysicalPlanningContext::default())
         .map_err(|e| datafusion_error(script, e))
 }
 

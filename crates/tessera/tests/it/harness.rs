@@ -39,18 +39,17 @@ pub fn run_batches_with_state(
 ) -> tessera::Result<Outcome> {
     let mut script = Script::compile(script, Path::new("."))?;
     script.settings.window_strategy = strategy;
-    let groups = script.window_groups();
-    let source_name = script.queries.first().map(|q| q.source.clone()).expect("a query");
-    let source = script.catalog.source(&source_name).expect("declared source").clone();
+    let plan = script.physical_plan();
+    let source_plan = plan.sources.first().expect("a query");
+    let source = script.catalog.source(&source_plan.source).expect("declared source").clone();
     let queries: Vec<_> = script.queries.iter().enumerate().collect();
     let mut sink = MemorySink::default();
     let mut reader = MemoryReader::new(batches);
-    let groups: Vec<_> = groups.iter().collect();
     let run = run_source(
         &source,
         &mut reader,
         &queries,
-        &groups,
+        &source_plan.operators,
         &mut sink,
         SourceOptions { state, ..SourceOptions::workers(Parallelism::Fixed(parallelism)) },
     )?;

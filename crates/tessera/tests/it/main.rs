@@ -1,6 +1,7 @@
 //! tessera's integration tests: one binary, one module per area.
 
 mod errors;
+mod explained;
 mod fuzz;
 mod harness;
 mod properties;
