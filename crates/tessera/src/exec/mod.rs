@@ -12,12 +12,16 @@
 
 mod filter_project;
 mod group_table;
+mod handoff;
 mod key_groups;
 pub mod key_interner;
 pub mod pipeline;
 mod running_window;
+mod stamp;
+mod time_runs;
 mod two_stacks;
 mod window_aggregate;
+mod window_emitter;
 
 use std::sync::Arc;
 

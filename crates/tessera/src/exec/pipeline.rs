@@ -14,20 +14,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
-use arrow::buffer::ScalarBuffer;
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, Int64Type};
+use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
 use datafusion_common::hash_utils::{create_hashes, RandomState};
 
+use super::handoff::{Batches, InternProgress, WorkerStopped};
 use super::key_interner::key_signature;
-use super::{
-    create_operator, EventBatch, KeySpaces, OperatorMetrics, OperatorState, Output, StreamOperator, Watermarks,
-};
+use super::stamp::Stamper;
+use super::{create_operator, EventBatch, KeySpaces, OperatorMetrics, OperatorState, Output, StreamOperator};
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
-use crate::connectors::{BatchReader, FreedHere, Skipped, SpareWork};
+use crate::connectors::{BatchReader, FreedHere, Skipped};
 use crate::error::{Result, TesseraError};
 use crate::physical::{OperatorKind, OperatorPlan};
 use crate::plan::QueryPlan;
@@ -87,64 +84,6 @@ pub struct SourceRun {
     /// The window nodes of each operator, as the operators built them from the plan.
     #[serde(skip)]
     pub window_nodes: Vec<Vec<(crate::window::WindowSpec, crate::physical::WindowInput)>>,
-}
-
-/// How far the reading thread and a single worker have got, so that the reading thread interns
-/// a batch's keys ahead only while the worker is busy (it has the time to spare) and only after
-/// every earlier batch is interned (each key's id then depends on the input alone, not on which
-/// thread interned it).
-#[derive(Default)]
-struct InternProgress {
-    counts: std::sync::Mutex<InternCounts>,
-    changed: std::sync::Condvar,
-}
-
-/// Batches counted from the first of this run.
-#[derive(Default)]
-struct InternCounts {
-    /// Batches whose keys are interned.
-    interned: u64,
-    /// Batches the worker has finished (`u64::MAX` once it stopped).
-    handled: u64,
-}
-
-impl InternProgress {
-    fn lock(&self) -> std::sync::MutexGuard<'_, InternCounts> {
-        self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Whether the reading thread should intern batch `n`: yes while the worker is busy with an
-    /// earlier batch, once it has interned every earlier one (the reading thread waits for
-    /// that: it is the faster side then).
-    fn ahead(&self, n: u64) -> bool {
-        let mut counts = self.lock();
-        while counts.interned < n && counts.handled < n {
-            counts = self.changed.wait(counts).unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
-        counts.interned == n && counts.handled < n
-    }
-
-    /// Batch `n` is interned (the worker also calls this for batches interned ahead).
-    fn interned(&self, n: u64) {
-        let mut counts = self.lock();
-        counts.interned = counts.interned.max(n + 1);
-        self.changed.notify_all();
-    }
-
-    fn handled(&self, n: u64) {
-        self.lock().handled = n + 1;
-        self.changed.notify_all();
-    }
-}
-
-/// Marks the worker stopped when dropped (also on an error or a panic), so the reading thread
-/// never waits for it in vain.
-struct WorkerStopped<'a>(&'a InternProgress);
-
-impl Drop for WorkerStopped<'_> {
-    fn drop(&mut self) {
-        self.0.handled(u64::MAX - 1);
-    }
 }
 
 /// The operators one worker runs, each with the query of each of its output slots.
@@ -301,14 +240,6 @@ impl Worker {
             .flat_map(|(queries, operator)| queries.iter().copied().zip(operator.metrics()).collect::<Vec<_>>())
             .collect())
     }
-}
-
-/// Event times of a batch as `i64` in the source's unit.
-fn event_times(batch: &RecordBatch, source: &SourceDef) -> Result<ScalarBuffer<i64>> {
-    let column = batch.column(source.event_time.index);
-    let column =
-        if column.data_type() == &DataType::Int64 { Arc::clone(column) } else { cast(column, &DataType::Int64)? };
-    Ok(column.as_primitive::<Int64Type>().values().clone())
 }
 
 /// Splits the rows of a batch among workers: by group-key hash for window aggregates (so each
@@ -611,59 +542,6 @@ fn compute_inline(
     Ok(())
 }
 
-/// The batches a single worker receives from the reading thread. When the reading thread is
-/// the slower side, the worker waits before most batches; asleep, it has to be woken for each,
-/// and on a virtual machine a wake-up costs the reading thread tens of microseconds (W1's
-/// shared plan waited before 65 to 131 of its 153 batches). So the worker first does what it
-/// can of the reader's work ahead of it (a Parquet reader's second column set), then spins a
-/// while for the next batch, on a core it has to itself, and only then sleeps.
-struct Batches<T> {
-    receiver: Receiver<T>,
-    /// How long to spin before sleeping: zero on a single core, where spinning would take the
-    /// reading thread's time.
-    spin: std::time::Duration,
-    /// The reader's work the worker does while it waits (after `SPARE_AFTER`).
-    spare: Option<SpareWork>,
-}
-
-impl<T> Batches<T> {
-    /// Longer than the reading thread takes to decode a batch of a few numeric columns.
-    const SPIN: std::time::Duration = std::time::Duration::from_millis(1);
-    /// How long the worker waits for a batch before it takes on the reader's work (at once
-    /// where it does not spin, on a single core): a shorter wait is mostly a batch on its way,
-    /// and decoding ahead then delays the worker's own work where the worker is the busier side
-    /// (W1's chosen plan, its key column read as a dictionary: 41.8 ms against 45.5 taking the
-    /// work on at once; on a file the reader is slower on, plain-encoded, within the noise).
-    const SPARE_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
-
-    fn new(receiver: Receiver<T>, spare: Option<SpareWork>) -> Self {
-        Batches { receiver, spin: if super::cores() > 1 { Self::SPIN } else { std::time::Duration::ZERO }, spare }
-    }
-}
-
-impl<T> Iterator for Batches<T> {
-    type Item = T;
-
-    fn next(&mut self) -> Option<T> {
-        use std::sync::mpsc::TryRecvError;
-        let mut started = std::time::Instant::now();
-        loop {
-            match self.receiver.try_recv() {
-                Ok(batch) => return Some(batch),
-                Err(TryRecvError::Disconnected) => return None,
-                Err(TryRecvError::Empty)
-                    if started.elapsed() >= Self::SPARE_AFTER.min(self.spin)
-                        && self.spare.as_mut().is_some_and(|work| work()) =>
-                {
-                    started = std::time::Instant::now();
-                }
-                Err(TryRecvError::Empty) if started.elapsed() < self.spin => std::hint::spin_loop(),
-                Err(TryRecvError::Empty) => return self.receiver.recv().ok(),
-            }
-        }
-    }
-}
-
 /// Where a parallel run's batches come from and its results go.
 struct Io<'a, 'p> {
     batches: Receiver<Stamped>,
@@ -878,187 +756,4 @@ fn compute_parallel(
         }
         Ok(())
     })
-}
-
-/// Stamps rows with event times and watermarks: the watermark a row meets is the largest
-/// event time before it minus the out-of-orderness bound.
-struct Stamper {
-    max_event_time: i64,
-    delay: i64,
-}
-
-impl Stamper {
-    fn stamp(&mut self, batch: RecordBatch, source: &SourceDef) -> Result<EventBatch> {
-        let times = event_times(&batch, source)?;
-        let (watermarks, times_ascend) = watermarks(&times, &mut self.max_event_time, self.delay);
-        Ok(EventBatch { rows: batch, event_times: times, watermarks, times_ascend, key_ids: Vec::new() })
-    }
-
-    fn watermark(&self) -> i64 {
-        watermark_after(self.max_event_time, self.delay)
-    }
-}
-
-/// The watermark each event of `times` meets: the one before it, from the largest event time
-/// seen before it (`max`, which the events then raise); and whether the times ascend.
-fn watermarks(times: &[i64], max: &mut i64, delay: i64) -> (Watermarks, bool) {
-    let mut watermarks = Watermarks::default();
-    if times.is_empty() {
-        return (watermarks, true);
-    }
-    watermarks.meet(0, watermark_after(*max, delay));
-    let mut ascend = true;
-    let mut previous = times[0];
-    // Events mostly arrive in time order, many at the same time: a chunk is tested for order
-    // without a branch per row, and in an ordered chunk each rise of the maximum is found by a
-    // binary search; only a chunk out of order is walked row by row.
-    for (c, chunk) in times.chunks(64).enumerate() {
-        let start = c * 64;
-        let ordered = previous <= chunk[0] && non_decreasing(chunk);
-        previous = chunk[chunk.len() - 1];
-        ascend &= ordered;
-        if ordered && previous <= *max {
-            continue; // no event of the chunk raises the maximum
-        }
-        let mut from = 0;
-        while from < chunk.len() {
-            let raises = if ordered {
-                from + chunk[from..].partition_point(|&t| t <= *max)
-            } else {
-                from + chunk[from..].iter().position(|&t| t > *max).unwrap_or(chunk.len() - from)
-            };
-            let Some(&t) = chunk.get(raises) else { break };
-            *max = t;
-            // The rows after this one meet the raised watermark.
-            if start + raises + 1 < times.len() {
-                watermarks.meet(start + raises + 1, watermark_after(t, delay));
-            }
-            from = raises + 1;
-        }
-    }
-    (watermarks, ascend)
-}
-
-/// Whether no time is smaller than the one before it. Each pair is compared by the sign of its
-/// difference, corrected where the subtraction overflows: 64-bit subtractions vectorize on every
-/// x86-64, where a 64-bit vector comparison needs SSE4.2 and is otherwise emulated.
-fn non_decreasing(times: &[i64]) -> bool {
-    let descents = times.iter().zip(times.get(1..).unwrap_or_default()).fold(0i64, |descents, (&a, &b)| {
-        let difference = b.wrapping_sub(a);
-        let overflowed = (b ^ a) & (b ^ difference);
-        descents | (difference ^ overflowed)
-    });
-    descents >= 0
-}
-
-/// The watermark once events up to `max_event_time` were seen, `delay` allowed for disorder.
-fn watermark_after(max_event_time: i64, delay: i64) -> i64 {
-    max_event_time.saturating_sub(delay)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{watermark_after, watermarks, Arc, Batches, InternProgress, Ordering, SpareWork};
-
-    #[test]
-    fn watermarks_are_the_delayed_maximum_before_each_event() {
-        let mut rng = crate::window::generators::SplitMix::new(7);
-        for case in 0..200 {
-            // In order with repeats, out of order, and near the ends of the i64 range.
-            let n = (rng.next_u64() % 300) as usize;
-            let base = [0, i64::MIN, i64::MAX - 5000][case % 3];
-            let spread = [1, 40, 1000][case / 3 % 3];
-            let times: Vec<i64> = (0..n)
-                .map(|i| base.saturating_add((i as i64) / spread).saturating_add((rng.next_u64() % 4) as i64 - 2))
-                .collect();
-            let (start, delay) = (base.saturating_sub(3), (rng.next_u64() % 20) as i64);
-            let mut expected = Vec::new();
-            let mut max = start;
-            for &t in &times {
-                expected.push(watermark_after(max, delay));
-                max = max.max(t);
-            }
-            let mut chunked_max = start;
-            let (stamped, ascend) = watermarks(&times, &mut chunked_max, delay);
-            assert_eq!(stamped.per_row(times.len()), expected, "case {case}");
-            assert_eq!(ascend, times.is_sorted(), "case {case}");
-            assert_eq!(chunked_max, max);
-        }
-    }
-
-    #[test]
-    fn non_decreasing_compares_every_pair_across_the_whole_range() {
-        let edges = [i64::MIN, i64::MIN + 1, -2, -1, 0, 1, 2, i64::MAX - 1, i64::MAX];
-        for &a in &edges {
-            for &b in &edges {
-                assert_eq!(super::non_decreasing(&[a, b]), a <= b, "{a} then {b}");
-            }
-        }
-        let mut rng = crate::window::generators::SplitMix::new(11);
-        for _ in 0..2000 {
-            let n = (rng.next_u64() % 70) as usize;
-            let mut times: Vec<i64> = (0..n).map(|_| rng.next_u64() as i64 >> (rng.next_u64() % 64)).collect();
-            if rng.next_u64().is_multiple_of(2) {
-                times.sort_unstable();
-            }
-            assert_eq!(super::non_decreasing(&times), times.is_sorted(), "{times:?}");
-        }
-    }
-
-    #[test]
-    fn a_spinning_worker_gets_every_batch_in_order_and_stops_when_the_reader_does() {
-        let (zero, spinning) = (std::time::Duration::ZERO, std::time::Duration::from_millis(1));
-        for (spin, with_spare_work) in [(zero, false), (spinning, false), (spinning, true), (zero, true)] {
-            // 20 pieces of spare work, done while waiting (a spinning worker after waiting a
-            // while: at least 13 ms in all here).
-            let done = Arc::new(std::sync::atomic::AtomicU32::new(0));
-            let counter = Arc::clone(&done);
-            let work: SpareWork = Box::new(move || counter.fetch_add(1, Ordering::Relaxed) < 20);
-            let spare = with_spare_work.then_some(work);
-            let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            let sender = std::thread::spawn(move || {
-                for n in 0..20u32 {
-                    // Some batches come at once, some after the spin is over.
-                    std::thread::sleep(std::time::Duration::from_micros(u64::from(n % 3) * 700));
-                    tx.send(n).unwrap();
-                }
-            });
-            let received: Vec<u32> = Batches { receiver: rx, spin, spare }.collect();
-            sender.join().unwrap();
-            assert_eq!(received, (0..20).collect::<Vec<_>>(), "spinning {spin:?}, spare work {with_spare_work}");
-            let asked = done.load(Ordering::Relaxed);
-            assert_eq!(asked > 20, with_spare_work, "all spare work done, and asked for more: {asked} times");
-        }
-    }
-
-    #[test]
-    fn reading_thread_interns_ahead_only_in_order_and_while_the_worker_is_busy() {
-        let progress = InternProgress::default();
-        // The worker has finished every batch sent so far: it interns the next one itself.
-        assert!(!progress.ahead(0));
-        // The worker interned batch 0 and is busy with it.
-        progress.interned(0);
-        assert!(progress.ahead(1));
-        progress.interned(1);
-        // It interns batch 1 again (ahead already): the count never goes back.
-        progress.interned(0);
-        assert!(progress.ahead(2));
-        progress.interned(2);
-        progress.handled(2);
-        assert!(!progress.ahead(3), "the worker caught up");
-        // Batch 4 waits for batch 3 to be interned by the worker, which then is busy with it.
-        std::thread::scope(|scope| {
-            let waiting = scope.spawn(|| progress.ahead(4));
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            assert!(!waiting.is_finished(), "interning batch 4 before batch 3 would change the ids");
-            progress.interned(3);
-            assert!(waiting.join().unwrap());
-        });
-        // A worker that stops releases a waiting reading thread.
-        std::thread::scope(|scope| {
-            let waiting = scope.spawn(|| progress.ahead(9));
-            drop(super::WorkerStopped(&progress));
-            assert!(!waiting.join().unwrap());
-        });
-    }
 }

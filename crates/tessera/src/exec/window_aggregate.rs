@@ -19,79 +19,22 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, StringArray};
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, SchemaRef};
-use arrow::record_batch::RecordBatch;
+use arrow::array::ArrayRef;
+use arrow::datatypes::DataType;
 
 use super::group_table::{GroupTable, TablePool, Tables};
 use super::key_interner::SharedKeys;
 use super::running_window::Sliding;
+use super::time_runs::{ascending_below, rows_within};
 use super::two_stacks::{InstanceSlices, TwoStacks};
-use super::{filter_and_project, EventBatch, OperatorMetrics, Output, StreamOperator};
-use crate::aggregate::GroupStates;
+use super::window_emitter::Emitter;
+use super::{EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::error::{Result, TesseraError};
 use crate::physical::{SlidingAggregator, WindowInput, WindowsPlan};
-use crate::plan::{changelog_schema, AggregateColumn, EmitMode, WindowAggregatePlan};
+use crate::plan::{EmitMode, WindowAggregatePlan};
 use crate::state::codec::{StateReader, StateWriter};
 use crate::window::slicing::Slicing;
 use crate::window::{floor_div, WindowSpec};
-
-/// How many of `times`, from the first, lie in `lo..hi`. Times mostly arrive in order, so runs
-/// are long: whole chunks are tested without a branch per row (the compiler vectorizes them).
-fn rows_within(times: &[i64], lo: i64, hi: i64) -> usize {
-    const CHUNK: usize = 16;
-    let inside = |t: i64| lo <= t && t < hi;
-    let mut chunks = times.chunks_exact(CHUNK);
-    let mut counted = 0;
-    for chunk in chunks.by_ref() {
-        if !chunk.iter().fold(true, |all, &t| all & inside(t)) {
-            break;
-        }
-        counted += CHUNK;
-    }
-    counted + times[counted..].iter().position(|&t| !inside(t)).unwrap_or(times.len() - counted)
-}
-
-/// How many of `times` (ascending) are below `bound`. A binary search would read a dozen rows
-/// spread over the batch, each likely a cache miss; times are mostly evenly spread, so this
-/// guesses the position from the first and last time and gallops from the guess, reading a
-/// few rows near it.
-fn ascending_below(times: &[i64], bound: i64) -> usize {
-    let (Some(&first), Some(&last)) = (times.first(), times.last()) else { return 0 };
-    if first >= bound {
-        return 0;
-    }
-    if last < bound {
-        return times.len();
-    }
-    // first < bound <= last, so the spread is positive and the guess within the rows.
-    let spread = i128::from(last) - i128::from(first);
-    let guess = ((i128::from(bound) - i128::from(first)) * (times.len() as i128 - 1) / spread) as usize;
-    // Bracket the answer: times[below] < bound <= times[above].
-    let (mut below, mut above) = (guess, guess);
-    let mut step = 1;
-    if times[guess] < bound {
-        loop {
-            above = (below + step).min(times.len() - 1);
-            if times[above] >= bound {
-                break;
-            }
-            below = above;
-            step *= 2;
-        }
-    } else {
-        loop {
-            below = above.saturating_sub(step);
-            if times[below] < bound {
-                break;
-            }
-            above = below;
-            step *= 2;
-        }
-    }
-    below + 1 + times[below + 1..above].partition_point(|&t| t < bound)
-}
 
 /// A window node and where its emission stands.
 struct Node {
@@ -123,200 +66,6 @@ impl Node {
 
     fn bytes(&self) -> usize {
         self.open.values().chain(self.closed.values()).map(GroupTable::bytes).sum::<usize>() + self.sliding.bytes()
-    }
-}
-
-/// An output slot (query branch): its SELECT list and HAVING, and its counters.
-struct Slot {
-    plan: Arc<WindowAggregatePlan>,
-    /// The plan's aggregate schema with every column nullable (made once, not per emission).
-    aggregate_schema: SchemaRef,
-    /// `EMIT CHANGES`: the written columns, `op` first.
-    changelog: Option<SchemaRef>,
-    metrics: OperatorMetrics,
-}
-
-/// The aggregated rows of closed instances not written yet, for one slot: keys, window
-/// bounds and the aggregates' final values, before HAVING and the SELECT list.
-#[derive(Default)]
-struct Aggregated {
-    /// Interned key ids, with the operator's `key_base` added back.
-    keys: Vec<u32>,
-    starts: Vec<i64>,
-    ends: Vec<i64>,
-    /// Per aggregate of the slot's plan, the partial states of each instance in turn,
-    /// finalized once per flush (an instance of a few keys finalized alone made arrays of a
-    /// few rows, each allocated, concatenated and freed).
-    states: Vec<Box<dyn GroupStates>>,
-}
-
-impl Aggregated {
-    /// Adds the rows of instance `m` of `window`, merged in `table`, for a slot of `plan`
-    /// (`key_base`: the operator's first key id).
-    fn add(
-        &mut self,
-        plan: &WindowAggregatePlan,
-        key_base: u32,
-        window: WindowSpec,
-        m: i64,
-        table: &GroupTable,
-    ) -> Result<()> {
-        let n = table.keys.len();
-        self.keys.extend(table.keys.iter().map(|&k| k + key_base));
-        self.starts.extend(std::iter::repeat_n(window.start(m), n));
-        self.ends.extend(std::iter::repeat_n(window.end(m), n));
-        debug_assert_eq!(plan.aggregates.len(), table.states.len());
-        if self.states.is_empty() {
-            self.states = table.states.clone();
-            return Ok(());
-        }
-        for (states, instance) in self.states.iter_mut().zip(&table.states) {
-            states.extend_from(instance.as_ref())?;
-        }
-        Ok(())
-    }
-}
-
-/// Turns closed instances into result rows. The instances closed while one input batch is
-/// processed are written as one batch per slot: an instance holds a row per key, and putting
-/// a few rows at a time through HAVING and the SELECT list costs more than the rows.
-struct Emitter {
-    slots: Vec<Slot>,
-    /// Per slot, the rows of instances closed since the last flush.
-    pending: Vec<Aggregated>,
-    /// Interned group keys, shared with other operators that group by the same keys.
-    keys: Arc<SharedKeys>,
-    /// Subtracted from interned key ids to index this operator's tables (a key group's first
-    /// id; 0 for an operator of all keys).
-    key_base: u32,
-    event_time_type: DataType,
-}
-
-impl Emitter {
-    /// The ids this operator's tables use for interned `ids`.
-    fn local_ids<'a>(&self, ids: &'a [u32]) -> std::borrow::Cow<'a, [u32]> {
-        if self.key_base == 0 {
-            std::borrow::Cow::Borrowed(ids)
-        } else {
-            std::borrow::Cow::Owned(ids.iter().map(|&k| k - self.key_base).collect())
-        }
-    }
-
-    /// Adds the rows of instance `m` of `window` to those its slots write at the next flush.
-    fn emit(&mut self, node_slots: &[usize], window: WindowSpec, m: i64, table: &GroupTable) -> Result<()> {
-        for &slot in node_slots {
-            self.pending[slot].add(&self.slots[slot].plan, self.key_base, window, m, table)?;
-            let metrics = &mut self.slots[slot].metrics;
-            metrics.windows_out += 1;
-            metrics.window_keys += table.keys.len() as u64;
-        }
-        Ok(())
-    }
-
-    /// Writes the rows of the instances emitted since the last flush, one batch per slot.
-    fn flush(&mut self, out: &mut Output) -> Result<()> {
-        for slot in 0..self.slots.len() {
-            if self.pending[slot].keys.is_empty() {
-                continue;
-            }
-            let aggregated = std::mem::take(&mut self.pending[slot]);
-            let batch = self.aggregate(slot, aggregated)?;
-            let plan = &self.slots[slot].plan;
-            let batch = filter_and_project(&batch, plan.having.as_ref(), &plan.projection, &plan.output_schema)?;
-            self.slots[slot].metrics.rows_out += batch.num_rows() as u64;
-            if batch.num_rows() > 0 {
-                out.rows.push((slot, batch));
-            }
-        }
-        Ok(())
-    }
-
-    /// `EMIT CHANGES`: the current rows of instance `m` for the keys of `table` (the changed
-    /// ones), as upserts: `+I` for a group's first row in the instance, `+U` after that, and
-    /// `-D` when a group written before no longer passes HAVING. `written` holds the (slot,
-    /// key) pairs whose row stands.
-    fn emit_changes(
-        &mut self,
-        node_slots: &[usize],
-        window: WindowSpec,
-        m: i64,
-        table: &GroupTable,
-        written: &mut hashbrown::HashSet<(usize, u32)>,
-        out: &mut Output,
-    ) -> Result<()> {
-        for &slot in node_slots {
-            let mut rows = Aggregated::default();
-            rows.add(&self.slots[slot].plan, self.key_base, window, m, table)?;
-            let aggregated = self.aggregate(slot, rows)?;
-            let plan = &self.slots[slot].plan;
-            let passes = match &plan.having {
-                Some(having) => {
-                    let mask = having.evaluate(&aggregated)?.into_array(aggregated.num_rows())?;
-                    let mask = arrow::array::AsArray::as_boolean_opt(&mask)
-                        .ok_or_else(|| TesseraError::Plan(format!("HAVING `{having}` is not a boolean expression")))?
-                        .clone();
-                    (0..mask.len()).map(|i| mask.is_valid(i) && mask.value(i)).collect()
-                }
-                None => vec![true; table.keys.len()],
-            };
-            let mut keep = Vec::with_capacity(passes.len());
-            let mut ops = Vec::new();
-            for (&key, pass) in table.keys.iter().zip(passes) {
-                let op = match (pass, written.contains(&(slot, key))) {
-                    (true, false) => Some("+I"),
-                    (true, true) => Some("+U"),
-                    (false, true) => Some("-D"),
-                    (false, false) => None,
-                };
-                if pass {
-                    written.insert((slot, key));
-                } else {
-                    written.remove(&(slot, key));
-                }
-                keep.push(op.is_some());
-                ops.extend(op);
-            }
-            let kept = arrow::compute::filter_record_batch(&aggregated, &BooleanArray::from(keep))?;
-            let projected = filter_and_project(&kept, None, &plan.projection, &plan.output_schema)?;
-            let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from(ops))];
-            columns.extend(projected.columns().iter().cloned());
-            let schema = self.slots[slot].changelog.clone().expect("a changelog schema in EMIT CHANGES");
-            let batch = RecordBatch::try_new(schema, columns)?;
-            self.slots[slot].metrics.rows_out += batch.num_rows() as u64;
-            if batch.num_rows() > 0 {
-                out.rows.push((slot, batch));
-            }
-        }
-        Ok(())
-    }
-
-    /// The aggregate's result rows: keys, window bounds and the aggregates' final values, before
-    /// HAVING and the SELECT list.
-    fn aggregate(&self, slot: usize, rows: Aggregated) -> Result<RecordBatch> {
-        let Slot { plan, aggregate_schema, .. } = &self.slots[slot];
-        let key_columns = self.keys.columns(&rows.keys)?;
-        let bound = |values: Vec<i64>| -> Result<ArrayRef> {
-            let array: ArrayRef = Arc::new(Int64Array::from(values));
-            Ok(if self.event_time_type == DataType::Int64 { array } else { cast(&array, &self.event_time_type)? })
-        };
-        let (starts, ends) = (bound(rows.starts)?, bound(rows.ends)?);
-        let values = plan
-            .aggregates
-            .iter()
-            .zip(&rows.states)
-            .map(|(aggregate, states)| aggregate.finalize(states.as_ref()))
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        let columns = plan
-            .aggregate_columns
-            .iter()
-            .map(|column| match column {
-                AggregateColumn::Key(i) => Arc::clone(&key_columns[*i]),
-                AggregateColumn::WindowStart => Arc::clone(&starts),
-                AggregateColumn::WindowEnd => Arc::clone(&ends),
-                AggregateColumn::Aggregate(i) => Arc::clone(&values[*i]),
-            })
-            .collect::<Vec<_>>();
-        Ok(RecordBatch::try_new(aggregate_schema.clone(), columns)?)
     }
 }
 
@@ -417,21 +166,7 @@ impl WindowAggregateExec {
         let takers = Takers::of(&built, changes);
         Ok(WindowAggregateExec {
             nodes: built,
-            emitter: Emitter {
-                pending: slots.iter().map(|_| Aggregated::default()).collect(),
-                slots: slots
-                    .into_iter()
-                    .map(|plan| Slot {
-                        changelog: changes.then(|| changelog_schema(&plan.output_schema)),
-                        aggregate_schema: nullable(&plan.aggregate_schema),
-                        plan,
-                        metrics: OperatorMetrics::default(),
-                    })
-                    .collect(),
-                keys,
-                key_base,
-                event_time_type,
-            },
+            emitter: Emitter::new(slots, changes, keys, key_base, event_time_type),
             shape,
             slicing,
             takers,
@@ -837,16 +572,6 @@ impl WindowAggregateExec {
     }
 }
 
-/// The schema with every field nullable (aggregates of empty inputs and NULL keys are NULL).
-fn nullable(schema: &SchemaRef) -> SchemaRef {
-    if schema.fields().iter().all(|f| f.is_nullable()) {
-        return schema.clone();
-    }
-    Arc::new(arrow::datatypes::Schema::new(
-        schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
-    ))
-}
-
 impl StreamOperator for WindowAggregateExec {
     fn name(&self) -> &'static str {
         "WindowAggregateExec"
@@ -1001,47 +726,5 @@ impl StreamOperator for WindowAggregateExec {
         metrics[0].store_writes += self.store_writes;
         metrics[0].emit_reads += self.emit_reads;
         metrics
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{ascending_below, rows_within};
-    use proptest::prelude::*;
-
-    proptest! {
-        #[test]
-        fn ascending_below_counts_like_a_binary_search(
-            mut times in proptest::collection::vec(-50i64..50, 0..200),
-            spread in prop_oneof![Just(1i64), Just(1_000), Just(i64::MAX / 100)],
-            bound in -60i64..60,
-        ) {
-            times.sort_unstable();
-            // Evenly spread, clustered and extreme times, duplicates included.
-            let times: Vec<i64> = times.iter().map(|t| t.saturating_mul(spread)).collect();
-            for bound in [bound.saturating_mul(spread), i64::MIN, i64::MAX] {
-                prop_assert_eq!(ascending_below(&times, bound), times.partition_point(|&t| t < bound));
-            }
-        }
-    }
-
-    #[test]
-    fn rows_within_stops_at_the_first_row_outside_wherever_it_falls() {
-        let inside = |n: usize| vec![5i64; n];
-        // Whole chunks, a partial chunk, nothing.
-        for n in [0, 1, 15, 16, 17, 32, 40] {
-            assert_eq!(rows_within(&inside(n), 0, 10), n);
-        }
-        // The first row outside at every position around the chunk boundaries, below or above.
-        for n in [0, 1, 15, 16, 17, 31, 32, 33, 47] {
-            for outside in [-1, 10] {
-                let mut times = inside(n);
-                times.push(outside);
-                times.extend(inside(20));
-                assert_eq!(rows_within(&times, 0, 10), n, "outside {outside} after {n}");
-            }
-        }
-        // The range is half open.
-        assert_eq!(rows_within(&[0, 9, 10], 0, 10), 2);
     }
 }

@@ -1,6 +1,7 @@
 //! The SQL front end: splitting a script into statements (sqlparser, extended with
 //! `CREATE SOURCE` and `SET`), and binding queries to streaming plans with DataFusion's planner.
 
+mod aggregates;
 pub mod binder;
 pub mod diagnostic;
 mod interval;
