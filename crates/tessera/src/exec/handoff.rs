@@ -89,8 +89,11 @@ impl<T> Batches<T> {
     /// work on at once; on a file the reader is slower on, plain-encoded, within the noise).
     const SPARE_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
 
-    pub(super) fn new(receiver: Receiver<T>, spare: Option<SpareWork>) -> Self {
-        Batches { receiver, spin: if super::cores() > 1 { Self::SPIN } else { std::time::Duration::ZERO }, spare }
+    /// Batches from `receiver`; with `spins`, the receiving worker spins a while before it
+    /// sleeps (only where it has a core to itself).
+    pub(super) fn new(receiver: Receiver<T>, spare: Option<SpareWork>, spins: bool) -> Self {
+        let spin = if spins && super::cores() > 1 { Self::SPIN } else { std::time::Duration::ZERO };
+        Batches { receiver, spin, spare }
     }
 }
 

@@ -11,7 +11,7 @@
 //! split, so every worker sees the same event-time progress as the source.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 
 use arrow::datatypes::DataType;
@@ -125,22 +125,6 @@ fn split_snapshot(snapshot: &[u8], workers: usize) -> Result<Vec<&[u8]>> {
     let parts = (0..saved).map(|_| r.bytes()).collect::<Result<Vec<_>>>()?;
     r.finish()?;
     Ok(parts)
-}
-
-/// Saves a checkpoint: makes the sink's output durable and writes the snapshot and manifest.
-fn save_checkpoint(
-    checkpointer: &mut Checkpointer,
-    position: SourcePosition,
-    snapshot: &[u8],
-    sink: &mut dyn ResultSink,
-    run_checkpoints: (&mut u64, &mut u64),
-) -> Result<()> {
-    let started = std::time::Instant::now();
-    let sink_position = sink.checkpoint()?;
-    checkpointer.write(position, snapshot, sink_position)?;
-    *run_checkpoints.0 += 1;
-    *run_checkpoints.1 += started.elapsed().as_millis() as u64;
-    Ok(())
 }
 
 impl Worker {
@@ -380,16 +364,20 @@ pub fn run_source(
     // interns itself. Either way batches are interned whole and in order, so each key's id is
     // the same in every run of the same input: key groups on disk are blocks of ids, and a
     // resumed run must put each key in the group the interrupted run put it in.
-    let mut inline_worker =
-        if workers == 1 { Some(Worker::new(specs, &source.event_time.data_type, &state, (0, 1))?) } else { None };
-    let intern_progress = Arc::new(InternProgress::default());
-    if let (Some(worker), Some((_, snapshot))) = (inline_worker.as_mut(), &resume) {
-        worker.restore(split_snapshot(snapshot, 1)?[0])?;
+    let mut pool = (0..workers)
+        .map(|index| Worker::new(specs, &source.event_time.data_type, &state, (index, workers)))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some((_, snapshot)) = &resume {
+        for (worker, saved) in pool.iter_mut().zip(split_snapshot(snapshot, workers)?) {
+            worker.restore(saved)?;
+        }
     }
+    let intern_progress = InternProgress::default();
     std::thread::scope(|scope| -> Result<SourceRun> {
         let (batch_tx, batch_rx) = sync_channel::<Stamped>(4);
-        let key_spaces = inline_worker.as_ref().map(|w| (Arc::clone(&w.key_spaces), Arc::clone(&intern_progress)));
-        let spare = inline_worker.as_ref().and_then(|_| reader.spare_work());
+        let one = (workers == 1).then(|| Arc::clone(&pool[0].key_spaces));
+        let key_spaces = one.map(|spaces| (spaces, &intern_progress));
+        let spare = if workers == 1 { reader.spare_work() } else { None };
         let read = move || -> Result<u64> {
             let mut stamp = Stamper { max_event_time, delay: source.event_time.watermark_delay };
             // Resuming: the operators' state already holds these batches; skip them unread
@@ -428,14 +416,9 @@ pub fn run_source(
         let reading = spawn_named(scope, "tessera-read".into(), read)?;
         let checkpoints =
             checkpoints.map(|c| (Consumed { source: c.source, batches: skip_batches, started }, c.checkpointer));
-        let computed = if let Some(worker) = inline_worker {
-            let batches = Batches::new(batch_rx, spare);
-            compute_inline((worker, &intern_progress), specs, batches, sink, progress, &mut run, checkpoints)
-        } else {
-            let saved = resume.as_ref().map(|(_, snapshot)| snapshot.as_slice());
-            let io = Io { batches: batch_rx, sink, progress };
-            compute_parallel(specs, source, (workers, &state), io, &mut run, checkpoints, saved)
-        };
+        // One worker waits for batches spinning, on a core it has to itself: see [`Batches`].
+        let io = Io { batches: Batches::new(batch_rx, spare, workers == 1), sink, progress };
+        let computed = compute(pool, &intern_progress, specs, io, &mut run, checkpoints);
         let read = reading.join().map_err(|_| TesseraError::Internal("the reader thread panicked".into()))?;
         // A read error explains a failure downstream better than the failure itself.
         run.bad_rows = read?;
@@ -453,18 +436,6 @@ fn spawn_named<'scope, 'env, T: Send + 'scope>(
     super::thread_builder(name.clone())
         .spawn_scoped(scope, body)
         .map_err(|e| TesseraError::io(format!("cannot start thread {name}"), e))
-}
-
-/// Writes rows to the sink, counting them per query in `rows_out`.
-fn write(rows_out: &mut [u64], emitted: Emitted, sink: &mut dyn ResultSink) -> Result<()> {
-    match emitted {
-        Emitted::Rows(q, batch) => {
-            rows_out[q] += batch.num_rows() as u64;
-            sink.write_rows(q, &batch)
-        }
-        Emitted::Late(q, batch) => sink.write_late(q, &batch),
-        Emitted::Snapshot { .. } => Err(TesseraError::Internal("a worker state where rows were expected".into())),
-    }
 }
 
 fn report(progress: Option<&ProgressFn<'_>>, (done, total): (u64, Option<u64>), events: u64) {
@@ -505,50 +476,6 @@ impl Consumed {
     }
 }
 
-/// One worker on the calling thread; with `checkpoints` it saves a checkpoint between batches
-/// when one is due.
-fn compute_inline(
-    (mut worker, interning): (Worker, &InternProgress),
-    specs: &[OperatorPlan],
-    batches: Batches<Stamped>,
-    sink: &mut dyn ResultSink,
-    progress: Option<&ProgressFn<'_>>,
-    run: &mut SourceRun,
-    mut checkpoints: Option<(Consumed, &mut Checkpointer)>,
-) -> Result<()> {
-    let _stopped = WorkerStopped(interning);
-    for (n, (input, watermark, max_event_time, read, skipped)) in (0..).zip(batches) {
-        run.events_in += input.len() as u64;
-        worker.key_spaces.intern_whole(&input)?;
-        interning.interned(n);
-        let parts = (0..specs.len()).map(|op| (op, Arc::clone(&input))).collect();
-        worker.handle(parts, watermark, &mut |e| write(&mut run.query_rows_out, e, sink))?;
-        interning.handled(n);
-        run.state_bytes_peak = run.state_bytes_peak.max(worker.state_bytes.load(Ordering::Relaxed));
-        report(progress, read, run.events_in);
-        if let Some((consumed, checkpointer)) = checkpoints.as_mut() {
-            consumed.batch(run);
-            if checkpointer.due() {
-                let position = consumed.position(run, max_event_time, (read.0, skipped));
-                let snapshot = combine_snapshots(&[worker.snapshot()?]);
-                let counters = (&mut run.checkpoints, &mut run.checkpoint_ms);
-                save_checkpoint(checkpointer, position, &snapshot, sink, counters)?;
-            }
-        }
-    }
-    for (query, metrics) in worker.finish(&mut |e| write(&mut run.query_rows_out, e, sink))? {
-        run.query_metrics[query].add(&metrics);
-    }
-    Ok(())
-}
-
-/// Where a parallel run's batches come from and its results go.
-struct Io<'a, 'p> {
-    batches: Receiver<Stamped>,
-    sink: &'a mut dyn ResultSink,
-    progress: Option<&'a ProgressFn<'p>>,
-}
-
 /// What a worker thread is sent.
 enum WorkerMessage {
     Batch(Vec<(usize, Arc<EventBatch>)>, i64),
@@ -556,50 +483,140 @@ enum WorkerMessage {
     Snapshot(Arc<SourcePosition>),
 }
 
-/// Workers on their own threads, fed whole operators or key-hash partitions; results go to
-/// the sink from a helper thread. With `checkpoints`, the dispatching thread sends every worker
-/// a barrier between two batches when a checkpoint is due; each worker sends its state to the
-/// sink thread behind the rows it emitted before, and the sink thread saves the checkpoint
-/// once it has every worker's. `saved` is the snapshot to resume from.
-fn compute_parallel(
+/// Where everything the workers emit meets: rows go to the sink, counted per query, and a
+/// checkpoint is saved once every worker's state at a barrier is in. Barriers are aligned:
+/// what a worker emits after its state, until the checkpoint is saved, is held and written
+/// after it. With one worker it runs on the calling thread; with more, on a sink thread.
+struct Collector<'a> {
+    sink: &'a mut dyn ResultSink,
+    rows_out: Vec<u64>,
+    checkpointer: Option<&'a mut Checkpointer>,
+    states: Vec<Option<Vec<u8>>>,
+    held: Vec<std::collections::VecDeque<Emitted>>,
+    /// Checkpoints saved, and the milliseconds they took.
+    saved: (u64, u64),
+}
+
+impl<'a> Collector<'a> {
+    fn new(
+        workers: usize,
+        sink: &'a mut dyn ResultSink,
+        rows_out: Vec<u64>,
+        checkpointer: Option<&'a mut Checkpointer>,
+    ) -> Self {
+        Collector {
+            sink,
+            rows_out,
+            checkpointer,
+            states: vec![None; workers],
+            held: (0..workers).map(|_| Default::default()).collect(),
+            saved: (0, 0),
+        }
+    }
+
+    /// Takes what worker `w` emitted.
+    fn take(&mut self, w: usize, emitted: Emitted) -> Result<()> {
+        let mut queue = std::collections::VecDeque::from([(w, emitted)]);
+        while let Some((w, emitted)) = queue.pop_front() {
+            if self.states[w].is_some() {
+                self.held[w].push_back(emitted);
+                continue;
+            }
+            match emitted {
+                Emitted::Rows(q, batch) => {
+                    self.rows_out[q] += batch.num_rows() as u64;
+                    self.sink.write_rows(q, &batch)?;
+                }
+                Emitted::Late(q, batch) => self.sink.write_late(q, &batch)?,
+                Emitted::Snapshot { state, position } => {
+                    self.states[w] = Some(state);
+                    if self.states.iter().all(Option::is_some) {
+                        let all: Vec<Vec<u8>> = self.states.iter_mut().filter_map(Option::take).collect();
+                        let position = SourcePosition { query_rows_out: self.rows_out.clone(), ..(*position).clone() };
+                        self.save(position, &combine_snapshots(&all))?;
+                        for (v, messages) in self.held.iter_mut().enumerate() {
+                            queue.extend(messages.drain(..).map(|m| (v, m)));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Saves a checkpoint: makes the sink's output durable and writes the snapshot and manifest.
+    fn save(&mut self, position: SourcePosition, snapshot: &[u8]) -> Result<()> {
+        let Some(checkpointer) = self.checkpointer.as_deref_mut() else { return Ok(()) };
+        let started = std::time::Instant::now();
+        let sink_position = self.sink.checkpoint()?;
+        checkpointer.write(position, snapshot, sink_position)?;
+        self.saved.0 += 1;
+        self.saved.1 += started.elapsed().as_millis() as u64;
+        Ok(())
+    }
+}
+
+/// When the next checkpoint barrier is due: the one checkpoint clock, on the calling thread.
+struct Barriers {
+    consumed: Consumed,
+    interval: std::time::Duration,
+    last: std::time::Instant,
+}
+
+/// Where a run's batches come from and its results go.
+struct Io<'a, 'p> {
+    batches: Batches<Stamped>,
+    sink: &'a mut dyn ResultSink,
+    progress: Option<&'a ProgressFn<'p>>,
+}
+
+/// The runtime loop, for any number of workers. The calling thread takes each batch and hands
+/// the workers their parts: whole operators on shared batches, or rows split by key hash when
+/// there are fewer operators than workers. One worker runs here, between batches (the reading
+/// thread interning keys ahead of it through `interning`); several run on threads of their
+/// own, and what they emit meets on a sink thread. When a checkpoint is due, every worker gets
+/// a barrier between two batches and hands its state over behind the rows it emitted before;
+/// the [`Collector`] saves the checkpoint once it has every state.
+fn compute(
+    mut pool: Vec<Worker>,
+    interning: &InternProgress,
     specs: &[OperatorPlan],
-    source: &SourceDef,
-    (workers, state): (usize, &StateBackend),
     io: Io<'_, '_>,
     run: &mut SourceRun,
     checkpoints: Option<(Consumed, &mut Checkpointer)>,
-    saved: Option<&[u8]>,
 ) -> Result<()> {
     let Io { batches, sink, progress } = io;
-    let mut pool = Vec::new();
-    for index in 0..workers {
-        pool.push(Worker::new(specs, &source.event_time.data_type, state, (index, workers))?);
-    }
-    if let Some(saved) = saved {
-        for (worker, state) in pool.iter_mut().zip(split_snapshot(saved, workers)?) {
-            worker.restore(state)?;
-        }
-    }
-    let state_gauges: Vec<Arc<AtomicU64>> = pool.iter().map(|w| Arc::clone(&w.state_bytes)).collect();
-    // The sink thread saves checkpoints; the dispatching thread decides when.
+    let workers = pool.len();
+    let gauges: Vec<Arc<AtomicU64>> = pool.iter().map(|w| Arc::clone(&w.state_bytes)).collect();
     let (mut barriers, checkpointer) = match checkpoints {
         Some((consumed, checkpointer)) => {
-            (Some((consumed, checkpointer.interval(), std::time::Instant::now())), Some(checkpointer))
+            let clock = Barriers { consumed, interval: checkpointer.interval(), last: std::time::Instant::now() };
+            (Some(clock), Some(checkpointer))
         }
         None => (None, None),
     };
-    // Each message says which worker sent it.
-    let (sink_tx, sink_rx) = sync_channel::<(usize, std::result::Result<Emitted, TesseraError>)>(64);
+    let mut partitioner = Partitioner {
+        workers,
+        random_state: RandomState::with_seed(0),
+        hashes: Vec::new(),
+        batches_seen: barriers.as_ref().map_or(0, |b| b.consumed.batches as usize),
+    };
+    // With at least as many operators as workers, each worker runs whole operators on shared
+    // batches: no hashing or copying of rows. Otherwise rows are split by key hash.
+    let whole_operators = specs.len() >= workers;
+    let mut collector = Some(Collector::new(workers, sink, run.query_rows_out.clone(), checkpointer));
     std::thread::scope(|scope| -> Result<()> {
+        let mut here = if workers == 1 { pool.pop() } else { None };
+        let _stopped = WorkerStopped(interning);
+        let (sink_tx, sink_rx) = sync_channel::<(usize, Result<Emitted>)>(64);
         let mut senders: Vec<SyncSender<Option<WorkerMessage>>> = Vec::new();
         let mut handles = Vec::new();
         for (index, mut worker) in pool.into_iter().enumerate() {
-            let (tx, rx): (SyncSender<Option<WorkerMessage>>, Receiver<Option<WorkerMessage>>) = sync_channel(4);
+            let (tx, rx) = sync_channel::<Option<WorkerMessage>>(4);
             senders.push(tx);
             let sink_tx = sink_tx.clone();
             let work = move || -> Result<Vec<(usize, OperatorMetrics)>> {
-                let mut emit =
-                    |e: Emitted| sink_tx.send((index, Ok(e))).map_err(|_| TesseraError::Internal("sink closed".into()));
+                let mut emit = |e: Emitted| sink_tx.send((index, Ok(e))).map_err(|_| sink_closed());
                 let result = (|| -> Result<Vec<(usize, OperatorMetrics)>> {
                     while let Ok(Some(message)) = rx.recv() {
                         match message {
@@ -612,89 +629,30 @@ fn compute_parallel(
                     worker.finish(&mut emit)
                 })();
                 // The error travels to the sink thread, which ends the run with it.
-                result.or_else(|e| {
-                    sink_tx
-                        .send((index, Err(e)))
-                        .map(|_| Vec::new())
-                        .map_err(|_| TesseraError::Internal("sink closed".into()))
-                })
+                result.or_else(|e| sink_tx.send((index, Err(e))).map(|_| Vec::new()).map_err(|_| sink_closed()))
             };
             handles.push(spawn_named(scope, format!("tessera-work-{index}"), work)?);
         }
         drop(sink_tx);
-        let mut rows_out = run.query_rows_out.clone();
-        let write_out = move || -> Result<(Vec<u64>, u64, u64)> {
-            let mut checkpointer = checkpointer;
-            let (mut saved, mut saved_ms) = (0, 0);
-            let mut states: Vec<Option<Vec<u8>>> = vec![None; workers];
-            // Aligned barriers: what a worker sends after its state, until every worker's state
-            // is in and the checkpoint saved, belongs after the checkpoint.
-            let mut held: Vec<std::collections::VecDeque<Emitted>> = (0..workers).map(|_| Default::default()).collect();
-            let mut failure = None;
-            for (sender, message) in sink_rx {
-                if failure.is_some() {
-                    continue;
-                }
-                let mut queue = match message {
-                    Ok(emitted) => std::collections::VecDeque::from([(sender, emitted)]),
-                    Err(e) => {
-                        failure = Some(e);
-                        continue;
-                    }
-                };
-                while let Some((w, emitted)) = queue.pop_front() {
-                    if states[w].is_some() {
-                        held[w].push_back(emitted);
-                        continue;
-                    }
-                    let written = match emitted {
-                        Emitted::Snapshot { state, position } => {
-                            states[w] = Some(state);
-                            match (states.iter().all(Option::is_some), checkpointer.as_deref_mut()) {
-                                (true, Some(checkpointer)) => {
-                                    let all: Vec<Vec<u8>> = states.iter_mut().filter_map(Option::take).collect();
-                                    let position =
-                                        SourcePosition { query_rows_out: rows_out.clone(), ..(*position).clone() };
-                                    let snapshot = combine_snapshots(&all);
-                                    for (v, messages) in held.iter_mut().enumerate() {
-                                        queue.extend(messages.drain(..).map(|m| (v, m)));
-                                    }
-                                    save_checkpoint(
-                                        checkpointer,
-                                        position,
-                                        &snapshot,
-                                        sink,
-                                        (&mut saved, &mut saved_ms),
-                                    )
-                                }
-                                _ => Ok(()),
-                            }
-                        }
-                        rows => write(&mut rows_out, rows, sink),
-                    };
-                    if let Err(e) = written {
-                        failure = Some(e);
-                        break;
+        // Workers on threads: the collector runs on a sink thread, until every worker is done.
+        let sink_thread = if handles.is_empty() {
+            None
+        } else {
+            let mut collector = collector.take().expect("the collector, not yet moved");
+            Some(spawn_named(scope, "tessera-sink".into(), move || -> Result<Collector> {
+                let mut failure = None;
+                for (w, message) in sink_rx {
+                    if failure.is_none() {
+                        failure = message.and_then(|emitted| collector.take(w, emitted)).err();
                     }
                 }
-            }
-            failure.map_or(Ok((rows_out, saved, saved_ms)), Err)
+                failure.map_or(Ok(collector), Err)
+            })?)
         };
-        let sink_thread = spawn_named(scope, "tessera-sink".into(), write_out)?;
-
-        let mut partitioner = Partitioner {
-            workers,
-            random_state: RandomState::with_seed(0),
-            hashes: Vec::new(),
-            batches_seen: barriers.as_ref().map_or(0, |(consumed, _, _)| consumed.batches as usize),
-        };
-        // With at least as many operators as workers, each worker runs whole operators on
-        // shared batches: no hashing or copying of rows. Otherwise rows are split by key hash.
-        let whole_operators = specs.len() >= workers;
         // The rows split off for the workers are freed here, where they were copied.
         let mut freed_here = FreedHere::default();
         let dispatch = (|| -> Result<()> {
-            for (input, watermark, max_event_time, read, skipped) in batches {
+            for (n, (input, watermark, max_event_time, read, skipped)) in (0..).zip(batches) {
                 run.events_in += input.len() as u64;
                 let mut per_worker: Vec<Vec<(usize, Arc<EventBatch>)>> = vec![Vec::new(); workers];
                 let mut cache = Vec::new();
@@ -711,20 +669,43 @@ fn compute_parallel(
                     }
                 }
                 partitioner.batches_seen += 1;
-                for (sender, parts) in senders.iter().zip(per_worker) {
-                    if sender.send(Some(WorkerMessage::Batch(parts, watermark))).is_err() {
-                        return Ok(()); // the worker failed; its error reaches the sink
+                match here.as_mut() {
+                    Some(worker) => {
+                        worker.key_spaces.intern_whole(&input)?;
+                        interning.interned(n);
+                        let parts = per_worker.pop().unwrap_or_default();
+                        let collector = collector.as_mut().expect("one worker collects here");
+                        worker.handle(parts, watermark, &mut |e| collector.take(0, e))?;
+                        interning.handled(n);
+                    }
+                    None => {
+                        for (sender, parts) in senders.iter().zip(per_worker) {
+                            if sender.send(Some(WorkerMessage::Batch(parts, watermark))).is_err() {
+                                return Ok(()); // the worker failed; its error reaches the sink
+                            }
+                        }
                     }
                 }
-                let state: u64 = state_gauges.iter().map(|g| g.load(Ordering::Relaxed)).sum();
+                let state: u64 = gauges.iter().map(|g| g.load(Ordering::Relaxed)).sum();
                 run.state_bytes_peak = run.state_bytes_peak.max(state);
                 report(progress, read, run.events_in);
-                if let Some((consumed, interval, last)) = barriers.as_mut() {
-                    consumed.batch(run);
-                    if last.elapsed() >= *interval {
-                        *last = std::time::Instant::now();
-                        // The sink thread fills in the rows written when it saves.
-                        let position = Arc::new(consumed.position(run, max_event_time, (read.0, skipped)));
+                let Some(clock) = barriers.as_mut() else { continue };
+                clock.consumed.batch(run);
+                if clock.last.elapsed() < clock.interval {
+                    continue;
+                }
+                clock.last = std::time::Instant::now();
+                // The collector fills in the rows written when it saves.
+                let position = Arc::new(clock.consumed.position(run, max_event_time, (read.0, skipped)));
+                match here.as_mut() {
+                    Some(worker) => {
+                        let state = worker.snapshot()?;
+                        collector
+                            .as_mut()
+                            .expect("one worker collects here")
+                            .take(0, Emitted::Snapshot { state, position })?
+                    }
+                    None => {
                         for sender in &senders {
                             if sender.send(Some(WorkerMessage::Snapshot(Arc::clone(&position)))).is_err() {
                                 return Ok(());
@@ -735,25 +716,37 @@ fn compute_parallel(
             }
             Ok(())
         })();
-        for sender in &senders {
-            let _ = sender.send(None);
+        let mut metrics = Vec::new();
+        if let Some(worker) = here.as_mut() {
+            dispatch?;
+            let collector = collector.as_mut().expect("one worker collects here");
+            metrics.push(worker.finish(&mut |e| collector.take(0, e)));
+        } else {
+            for sender in &senders {
+                let _ = sender.send(None);
+            }
+            drop(senders);
+            for handle in handles {
+                metrics.push(handle.join().map_err(|_| TesseraError::Internal("a worker thread panicked".into()))?);
+            }
+            let sink_thread = sink_thread.expect("workers on threads have a sink thread");
+            let joined = sink_thread.join().map_err(|_| TesseraError::Internal("the sink thread panicked".into()))?;
+            dispatch?;
+            collector = Some(joined?);
         }
-        drop(senders);
-        let mut worker_results = Vec::new();
-        for handle in handles {
-            worker_results.push(handle.join().map_err(|_| TesseraError::Internal("a worker thread panicked".into()))?);
-        }
-        let sink_result = sink_thread.join().map_err(|_| TesseraError::Internal("the sink thread panicked".into()))?;
-        dispatch?;
-        let (rows_out, saved, saved_ms) = sink_result?;
-        run.query_rows_out = rows_out;
-        run.checkpoints += saved;
-        run.checkpoint_ms += saved_ms;
-        for result in worker_results {
+        let mut collector = collector.expect("the collector, back from the sink thread");
+        run.query_rows_out = std::mem::take(&mut collector.rows_out);
+        run.checkpoints += collector.saved.0;
+        run.checkpoint_ms += collector.saved.1;
+        for result in metrics {
             for (query, metrics) in result? {
                 run.query_metrics[query].add(&metrics);
             }
         }
         Ok(())
     })
+}
+
+fn sink_closed() -> TesseraError {
+    TesseraError::Internal("sink closed".into())
 }

@@ -16,7 +16,7 @@
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -82,7 +82,6 @@ pub struct Checkpointer {
     config: CheckpointConfig,
     fingerprint: String,
     sequence: u64,
-    last: Instant,
     finished: Vec<SourceRun>,
 }
 
@@ -117,7 +116,7 @@ impl Checkpointer {
         };
         let (sequence, finished) =
             resume.as_ref().map_or((0, Vec::new()), |r| (r.manifest.sequence, r.manifest.finished.clone()));
-        Ok((Checkpointer { config, fingerprint, sequence, last: Instant::now(), finished }, resume))
+        Ok((Checkpointer { config, fingerprint, sequence, finished }, resume))
     }
 
     fn load(dir: &Path, text: &[u8], fingerprint: &str) -> Result<Resume> {
@@ -153,11 +152,6 @@ impl Checkpointer {
 
     pub fn interval(&self) -> Duration {
         self.config.interval
-    }
-
-    /// Whether a checkpoint is due.
-    pub fn due(&self) -> bool {
-        self.last.elapsed() >= self.config.interval
     }
 
     /// Saves a checkpoint of the source in progress.
@@ -211,7 +205,6 @@ impl Checkpointer {
                 fs::remove_file(entry.path()).map_err(io("cannot remove", &entry.path()))?;
             }
         }
-        self.last = Instant::now();
         Ok(())
     }
 }
