@@ -490,7 +490,7 @@ enum WorkerMessage {
 struct Collector<'a> {
     sink: &'a mut dyn ResultSink,
     rows_out: Vec<u64>,
-    checkpointer: Option<&'a mut Checkpointer>,
+    checkpointer: Option<(&'a mut Checkpointer, Arc<CheckpointClock>)>,
     states: Vec<Option<Vec<u8>>>,
     held: Vec<std::collections::VecDeque<Emitted>>,
     /// Checkpoints saved, and the milliseconds they took.
@@ -502,7 +502,7 @@ impl<'a> Collector<'a> {
         workers: usize,
         sink: &'a mut dyn ResultSink,
         rows_out: Vec<u64>,
-        checkpointer: Option<&'a mut Checkpointer>,
+        checkpointer: Option<(&'a mut Checkpointer, Arc<CheckpointClock>)>,
     ) -> Self {
         Collector {
             sink,
@@ -546,21 +546,62 @@ impl<'a> Collector<'a> {
 
     /// Saves a checkpoint: makes the sink's output durable and writes the snapshot and manifest.
     fn save(&mut self, position: SourcePosition, snapshot: &[u8]) -> Result<()> {
-        let Some(checkpointer) = self.checkpointer.as_deref_mut() else { return Ok(()) };
+        let Some((checkpointer, clock)) = self.checkpointer.as_mut() else { return Ok(()) };
         let started = std::time::Instant::now();
         let sink_position = self.sink.checkpoint()?;
         checkpointer.write(position, snapshot, sink_position)?;
+        clock.saved();
         self.saved.0 += 1;
         self.saved.1 += started.elapsed().as_millis() as u64;
         Ok(())
     }
 }
 
-/// When the next checkpoint barrier is due: the one checkpoint clock, on the calling thread.
+/// The one checkpoint clock: the next barrier is due `interval` after the previous checkpoint
+/// was saved (its saving not counted), and never while one is being taken. The calling thread
+/// sends barriers; the [`Collector`], wherever it runs, says when it saved.
+struct CheckpointClock {
+    interval: std::time::Duration,
+    started: std::time::Instant,
+    /// When the last checkpoint was saved, in microseconds from `started`.
+    saved_at: AtomicU64,
+    in_flight: std::sync::atomic::AtomicBool,
+}
+
+impl CheckpointClock {
+    fn new(interval: std::time::Duration) -> Self {
+        CheckpointClock {
+            interval,
+            started: std::time::Instant::now(),
+            saved_at: AtomicU64::new(0),
+            in_flight: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
+    }
+
+    /// Whether a barrier is due; if so, it counts as sent.
+    fn barrier_due(&self) -> bool {
+        let due = !self.in_flight.load(Ordering::Acquire)
+            && self.now().saturating_sub(self.saved_at.load(Ordering::Acquire)) >= self.interval.as_micros() as u64;
+        if due {
+            self.in_flight.store(true, Ordering::Release);
+        }
+        due
+    }
+
+    fn saved(&self) {
+        self.saved_at.store(self.now(), Ordering::Release);
+        self.in_flight.store(false, Ordering::Release);
+    }
+}
+
+/// The batches consumed, and the clock that says when the next barrier is due.
 struct Barriers {
     consumed: Consumed,
-    interval: std::time::Duration,
-    last: std::time::Instant,
+    clock: Arc<CheckpointClock>,
 }
 
 /// Where a run's batches come from and its results go.
@@ -590,8 +631,8 @@ fn compute(
     let gauges: Vec<Arc<AtomicU64>> = pool.iter().map(|w| Arc::clone(&w.state_bytes)).collect();
     let (mut barriers, checkpointer) = match checkpoints {
         Some((consumed, checkpointer)) => {
-            let clock = Barriers { consumed, interval: checkpointer.interval(), last: std::time::Instant::now() };
-            (Some(clock), Some(checkpointer))
+            let clock = Arc::new(CheckpointClock::new(checkpointer.interval()));
+            (Some(Barriers { consumed, clock: Arc::clone(&clock) }), Some((checkpointer, clock)))
         }
         None => (None, None),
     };
@@ -689,14 +730,13 @@ fn compute(
                 let state: u64 = gauges.iter().map(|g| g.load(Ordering::Relaxed)).sum();
                 run.state_bytes_peak = run.state_bytes_peak.max(state);
                 report(progress, read, run.events_in);
-                let Some(clock) = barriers.as_mut() else { continue };
-                clock.consumed.batch(run);
-                if clock.last.elapsed() < clock.interval {
+                let Some(Barriers { consumed, clock }) = barriers.as_mut() else { continue };
+                consumed.batch(run);
+                if !clock.barrier_due() {
                     continue;
                 }
-                clock.last = std::time::Instant::now();
                 // The collector fills in the rows written when it saves.
-                let position = Arc::new(clock.consumed.position(run, max_event_time, (read.0, skipped)));
+                let position = Arc::new(consumed.position(run, max_event_time, (read.0, skipped)));
                 match here.as_mut() {
                     Some(worker) => {
                         let state = worker.snapshot()?;
