@@ -287,6 +287,10 @@ pub struct RunStats {
     pub parallelism: usize,
     pub queries: Vec<QueryStats>,
     pub keys_hints: Vec<KeysHint>,
+    /// The window nodes of every operator, as the operators built them from the physical plan
+    /// (EXPLAIN prints the same nodes).
+    #[serde(skip)]
+    pub window_nodes: Vec<Vec<(WindowSpec, crate::physical::WindowInput)>>,
 }
 
 /// The strategies of the window groups `query` takes part in (one, unless its branches read
@@ -499,6 +503,7 @@ fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &S
     stats.parallelism = stats.parallelism.max(run.workers);
     stats.bad_rows += run.bad_rows;
     stats.state_bytes_peak = stats.state_bytes_peak.max(run.state_bytes_peak);
+    stats.window_nodes.extend(run.window_nodes.iter().cloned());
     for (q, _) in queries {
         let m = &run.query_metrics[*q];
         stats.queries[*q].rows_out = run.query_rows_out[*q];

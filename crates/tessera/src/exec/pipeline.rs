@@ -281,23 +281,16 @@ impl Partitioner {
 type Stamped = (Arc<EventBatch>, i64, i64, (u64, Option<u64>), Skipped);
 
 /// How one source is run.
-pub struct SourceOptions<'a> {
+pub(crate) struct SourceOptions<'a> {
     pub parallelism: Parallelism,
     pub progress: Option<&'a ProgressFn<'a>>,
     pub checkpoints: Option<SourceCheckpoints<'a>>,
     pub state: StateBackend,
 }
 
-impl SourceOptions<'_> {
-    /// `parallelism` workers, no progress reports, no checkpoints, state in memory.
-    pub fn workers(parallelism: Parallelism) -> Self {
-        SourceOptions { parallelism, progress: None, checkpoints: None, state: StateBackend::Memory }
-    }
-}
-
 /// Where window operators keep their state.
 #[derive(Clone)]
-pub enum StateBackend {
+pub(crate) enum StateBackend {
     /// In memory (the default).
     Memory,
     /// Split into key groups of `2^group_bits` key ids, in memory up to `memory_bytes` in all,
@@ -306,7 +299,7 @@ pub enum StateBackend {
 }
 
 /// Checkpointing of the source being run: where to save, and the position to resume from.
-pub struct SourceCheckpoints<'a> {
+pub(crate) struct SourceCheckpoints<'a> {
     pub checkpointer: &'a mut Checkpointer,
     /// Index of the source in run order.
     pub source: usize,
@@ -317,7 +310,7 @@ pub struct SourceCheckpoints<'a> {
 /// them by `operators`, the source's operators in the physical plan.
 ///
 /// Decoding runs on its own thread ahead of the operators, so reading and computing overlap.
-pub fn run_source(
+pub(crate) fn run_source(
     source: &SourceDef,
     reader: &mut dyn BatchReader,
     queries: &[(usize, &QueryPlan)],

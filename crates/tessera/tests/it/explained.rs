@@ -95,7 +95,7 @@ fn explain_prints_the_nodes_the_operators_run_under_every_strategy() {
             let mut script = Script::compile(&text, std::path::Path::new(".")).unwrap();
             script.settings.window_strategy = strategy;
             let outcome = run_batches(&text, batches(&events, 7), 1, strategy).expect("run");
-            let (explained, running) = (explained(&script), running(&outcome.run.window_nodes));
+            let (explained, running) = (explained(&script), running(&outcome.stats.window_nodes));
             assert!(!running.is_empty(), "{strategy:?}");
             assert_eq!(explained, running, "{strategy:?}\n{body}");
         }

@@ -7,53 +7,51 @@ use arrow::datatypes::{DataType, Float64Type, Int64Type};
 use arrow::record_batch::RecordBatch;
 use tessera::connectors::memory::MemoryReader;
 use tessera::connectors::sink::MemorySink;
-use tessera::engine::Script;
-use tessera::exec::pipeline::{run_source, Parallelism, SourceOptions, SourceRun, StateBackend};
+use tessera::engine::{run_script_with_readers, RunOptions, RunStats, Script, StateOptions};
+use tessera::exec::pipeline::Parallelism;
 use tessera::optimizer::window_strategy::Strategy;
 
-/// The results of one run: rows per query, late rows per query, and the run's counters.
+/// The results of one run: rows per query, late rows per query, and the run's statistics.
 pub struct Outcome {
     pub rows: Vec<Vec<RecordBatch>>,
     pub late: Vec<Vec<RecordBatch>>,
-    pub run: SourceRun,
+    pub stats: RunStats,
 }
 
-/// Compiles `script` (one source) and runs all its queries over `batches`, with the window
-/// strategy forced or (`None`) chosen by the optimizer.
+/// Compiles `script` (one source) and runs all its queries over `batches` through the
+/// library's entry point, with the window strategy forced or (`None`) chosen by the optimizer.
 pub fn run_batches(
     script: &str,
     batches: Vec<RecordBatch>,
     parallelism: usize,
     strategy: Option<Strategy>,
 ) -> tessera::Result<Outcome> {
-    run_batches_with_state(script, batches, parallelism, strategy, StateBackend::Memory)
+    run_batches_with_state(script, batches, parallelism, strategy, StateOptions::Memory)
 }
 
-/// Like [`run_batches`], with window state kept in `state`.
+/// Like [`run_batches`], with window state kept as `state` says.
 pub fn run_batches_with_state(
     script: &str,
     batches: Vec<RecordBatch>,
     parallelism: usize,
     strategy: Option<Strategy>,
-    state: StateBackend,
+    state: StateOptions,
 ) -> tessera::Result<Outcome> {
     let mut script = Script::compile(script, Path::new("."))?;
     script.settings.window_strategy = strategy;
-    let plan = script.physical_plan();
-    let source_plan = plan.sources.first().expect("a query");
-    let source = script.catalog.source(&source_plan.source).expect("declared source").clone();
-    let queries: Vec<_> = script.queries.iter().enumerate().collect();
+    let options = RunOptions { parallelism: Parallelism::Fixed(parallelism), state, ..RunOptions::default() };
     let mut sink = MemorySink::default();
-    let mut reader = MemoryReader::new(batches);
-    let run = run_source(
-        &source,
-        &mut reader,
-        &queries,
-        &source_plan.operators,
-        &mut sink,
-        SourceOptions { state, ..SourceOptions::workers(Parallelism::Fixed(parallelism)) },
-    )?;
-    Ok(Outcome { rows: sink.rows, late: sink.late, run })
+    let mut batches = Some(batches);
+    let stats = run_script_with_readers(&script, &options, &mut sink, &mut |_| {
+        Ok(Box::new(MemoryReader::new(batches.take().expect("one source"))))
+    })?;
+    Ok(Outcome { rows: sink.rows, late: sink.late, stats })
+}
+
+/// State on disk in `dir`, with `memory_bytes` for it in memory and key groups of
+/// `2^group_bits` keys.
+pub fn on_disk(dir: &Path, memory_bytes: u64, group_bits: u32) -> StateOptions {
+    StateOptions::Disk { memory_bytes, dir: dir.to_path_buf(), group_bits }
 }
 
 /// A SQL value as the tests compare it: integers exactly, floats to 9 significant digits.

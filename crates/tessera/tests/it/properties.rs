@@ -9,8 +9,9 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use proptest::prelude::*;
 
-use super::harness::{rows, rows_in_order, run_batches, run_batches_with_state, same_rows, Value};
+use super::harness::{on_disk, rows, rows_in_order, run_batches, run_batches_with_state, same_rows, Value};
 use super::reference::{evaluate, Agg, Event};
+use tessera::engine::StateOptions;
 use tessera::optimizer::window_strategy::Strategy as WindowStrategy;
 
 pub fn event_strategy() -> impl Strategy<Value = Vec<Event>> {
@@ -89,7 +90,7 @@ proptest! {
         let (expected, expected_late) = evaluate(&events, range, slide, delay, &Agg::ALL);
         let actual = rows(&outcome.rows[0]);
         prop_assert!(same_rows(&actual, &expected), "range {range} slide {slide} delay {delay}\nengine:    {actual:?}\nreference: {expected:?}");
-        prop_assert_eq!(outcome.run.query_metrics[0].late_events, expected_late);
+        prop_assert_eq!(outcome.stats.queries[0].late_events, expected_late);
         let late_rows: usize = outcome.late[0].iter().map(|b| b.num_rows()).sum();
         prop_assert_eq!(late_rows as u64, expected_late);
     }
@@ -140,7 +141,7 @@ proptest! {
             let (expected, late) = evaluate(&events, *range, *slide, delay, &aggs);
             let actual = rows(&outcome.rows[q]);
             prop_assert!(same_rows(&actual, &expected), "query {q} {windows:?} {strategy:?}\nengine:    {actual:?}\nreference: {expected:?}");
-            prop_assert_eq!(outcome.run.query_metrics[q].late_events, late);
+            prop_assert_eq!(outcome.stats.queries[q].late_events, late);
         }
     }
 
@@ -188,7 +189,7 @@ proptest! {
                 && actual.iter().zip(&expected).all(|(a, e)| a.iter().zip(e).enumerate().all(|(c, (a, e))| close(c, a, e)));
             prop_assert!(matches, "query {q} {windows:?} {strategy:?}\nengine:    {actual:?}\nreference: {expected:?}");
             prop_assert_eq!(&actual, &rows(&one_by_one.rows[q]), "query {} against baseline", q);
-            prop_assert_eq!(outcome.run.query_metrics[q].late_events, late);
+            prop_assert_eq!(outcome.stats.queries[q].late_events, late);
         }
     }
 
@@ -218,7 +219,7 @@ proptest! {
             let (expected, late) = evaluate(&events, *range, *range, delay, &[Agg::Sum, Agg::CountRows, Agg::Avg]);
             let actual = rows(&outcome.rows[q]);
             prop_assert!(same_rows(&actual, &expected), "query {q}\nengine:    {actual:?}\nreference: {expected:?}");
-            prop_assert_eq!(outcome.run.query_metrics[q].late_events, late);
+            prop_assert_eq!(outcome.stats.queries[q].late_events, late);
         }
     }
 
@@ -254,7 +255,7 @@ proptest! {
         let b = run_batches(&union, batches(&events, batch_size), 1, Some(WindowStrategy::Baseline)).expect("union run");
         let (ra, rb) = (sorted(rows(&a.rows[0])), sorted(rows(&b.rows[0])));
         prop_assert!(same_rows(&ra, &rb), "compact: {ra:?}\nunion:   {rb:?}");
-        prop_assert_eq!(a.run.query_metrics[0].late_events, b.run.query_metrics[0].late_events);
+        prop_assert_eq!(a.stats.queries[0].late_events, b.stats.queries[0].late_events);
     }
 }
 
@@ -300,15 +301,14 @@ proptest! {
         let dir = tempfile::tempdir().expect("temp dir");
         for strategy in [WindowStrategy::SharedSliding, WindowStrategy::Baseline] {
             let state = if spill {
-                let store = tessera::state::spill::SpillStore::open(dir.path()).expect("store");
-                tessera::exec::pipeline::StateBackend::Disk { store: std::sync::Arc::new(store), memory_bytes: 0, group_bits: 1 }
+                on_disk(dir.path(), 0, 1)
             } else {
-                tessera::exec::pipeline::StateBackend::Memory
+                StateOptions::Memory
             };
             let outcome = run_batches_with_state(&text, batches(&events, batch_size), parallelism, Some(strategy), state).expect("engine run");
             let actual = rows(&outcome.rows[0]);
             prop_assert!(same_rows(&actual, &expected), "{strategy:?} range {range} slide {slide}\nengine:    {actual:?}\nreference: {expected:?}");
-            prop_assert_eq!(outcome.run.query_metrics[0].late_events, late);
+            prop_assert_eq!(outcome.stats.queries[0].late_events, late);
         }
     }
 }
@@ -378,7 +378,7 @@ proptest! {
         let (expected, late) = evaluate(&events, range, slide, delay, &aggs);
         let folded = folded.unwrap();
         prop_assert!(same_rows(&folded, &expected), "{strategy:?}\nfolded:    {folded:?}\nreference: {expected:?}");
-        prop_assert_eq!(outcome.run.query_metrics[0].late_events, late);
+        prop_assert_eq!(outcome.stats.queries[0].late_events, late);
         let with_having = fold_changelog(&rows_in_order(&outcome.rows[1]), &|_| true);
         prop_assert!(with_having.is_ok(), "{:?}", with_having);
         let on_close = rows(&outcome.rows[2]);
@@ -417,8 +417,7 @@ proptest! {
             select.join(", ")
         );
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = std::sync::Arc::new(tessera::state::spill::SpillStore::open(dir.path()).expect("store"));
-        let state = tessera::exec::pipeline::StateBackend::Disk { store, memory_bytes, group_bits };
+        let state = on_disk(dir.path(), memory_bytes, group_bits);
         let outcome = run_batches_with_state(&text, batches(&events, batch_size), parallelism, strategy, state).expect("engine run");
         let (expected, late) = evaluate(&events, range, slide, delay, &aggs);
         let actual = if changes {
@@ -427,7 +426,7 @@ proptest! {
             rows(&outcome.rows[0])
         };
         prop_assert!(same_rows(&actual, &expected), "{strategy:?} bits {group_bits} memory {memory_bytes}\nengine:    {actual:?}\nreference: {expected:?}");
-        prop_assert_eq!(outcome.run.query_metrics[0].late_events, late);
+        prop_assert_eq!(outcome.stats.queries[0].late_events, late);
     }
 }
 
@@ -463,10 +462,9 @@ proptest! {
         for strategy in WindowStrategy::ALL {
             for (parallelism, spill) in [(1, false), (3, false), (2, true)] {
                 let state = if spill {
-                    let store = tessera::state::spill::SpillStore::open(&dir.path().join(format!("{strategy:?}"))).expect("store");
-                    tessera::exec::pipeline::StateBackend::Disk { store: std::sync::Arc::new(store), memory_bytes: 0, group_bits: 1 }
+                    on_disk(&dir.path().join(format!("{strategy:?}")), 0, 1)
                 } else {
-                    tessera::exec::pipeline::StateBackend::Memory
+                    StateOptions::Memory
                 };
                 let size = if parallelism == 1 { batch_size } else { 7 };
                 let outcome = run_batches_with_state(&text, batches(&events, size), parallelism, Some(strategy), state).expect("engine run");

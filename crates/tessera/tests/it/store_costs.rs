@@ -14,7 +14,7 @@ use arrow::array::{Float64Array, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 
-use super::harness::{run_batches, run_batches_with_state};
+use super::harness::{on_disk, run_batches, run_batches_with_state};
 use tessera::exec::OperatorMetrics;
 use tessera::optimizer::window_strategy::Strategy;
 
@@ -54,7 +54,14 @@ fn costs(r: u64, strategy: Strategy, changes: bool) -> OperatorMetrics {
     );
     let outcome =
         run_batches(&text, one_event_batches((0..EVENTS as i64).map(|t| (1, t))), 1, Some(strategy)).expect("run");
-    let metrics = outcome.run.query_metrics[0];
+    let stats = &outcome.stats;
+    let metrics = OperatorMetrics {
+        rows_out: stats.rows_out,
+        store_reads: stats.store_reads,
+        store_writes: stats.store_writes,
+        emit_reads: stats.emit_reads,
+        ..OperatorMetrics::default()
+    };
     // Every instance is written once on close, or once per event it takes with EMIT CHANGES.
     let rows = if changes { r * EVENTS } else { EVENTS + r - 1 };
     assert_eq!(metrics.rows_out, rows, "R {r} {strategy:?} changes {changes}");
@@ -110,13 +117,11 @@ fn spilled_groups_are_read_only_when_they_take_rows_or_close_a_window() {
     let text = "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'unused.csv', time_unit = 's');
          SELECT k, window_start, window_end, SUM(v) FROM TUMBLE(s, ts, INTERVAL '10' SECOND) GROUP BY k, window_start, window_end;";
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(tessera::state::spill::SpillStore::open(dir.path()).expect("store"));
-    let state = tessera::exec::pipeline::StateBackend::Disk { store, memory_bytes: 0, group_bits: 0 };
-    let outcome = run_batches_with_state(text, batches.clone(), 1, None, state).expect("run");
-    let spill = outcome.run.query_metrics[0].spill;
+    let outcome = run_batches_with_state(text, batches.clone(), 1, None, on_disk(dir.path(), 0, 0)).expect("run");
+    let spill = outcome.stats.spill;
     let in_memory = run_batches(text, batches, 1, None).expect("run");
-    assert_eq!(outcome.run.query_rows_out, in_memory.run.query_rows_out);
-    assert_eq!(outcome.run.query_metrics[0].rows_out, 12);
+    assert_eq!(outcome.stats.queries[0].rows_out, in_memory.stats.queries[0].rows_out);
+    assert_eq!(outcome.stats.queries[0].rows_out, 12);
     // Every group written out is read back (at the latest when the input ends).
     assert_eq!(spill.group_reads, spill.group_writes);
     // Key 1's group is read for each of its rows and window closes: fewer than two reads per
