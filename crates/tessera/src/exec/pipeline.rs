@@ -1,14 +1,16 @@
-//! Runs the queries of one source: reads batches, stamps each row with its event time and
-//! the watermark it meets, routes rows to workers by group-key hash and merges what the
-//! workers emit into the sink.
+//! The runtime of one source: instantiates the source's operators of the physical plan on
+//! 1..N workers, reads and stamps batches on a thread of their own, and runs one loop that
+//! hands every worker its part of each batch, sends checkpoint barriers when the one clock says
+//! so, and collects what the workers emit into the sink (the [`Collector`]).
 //!
 //! ```text
-//!  reader ─▶ stamp ─▶ partition by key hash ─┬─▶ worker 0 (an operator per query branch) ─┐
-//!                                            └─▶ worker 1 ...                              ├─▶ sink
+//!  reader ─▶ stamp ─▶ loop: whole operators or rows by key hash ─┬─▶ worker 0 ─┐
+//!                                                                └─▶ worker 1 ─┴─▶ collector ─▶ sink
 //! ```
 //!
-//! With one worker everything runs on the calling thread. Watermarks are computed before the
-//! split, so every worker sees the same event-time progress as the source.
+//! One worker runs on the calling thread, between batches; several run on threads of their
+//! own, with the collector on a sink thread. Watermarks are computed before the split, so every
+//! worker sees the same event-time progress as the source.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
