@@ -7,25 +7,18 @@ use super::min_max::Extremes;
 use super::{AggregateFunction, AggregateSpec, GroupStates, ValueKind};
 use crate::window::Sharing;
 
-pub(super) const BOOL_AND: BoolAndOr = BoolAndOr { or: false };
-pub(super) const BOOL_OR: BoolAndOr = BoolAndOr { or: true };
+pub(super) const BOOL_AND: BoolAndOr = BoolAndOr { name: "bool_and", or: false };
+pub(super) const BOOL_OR: BoolAndOr = BoolAndOr { name: "bool_or", or: true };
 
 #[derive(Debug)]
 pub(super) struct BoolAndOr {
+    name: &'static str,
     or: bool,
 }
 
 impl AggregateFunction for BoolAndOr {
     fn name(&self) -> &'static str {
-        if self.or {
-            "bool_or"
-        } else {
-            "bool_and"
-        }
-    }
-
-    fn answers(&self, name: &str, _counts_rows: bool) -> bool {
-        name == self.name()
+        self.name
     }
 
     fn sharing(&self) -> Sharing {

@@ -1,7 +1,6 @@
 //! COUNT(x) (rows where x has a value) and COUNT(*) (rows): a count per slot, taken away again
 //! exactly when a hopping window slides.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array};
@@ -110,14 +109,6 @@ impl GroupStates for Counts {
 
     fn bytes(&self) -> usize {
         self.len() * 16
-    }
-
-    fn boxed_clone(&self) -> Box<dyn GroupStates> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 
     fn invertible(&mut self) -> Option<&mut dyn InvertibleStates> {

@@ -2,7 +2,6 @@
 //! (exact), a HyperLogLog sketch beyond. Exact sets merged with overlapping parts would count
 //! right, but sketches of windows do not share: a holistic aggregate here.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array};
@@ -188,14 +187,6 @@ impl GroupStates for DistinctSketches {
 
     fn bytes(&self) -> usize {
         self.sketches.iter().map(DistinctSketch::bytes).sum()
-    }
-
-    fn boxed_clone(&self) -> Box<dyn GroupStates> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

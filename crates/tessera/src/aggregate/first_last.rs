@@ -6,7 +6,6 @@
 //!
 //! The binder hands each row's event time as a second argument.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
@@ -18,25 +17,18 @@ use crate::error::Result;
 use crate::state::codec::{StateReader, StateWriter};
 use crate::window::Sharing;
 
-pub(super) const FIRST_VALUE: FirstLast = FirstLast { last: false };
-pub(super) const LAST_VALUE: FirstLast = FirstLast { last: true };
+pub(super) const FIRST_VALUE: FirstLast = FirstLast { name: "first_value", last: false };
+pub(super) const LAST_VALUE: FirstLast = FirstLast { name: "last_value", last: true };
 
 #[derive(Debug)]
 pub(super) struct FirstLast {
+    name: &'static str,
     last: bool,
 }
 
 impl AggregateFunction for FirstLast {
     fn name(&self) -> &'static str {
-        if self.last {
-            "last_value"
-        } else {
-            "first_value"
-        }
-    }
-
-    fn answers(&self, name: &str, _counts_rows: bool) -> bool {
-        name == self.name()
+        self.name
     }
 
     fn sharing(&self) -> Sharing {
@@ -242,14 +234,6 @@ impl GroupStates for Earliest {
             Chosen::Strings(values) => values.iter().map(|v| 16 + v.as_ref().map_or(0, |s| s.len())).sum(),
         };
         self.len() * 9 + values
-    }
-
-    fn boxed_clone(&self) -> Box<dyn GroupStates> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

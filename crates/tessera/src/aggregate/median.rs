@@ -1,7 +1,6 @@
 //! MEDIAN: exact, so each slot keeps every value (a holistic aggregate: windows do not share
 //! it). APPROX_MEDIAN is the bounded alternative.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Float64Array};
@@ -93,14 +92,6 @@ impl GroupStates for AllValues {
 
     fn bytes(&self) -> usize {
         self.values.iter().map(|v| 24 + v.capacity() * 8).sum()
-    }
-
-    fn boxed_clone(&self) -> Box<dyn GroupStates> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

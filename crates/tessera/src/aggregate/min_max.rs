@@ -1,7 +1,6 @@
 //! MIN and MAX: of integers and floats as one integer per slot (floats by a key that orders
 //! like `f64::total_cmp`), of strings as one owned string per slot.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, StringArray};
@@ -14,25 +13,18 @@ use crate::error::Result;
 use crate::state::codec::{StateReader, StateWriter};
 use crate::window::Sharing;
 
-pub(super) const MIN: MinMax = MinMax { max: false };
-pub(super) const MAX: MinMax = MinMax { max: true };
+pub(super) const MIN: MinMax = MinMax { name: "min", max: false };
+pub(super) const MAX: MinMax = MinMax { name: "max", max: true };
 
 #[derive(Debug)]
 pub(super) struct MinMax {
+    name: &'static str,
     max: bool,
 }
 
 impl AggregateFunction for MinMax {
     fn name(&self) -> &'static str {
-        if self.max {
-            "max"
-        } else {
-            "min"
-        }
-    }
-
-    fn answers(&self, name: &str, _counts_rows: bool) -> bool {
-        name == self.name()
+        self.name
     }
 
     fn sharing(&self) -> Sharing {
@@ -163,14 +155,6 @@ impl GroupStates for Extremes {
     fn bytes(&self) -> usize {
         self.len() * 9
     }
-
-    fn boxed_clone(&self) -> Box<dyn GroupStates> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 /// MIN or MAX of strings.
@@ -254,14 +238,6 @@ impl GroupStates for ExtremeStrings {
 
     fn bytes(&self) -> usize {
         self.values.iter().map(|v| 16 + v.as_ref().map_or(0, |s| s.len())).sum()
-    }
-
-    fn boxed_clone(&self) -> Box<dyn GroupStates> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -82,8 +82,11 @@ pub trait AggregateFunction: Send + Sync + std::fmt::Debug {
     /// The name EXPLAIN and messages show, in lower case.
     fn name(&self) -> &'static str;
     /// Whether this function evaluates a call of DataFusion's aggregate `name` (canonical),
-    /// `counts_rows` telling whether the call counts rows (`COUNT(*)`).
-    fn answers(&self, name: &str, counts_rows: bool) -> bool;
+    /// `counts_rows` telling whether the call counts rows (`COUNT(*)`): by default, a call of
+    /// its own name.
+    fn answers(&self, name: &str, _counts_rows: bool) -> bool {
+        name == self.name()
+    }
     /// How windows may share partial states (see the multi-window paper): MIN and MAX combine
     /// overlapping parts (covered by), most others need disjoint parts (partitioned by), and
     /// those without a mergeable state do not share.
@@ -120,7 +123,7 @@ pub trait AggregateFunction: Send + Sync + std::fmt::Debug {
 }
 
 /// Partial states of one aggregate, one entry per group slot.
-pub trait GroupStates: Send + Sync {
+pub trait GroupStates: Send + Sync + StatesObject {
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -151,11 +154,26 @@ pub trait GroupStates: Send + Sync {
     fn decode(&mut self, r: &mut StateReader) -> Result<()>;
     /// Approximate heap bytes held, for the state-size figures.
     fn bytes(&self) -> usize;
-    fn boxed_clone(&self) -> Box<dyn GroupStates>;
-    fn as_any(&self) -> &dyn Any;
     /// These states as ones that can be taken away exactly, if they can.
     fn invertible(&mut self) -> Option<&mut dyn InvertibleStates> {
         None
+    }
+}
+
+/// What every family's states get from being `Clone` and `'static`: a boxed copy, and a
+/// view as `Any` so that a merge can take states of its own family.
+pub trait StatesObject {
+    fn boxed_clone(&self) -> Box<dyn GroupStates>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: GroupStates + Clone + 'static> StatesObject for T {
+    fn boxed_clone(&self) -> Box<dyn GroupStates> {
+        Box::new(self.clone())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 

@@ -2,8 +2,6 @@
 //! Welford's method and merged with Chan et al.'s formula (so results depend, in the last
 //! bits, on the order partial states are merged in).
 
-use std::any::Any;
-
 use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Float64Type};
 
@@ -13,22 +11,19 @@ use crate::error::Result;
 use crate::state::codec::{StateReader, StateWriter};
 use crate::window::Sharing;
 
-pub(super) const VAR_SAMP: Spread = Spread { stddev: false };
-pub(super) const STDDEV_SAMP: Spread = Spread { stddev: true };
+pub(super) const VAR_SAMP: Spread = Spread { name: "var_samp", stddev: false };
+pub(super) const STDDEV_SAMP: Spread = Spread { name: "stddev_samp", stddev: true };
 
 #[derive(Debug)]
 pub(super) struct Spread {
+    name: &'static str,
     /// The square root of the variance.
     stddev: bool,
 }
 
 impl AggregateFunction for Spread {
     fn name(&self) -> &'static str {
-        if self.stddev {
-            "stddev_samp"
-        } else {
-            "var_samp"
-        }
+        self.name
     }
 
     fn answers(&self, name: &str, _counts_rows: bool) -> bool {
@@ -133,14 +128,6 @@ impl GroupStates for Moments {
 
     fn bytes(&self) -> usize {
         self.len() * 24
-    }
-
-    fn boxed_clone(&self) -> Box<dyn GroupStates> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -11,7 +11,6 @@
 //! merge their smallest buckets and lose the bound there. Infinities and NaN are counted
 //! apart and ranked as SQL orders them (-inf first, NaN last).
 
-use std::any::Any;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Float64Array};
@@ -25,26 +24,20 @@ use crate::error::{Result, TesseraError};
 use crate::state::codec::{StateReader, StateWriter};
 use crate::window::Sharing;
 
-pub(super) const APPROX_PERCENTILE_CONT: ApproxPercentile = ApproxPercentile { median: false };
-pub(super) const APPROX_MEDIAN: ApproxPercentile = ApproxPercentile { median: true };
+pub(super) const APPROX_PERCENTILE_CONT: ApproxPercentile =
+    ApproxPercentile { name: "approx_percentile_cont", median: false };
+pub(super) const APPROX_MEDIAN: ApproxPercentile = ApproxPercentile { name: "approx_median", median: true };
 
 #[derive(Debug)]
 pub(super) struct ApproxPercentile {
+    name: &'static str,
     /// APPROX_MEDIAN: the 50th percentile.
     median: bool,
 }
 
 impl AggregateFunction for ApproxPercentile {
     fn name(&self) -> &'static str {
-        if self.median {
-            "approx_median"
-        } else {
-            "approx_percentile_cont"
-        }
-    }
-
-    fn answers(&self, name: &str, _counts_rows: bool) -> bool {
-        name == self.name()
+        self.name
     }
 
     fn sharing(&self) -> Sharing {
@@ -235,14 +228,6 @@ impl GroupStates for Sketches {
 
     fn bytes(&self) -> usize {
         self.sketches.iter().map(|s| 8 + s.as_ref().map_or(0, |s| s.bytes())).sum()
-    }
-
-    fn boxed_clone(&self) -> Box<dyn GroupStates> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

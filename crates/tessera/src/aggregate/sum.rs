@@ -2,8 +2,6 @@
 //! read (the same bits whatever the order rows and partial states came in), with a count of
 //! values per slot. Both are taken away again exactly when a hopping window slides.
 
-use std::any::Any;
-
 use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Float64Type, Int64Type};
 
@@ -14,22 +12,19 @@ use crate::error::{Result, TesseraError};
 use crate::state::codec::{StateReader, StateWriter};
 use crate::window::Sharing;
 
-pub(super) const SUM: Sum = Sum { avg: false };
-pub(super) const AVG: Sum = Sum { avg: true };
+pub(super) const SUM: Sum = Sum { name: "sum", avg: false };
+pub(super) const AVG: Sum = Sum { name: "avg", avg: true };
 
 #[derive(Debug)]
 pub(super) struct Sum {
+    name: &'static str,
     /// AVG: the sum divided by the count.
     avg: bool,
 }
 
 impl AggregateFunction for Sum {
     fn name(&self) -> &'static str {
-        if self.avg {
-            "avg"
-        } else {
-            "sum"
-        }
+        self.name
     }
 
     fn answers(&self, name: &str, _counts_rows: bool) -> bool {
@@ -133,14 +128,6 @@ impl GroupStates for IntSums {
         self.len() * 24
     }
 
-    fn boxed_clone(&self) -> Box<dyn GroupStates> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn invertible(&mut self) -> Option<&mut dyn InvertibleStates> {
         Some(self)
     }
@@ -222,14 +209,6 @@ impl GroupStates for FloatSums {
 
     fn bytes(&self) -> usize {
         self.sums.bytes() + self.len() * 8
-    }
-
-    fn boxed_clone(&self) -> Box<dyn GroupStates> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 
     fn invertible(&mut self) -> Option<&mut dyn InvertibleStates> {

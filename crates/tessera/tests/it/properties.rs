@@ -96,6 +96,22 @@ proptest! {
     }
 }
 
+/// A script of one query per window, `aggs` of `v` per key over HOP windows: window `i` slides
+/// by `base * sizes[i].0` and spans `sizes[i].1` slides more (windows related by coverage more
+/// often than not); with the windows as (range, slide).
+fn hop_queries(delay: i64, base: i64, sizes: &[(i64, i64)], aggs: &[Agg]) -> (String, Vec<(i64, i64)>) {
+    let mut text = source_ddl(delay);
+    let select: Vec<String> = aggs.iter().map(|a| a.sql("v")).collect();
+    let windows: Vec<(i64, i64)> = sizes.iter().map(|(k, extra)| (base * k + base * extra, base * k)).collect();
+    for (range, slide) in &windows {
+        text.push_str(&format!(
+            "SELECT k, window_start, window_end, {} FROM HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{range}' SECOND) GROUP BY k, window_start, window_end;\n",
+            select.join(", ")
+        ));
+    }
+    (text, windows)
+}
+
 /// `None` (auto) or one of the strategies.
 pub fn window_strategy() -> impl proptest::strategy::Strategy<Value = Option<WindowStrategy>> {
     prop::option::weighted(0.85, prop::sample::select(WindowStrategy::ALL.to_vec()))
@@ -125,17 +141,9 @@ proptest! {
         strategy in window_strategy(),
         min_max_only in any::<bool>(),
     ) {
-        let mut text = source_ddl(delay);
         // MIN and MAX may be computed from overlapping windows, SUM and COUNT only from disjoint ones.
         let aggs = if min_max_only { vec![Agg::Min, Agg::Max] } else { vec![Agg::Min, Agg::Sum, Agg::CountRows] };
-        let select: Vec<String> = aggs.iter().map(|a| a.sql("v")).collect();
-        let windows: Vec<(i64, i64)> = sizes.iter().map(|(k, extra)| (base * k + base * extra, base * k)).collect();
-        for (range, slide) in &windows {
-            text.push_str(&format!(
-                "SELECT k, window_start, window_end, {} FROM HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{range}' SECOND) GROUP BY k, window_start, window_end;\n",
-                select.join(", ")
-            ));
-        }
+        let (text, windows) = hop_queries(delay, base, &sizes, &aggs);
         let outcome = run_batches(&text, batches(&events, batch_size), parallelism, strategy).expect("engine run");
         for (q, (range, slide)) in windows.iter().enumerate() {
             let (expected, late) = evaluate(&events, *range, *slide, delay, &aggs);
@@ -162,20 +170,12 @@ proptest! {
         strategy in window_strategy(),
         with_sketch in any::<bool>(),
     ) {
-        let mut text = source_ddl(delay);
         // Without the sketch every aggregate may combine overlapping windows, as MIN does.
         let mut aggs = vec![Agg::FirstValue, Agg::LastValue, Agg::BoolAnd, Agg::BoolOr];
         if with_sketch {
             aggs.push(Agg::PercentileCont(300));
         }
-        let select: Vec<String> = aggs.iter().map(|a| a.sql("v")).collect();
-        let windows: Vec<(i64, i64)> = sizes.iter().map(|(k, extra)| (base * k + base * extra, base * k)).collect();
-        for (range, slide) in &windows {
-            text.push_str(&format!(
-                "SELECT k, window_start, window_end, {} FROM HOP(s, ts, INTERVAL '{slide}' SECOND, INTERVAL '{range}' SECOND) GROUP BY k, window_start, window_end;\n",
-                select.join(", ")
-            ));
-        }
+        let (text, windows) = hop_queries(delay, base, &sizes, &aggs);
         let outcome = run_batches(&text, batches(&events, batch_size), parallelism, strategy).expect("engine run");
         let one_by_one = run_batches(&text, batches(&events, batch_size), 1, Some(WindowStrategy::Baseline)).expect("engine run");
         let close = |column: usize, a: &Value, b: &Value| match (aggs.get(column.wrapping_sub(3)), a, b) {
