@@ -11,7 +11,6 @@
 //! ratios compare runs made under the same load.
 
 use serde_json::json;
-use tessera::engine::StateOptions;
 use tessera::optimizer::window_strategy::Strategy;
 use tessera::TesseraError;
 
@@ -67,7 +66,7 @@ pub fn bench_slide(args: &SlideArgs) -> Result<(), TesseraError> {
     let mut json_out = create_report(args.json.as_deref())?;
     let batches = stream(args.events, args.eta, args.keys);
     let state = args.state.options(std::env::temp_dir())?;
-    let disk = state != StateOptions::Memory;
+    let disk = state.memory_bytes.is_some();
     println!(
         "{} events, {} per second, {} keys, slide {} s, state {state:?}; M events/s (state reads / writes per event{})",
         args.events,

@@ -274,7 +274,7 @@ fn measure_strategies(
     let mut keyed = Script::compile(&text, std::path::Path::new("."))?;
     keyed.settings.keys = Some(args.keys as f64);
     scripts.push(keyed);
-    let timed = time_scripts(&scripts, &batches, args.repeat, &StateOptions::Memory)?;
+    let timed = time_scripts(&scripts, &batches, args.repeat, &StateOptions::default())?;
     let names = ORDER.iter().map(|s| s.name()).chain(["the plan chosen with SET keys"]);
     for (name, (_, stats)) in names.zip(&timed) {
         // Every plan must produce the same rows.

@@ -47,8 +47,8 @@ enum StateBackendArg {
 /// Where window state lives (`run` and `bench slide`).
 #[derive(clap::Args, Debug)]
 pub struct StateArgs {
-    /// Where window state lives: in memory, or in key groups spilled to an LSM store on disk
-    /// beyond --state-memory.
+    /// Where window state lives: in memory, or in key groups the least recently used of which
+    /// go to an LSM store on disk beyond --state-memory.
     #[arg(long, value_enum, default_value = "memory")]
     state_backend: StateBackendArg,
     /// Memory for window state with --state-backend disk, e.g. 256MB or 2GB, at most
@@ -61,14 +61,16 @@ impl StateArgs {
     /// The state options, spilling (with the disk backend) under `dir`.
     pub fn options(&self, dir: std::path::PathBuf) -> Result<StateOptions, TesseraError> {
         match (self.state_backend, self.state_memory) {
-            (StateBackendArg::Memory, None) => Ok(StateOptions::Memory),
+            (StateBackendArg::Memory, None) => Ok(StateOptions { spill_dir: dir, ..StateOptions::default() }),
             (StateBackendArg::Memory, Some(_)) => Err(TesseraError::Option(
                 "--state-memory bounds the state of --state-backend disk; the memory backend keeps all state in memory"
                     .into(),
             )),
-            (StateBackendArg::Disk, memory) => {
-                Ok(StateOptions::Disk { memory_bytes: memory.unwrap_or(1 << 30), dir, group_bits: 16 })
-            }
+            (StateBackendArg::Disk, memory) => Ok(StateOptions {
+                memory_bytes: Some(memory.unwrap_or(1 << 30)),
+                spill_dir: dir,
+                ..StateOptions::default()
+            }),
         }
     }
 }

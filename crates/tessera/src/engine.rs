@@ -9,16 +9,14 @@ use crate::catalog::{Catalog, Location, SourceDef};
 use crate::connectors::sink::ResultSink;
 use crate::connectors::{open_source, BatchReader, ReadOptions};
 use crate::error::{Result, TesseraError};
-use crate::exec::pipeline::{
-    run_source, Parallelism, ProgressFn, SourceCheckpoints, SourceOptions, SourceRun, StateBackend,
-};
+use crate::exec::pipeline::{run_source, Parallelism, ProgressFn, SourceCheckpoints, SourceOptions, SourceRun};
 use crate::optimizer::window_strategy::Strategy;
 use crate::optimizer::{window_groups, WindowGroup};
 use crate::physical::PhysicalPlan;
 use crate::plan::{BranchPlan, QueryPlan};
 use crate::sql::{binder::bind_query, parse_script_here, ScriptText, Statement};
 use crate::state::checkpoint::{fnv64, CheckpointConfig, Checkpointer};
-use crate::state::spill::SpillStore;
+use crate::state::store::StateStore;
 use crate::window::WindowSpec;
 
 /// The most worker threads a run takes (`SET parallelism`, `--parallelism`).
@@ -214,19 +212,27 @@ impl Default for RunOptions<'_> {
             read: ReadOptions::default(),
             progress: None,
             checkpoints: None,
-            state: StateOptions::Memory,
+            state: StateOptions::default(),
         }
     }
 }
 
-/// Where window operators keep their state.
+/// Where window operators keep their state: in key groups of `2^group_bits` key ids, in
+/// memory up to `memory_bytes` (no limit: the memory backend), the least recently used groups
+/// beyond it in the state store: the durable one of the state directory when the run keeps
+/// checkpoints, else a temporary one made under `spill_dir` when first needed.
 #[derive(Debug, Clone, PartialEq)]
-pub enum StateOptions {
-    /// In memory (the default).
-    Memory,
-    /// In key groups of `2^group_bits` key ids, in memory up to `memory_bytes`, the least
-    /// recently used beyond it in an LSM store in a temporary folder under `dir`.
-    Disk { memory_bytes: u64, dir: std::path::PathBuf, group_bits: u32 },
+pub struct StateOptions {
+    pub memory_bytes: Option<u64>,
+    pub spill_dir: std::path::PathBuf,
+    pub group_bits: u32,
+}
+
+impl Default for StateOptions {
+    /// In memory, key groups of 65,536 ids.
+    fn default() -> Self {
+        StateOptions { memory_bytes: None, spill_dir: std::env::temp_dir(), group_bits: 16 }
+    }
 }
 
 /// Per-query statistics of a run.
@@ -279,6 +285,8 @@ pub struct RunStats {
     /// Checkpoints written (with a state directory), and the milliseconds they took.
     pub checkpoints: u64,
     pub checkpoint_ms: u64,
+    /// What each checkpoint wrote.
+    pub checkpoint_log: Vec<crate::state::checkpoint::CheckpointRecord>,
     /// Resuming from a checkpoint: the events it held, and the milliseconds spent restoring
     /// the state and moving the input to it.
     pub resumed_events: u64,
@@ -406,14 +414,6 @@ pub fn run_script_with_readers(
             .collect(),
         ..Default::default()
     };
-    let state = match &options.state {
-        StateOptions::Memory => StateBackend::Memory,
-        StateOptions::Disk { memory_bytes, dir, group_bits } => StateBackend::Disk {
-            store: std::sync::Arc::new(SpillStore::open(dir)?),
-            memory_bytes: *memory_bytes,
-            group_bits: *group_bits,
-        },
-    };
     let mut checkpointer = None;
     let mut resume = None;
     if let Some(config) = &options.checkpoints {
@@ -425,11 +425,22 @@ pub fn run_script_with_readers(
                 query.source
             )));
         }
-        let fingerprint = plan_fingerprint(script, groups, matches!(state, StateBackend::Disk { .. }));
+        let fingerprint = plan_fingerprint(script, groups, options.state.group_bits);
         let (opened, found) = Checkpointer::open(config.clone(), fingerprint)?;
         checkpointer = Some(opened);
         resume = found;
     }
+    let store = std::sync::Arc::new(match &checkpointer {
+        Some(checkpointer) => {
+            let folder = checkpointer.store_dir();
+            if resume.as_ref().is_none_or(|r| r.manifest.position.is_none()) {
+                // No checkpoint needs what a run stopped before its first one left there.
+                remove_store(&folder)?;
+            }
+            StateStore::durable(&folder)?
+        }
+        None => StateStore::temporary(&options.state.spill_dir),
+    });
     if let Some(found) = &resume {
         if !found.manifest.complete {
             sink.resume(&found.manifest.sink)?;
@@ -467,8 +478,13 @@ pub fn run_script_with_readers(
                 r.manifest.position.clone().filter(|p| p.source == index).map(|p| (p, r.snapshot.clone()))
             }),
         });
-        let source_options =
-            SourceOptions { parallelism, progress: options.progress, checkpoints, state: state.clone() };
+        let source_options = SourceOptions {
+            parallelism,
+            progress: options.progress,
+            checkpoints,
+            state: &options.state,
+            store: std::sync::Arc::clone(&store),
+        };
         let run = run_source(source, reader.as_mut(), &queries, operators, sink, source_options)?;
         add_source_run(&mut stats, &queries, &run);
         if let Some(checkpointer) = checkpointer.as_mut() {
@@ -484,6 +500,9 @@ pub fn run_script_with_readers(
     sink.finish()?;
     if let Some(checkpointer) = checkpointer.as_mut() {
         checkpointer.complete(sink.checkpoint()?)?;
+        // A complete run needs no state.
+        drop(store);
+        remove_store(&checkpointer.store_dir())?;
     }
     stats.keys_hints = keys_hints(script, groups, &stats.queries);
     stats.elapsed_ms = started.elapsed().as_millis() as u64;
@@ -493,11 +512,22 @@ pub fn run_script_with_readers(
     Ok(stats)
 }
 
+/// Removes a durable state store's folder, if there is one.
+fn remove_store(folder: &std::path::Path) -> Result<()> {
+    match std::fs::remove_dir_all(folder) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(TesseraError::io(format!("cannot remove {}", folder.display()), e))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Adds what running one source produced to the run's statistics.
 fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &SourceRun) {
     stats.events_in += run.events_in;
     stats.checkpoints += run.checkpoints;
     stats.checkpoint_ms += run.checkpoint_ms;
+    stats.checkpoint_log.extend(run.checkpoint_log.iter().cloned());
     stats.resumed_events += run.resumed_events;
     stats.recovery_ms += run.recovery_ms;
     stats.parallelism = stats.parallelism.max(run.workers);
@@ -557,8 +587,9 @@ fn keys_hints(script: &Script, groups: &[WindowGroup], queries: &[QueryStats]) -
 /// files' length and modification time: a checkpoint of other input is refused), the
 /// settings, whether state is kept in key groups, the queries and the plan of every window
 /// group.
-fn plan_fingerprint(script: &Script, groups: &[WindowGroup], key_groups: bool) -> String {
-    let mut text = format!("tessera {}\n{:?}\nkey groups: {key_groups}\n", env!("CARGO_PKG_VERSION"), script.settings);
+fn plan_fingerprint(script: &Script, groups: &[WindowGroup], group_bits: u32) -> String {
+    let mut text =
+        format!("tessera {}\n{:?}\nkey groups of 2^{group_bits}\n", env!("CARGO_PKG_VERSION"), script.settings);
     for query in &script.queries {
         let source = script.catalog.source(&query.source);
         text.push_str(&format!("{}\n{source:?}\n", query.sql));

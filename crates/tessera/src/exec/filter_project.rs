@@ -8,7 +8,7 @@ use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
-use super::{EventBatch, OperatorMetrics, Output, StreamOperator};
+use super::{CheckpointBytes, EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::error::{Result, TesseraError};
 use crate::plan::{ExprRef, StatelessPlan};
 use crate::state::codec::{StateReader, StateWriter};
@@ -73,9 +73,9 @@ impl StreamOperator for FilterProjectExec {
         Ok(())
     }
 
-    fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
+    fn checkpoint(&mut self, w: &mut StateWriter) -> Result<CheckpointBytes> {
         self.metrics.encode(w);
-        Ok(())
+        Ok(CheckpointBytes::default())
     }
 
     fn restore(&mut self, r: &mut StateReader) -> Result<()> {

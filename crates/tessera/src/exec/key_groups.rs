@@ -1,47 +1,199 @@
-//! `KeyGroupsExec`: a window operator whose state may exceed memory. Its keys are split into
-//! key groups by interned id (ids `[g * 2^bits, (g + 1) * 2^bits)`), each group a complete
-//! [`WindowAggregateExec`] over its keys' rows. Groups stay in memory while their state fits
-//! `--state-memory`; beyond it the least recently used are encoded (the checkpoint codec) into
-//! the spill store on disk. Rows for a spilled group wait in memory and are applied when the
+//! `KeyGroupsExec`: the window operator, and the table manager that owns its state. Its keys
+//! are split into key groups by interned id (ids `[g * 2^bits, (g + 1) * 2^bits)`), each
+//! group evaluated by a [`WindowAggregateExec`] over its keys' rows, whose state is a set of
+//! named tables ([`super::state_tables`]: slices, open and kept instances, sliding
+//! aggregators' tables) plus scalar progress.
+//!
+//! Groups stay in memory while their state fits `--state-memory` (no limit with the memory
+//! backend); beyond it the least recently used are evicted to the state store: the tables that
+//! changed since they were last saved are written, the others are already there, and the
+//! progress stays in memory. Rows for an evicted group wait in memory and are applied when the
 //! group is loaded: when their number grows, when all waiting rows together outgrow half of
 //! `--state-memory` (the group holding the most is loaded), when one of the group's windows is
-//! due to close (its next close is remembered: a watermark that closes none of a spilled
-//! group's windows is answered from memory), or at the end, so rows with random keys do not
-//! load every group on every batch. `EMIT CHANGES` loads every group a batch touches, so its rows are
-//! written after that batch.
+//! due to close (its next close is remembered: a watermark that closes none of an evicted
+//! group's windows is answered from memory), or at the end. `EMIT CHANGES` loads every group
+//! a batch touches, so its rows are written after that batch.
+//!
+//! **Checkpoints are incremental**: a checkpoint writes the tables of the groups in memory
+//! that changed since they were last saved, makes the store durable, and its snapshot holds
+//! only each group's progress, rows waiting, and the versions of its tables in the store.
+//! Tables are versioned by checkpoint epoch: a table saved again in a later epoch gets a new
+//! version, and the one a committed checkpoint may still need is deleted only after the next
+//! checkpoint commits; a resumed run deletes every version its checkpoint does not name.
+//!
+//! **Output does not depend on memory**: every group closes a window at the same batch
+//! whether it is in memory or not, and what the groups emit while one batch is taken is
+//! written in group order, so the memory backend, any `--state-memory` and a resumed run write
+//! the same bytes (with one worker; workers interleave).
 //!
 //! A group's operator indexes its states by key id less the group's first id, so its tables
-//! are dense over the group's own ids. Results are those of one operator over all keys: a group closes its windows at the
-//! watermarks its rows carry, and at the batch's watermark like any operator.
+//! are dense over the group's own ids.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::key_interner::SharedKeys;
+use super::state_tables::TableName;
 use super::window_aggregate::WindowAggregateExec;
-use super::{EventBatch, OperatorMetrics, Output, SpillCounters, StreamOperator};
+use super::{CheckpointBytes, EventBatch, OperatorMetrics, Output, SpillCounters, StreamOperator};
 use crate::error::{Result, TesseraError};
 use crate::plan::{EmitMode, WindowAggregatePlan};
 use crate::state::codec::{StateReader, StateWriter};
-use crate::state::spill::SpillStore;
+use crate::state::store::StateStore;
 
-/// Rows waiting for a spilled group before it is loaded to take them.
+/// Rows waiting for an evicted group before it is loaded to take them.
 const PENDING_ROWS: usize = 1 << 16;
 
+/// The encoding of a saved table; one of another format is refused with a message.
+const TABLE_FORMAT: u8 = 1;
+
+/// A table's saved version: the checkpoint epoch it was written in, and its encoded bytes.
+#[derive(Debug, Clone, Copy)]
+struct Saved {
+    epoch: u64,
+    bytes: u64,
+}
+
 struct Group {
-    /// In memory, or `None` when spilled (or not created yet).
+    /// In memory, or `None` when evicted (or not made yet).
     operator: Option<WindowAggregateExec>,
-    /// Whether the spill store holds the group's state.
-    spilled: bool,
-    /// Rows waiting for the group while spilled.
+    /// The operator's progress while it is evicted (`None` while in memory or never made).
+    progress: Option<Vec<u8>>,
+    /// The versions of the group's tables in the store.
+    saved: BTreeMap<TableName, Saved>,
+    /// Rows waiting for the group while evicted.
     pending: Vec<Arc<EventBatch>>,
     pending_rows: usize,
     pending_bytes: u64,
-    /// The earliest window end not closed yet (to know when a spilled group must close one).
+    /// The earliest window end not closed yet (to know when an evicted group must close one).
     next_close: i64,
     /// Counters as last seen in memory.
     metrics: Vec<OperatorMetrics>,
     state_bytes: u64,
     last_used: u64,
+    /// What the group emitted while the current batch was taken.
+    out: Output,
+}
+
+/// The store's keys of one operator's tables, their versions and the versions to delete.
+struct TableVersions {
+    store: Arc<StateStore>,
+    /// Distinguishes this operator's tables in the store.
+    operator: u64,
+    /// The checkpoint epoch: tables saved now get this version; the next checkpoint commits it.
+    epoch: u64,
+    /// Keys of versions replaced or dropped in `epoch` (second), which the checkpoint of that
+    /// epoch may not need but the previous one does: deleted once it has committed.
+    retired: Vec<(Vec<u8>, u64)>,
+    /// Bytes of tables written since the last checkpoint (evictions and the checkpoint).
+    written_since_checkpoint: u64,
+}
+
+impl TableVersions {
+    fn prefix(&self, group: Option<usize>) -> Vec<u8> {
+        let mut key = self.operator.to_be_bytes().to_vec();
+        if let Some(g) = group {
+            key.extend_from_slice(&(g as u32).to_be_bytes());
+        }
+        key
+    }
+
+    fn key(&self, group: usize, name: TableName, epoch: u64) -> Vec<u8> {
+        let mut key = self.prefix(Some(group));
+        name.encode(&mut key);
+        key.extend_from_slice(&epoch.to_be_bytes());
+        key
+    }
+
+    /// The group, table and version of a key of this operator.
+    fn parse(key: &[u8]) -> Result<(usize, TableName, u64)> {
+        let corrupt = || TesseraError::Checkpoint("the state store holds a key tessera did not write".into());
+        if key.len() != 12 + TableName::BYTES + 8 {
+            return Err(corrupt());
+        }
+        let group = u32::from_be_bytes(key[8..12].try_into().expect("4 bytes")) as usize;
+        let name = TableName::decode(&key[12..12 + TableName::BYTES])?;
+        let epoch = u64::from_be_bytes(key[12 + TableName::BYTES..].try_into().expect("8 bytes"));
+        Ok((group, name, epoch))
+    }
+
+    /// A version no longer needed once the current epoch's checkpoint commits: deleted now if
+    /// it was written in this epoch (no checkpoint names it), later otherwise.
+    fn retire(&mut self, group: usize, name: TableName, epoch: u64) -> Result<()> {
+        let key = self.key(group, name, epoch);
+        if epoch == self.epoch {
+            self.store.remove(&key)
+        } else {
+            self.retired.push((key, self.epoch));
+            Ok(())
+        }
+    }
+
+    /// Writes the tables of `operator` that changed since they were saved (or never were),
+    /// and retires the versions of tables it no longer holds; returns the bytes written.
+    fn save(
+        &mut self,
+        group: usize,
+        operator: &mut WindowAggregateExec,
+        saved: &mut BTreeMap<TableName, Saved>,
+    ) -> Result<u64> {
+        let mut present = Vec::new();
+        let mut written = 0;
+        operator.visit_tables(&mut |name, mut table| {
+            present.push(name);
+            if !table.changed() && saved.contains_key(&name) {
+                return Ok(());
+            }
+            let mut w = StateWriter::default();
+            w.u8(TABLE_FORMAT);
+            table.encode(&mut w);
+            let bytes = w.into_bytes();
+            let previous = saved.insert(name, Saved { epoch: self.epoch, bytes: bytes.len() as u64 });
+            if let Some(previous) = previous.filter(|p| p.epoch != self.epoch) {
+                self.retire(group, name, previous.epoch)?;
+            }
+            self.store.put(&self.key(group, name, self.epoch), &bytes)?;
+            table.mark_saved();
+            written += bytes.len() as u64;
+            Ok(())
+        })?;
+        present.sort_unstable();
+        let gone: Vec<(TableName, Saved)> =
+            saved.iter().filter(|(name, _)| present.binary_search(name).is_err()).map(|(n, s)| (*n, *s)).collect();
+        for (name, version) in gone {
+            saved.remove(&name);
+            self.retire(group, name, version.epoch)?;
+        }
+        self.written_since_checkpoint += written;
+        Ok(written)
+    }
+
+    /// Puts the saved tables back into `operator`; returns the bytes read.
+    fn load(
+        &self,
+        group: usize,
+        operator: &mut WindowAggregateExec,
+        saved: &BTreeMap<TableName, Saved>,
+    ) -> Result<u64> {
+        let mut read = 0;
+        for (&name, version) in saved {
+            let bytes = self.store.get(&self.key(group, name, version.epoch))?.ok_or_else(|| {
+                TesseraError::Checkpoint(format!("table {name:?} of key group {group} is missing from the state store"))
+            })?;
+            let mut r = StateReader::new(&bytes);
+            let format = r.u8()?;
+            if format != TABLE_FORMAT {
+                return Err(TesseraError::Checkpoint(format!(
+                    "the state store holds a table in format {format}; this tessera reads format {TABLE_FORMAT}: \
+                     resume with the tessera that wrote it, or give another --state-dir"
+                )));
+            }
+            operator.insert_table(name, &mut r)?;
+            r.finish()?;
+            read += bytes.len() as u64;
+        }
+        Ok(read)
+    }
 }
 
 pub struct KeyGroupsExec {
@@ -50,23 +202,24 @@ pub struct KeyGroupsExec {
     make: Box<dyn Fn(u32) -> Result<WindowAggregateExec> + Send>,
     shape: Arc<WindowAggregatePlan>,
     keys: Arc<SharedKeys>,
-    store: Arc<SpillStore>,
-    /// Distinguishes this operator's groups in the store.
-    id: u64,
+    tables: TableVersions,
     group_bits: u32,
     memory_budget: u64,
     slots: usize,
     clock: u64,
+    /// Rows taken (before WHERE): every slot's `rows_in`.
+    rows_in: u64,
     spill: SpillCounters,
 }
 
 impl KeyGroupsExec {
+    /// The operator `make` evaluates per key group, its tables identified in `store` by `id`,
+    /// in memory up to `memory_budget` bytes.
     pub fn new(
         make: Box<dyn Fn(u32) -> Result<WindowAggregateExec> + Send>,
         shape: Arc<WindowAggregatePlan>,
         keys: Arc<SharedKeys>,
-        store: Arc<SpillStore>,
-        id: u64,
+        (store, id): (Arc<StateStore>, u64),
         group_bits: u32,
         memory_budget: u64,
     ) -> Result<Self> {
@@ -76,28 +229,22 @@ impl KeyGroupsExec {
             make,
             shape,
             keys,
-            store,
-            id,
+            tables: TableVersions { store, operator: id, epoch: 0, retired: Vec::new(), written_since_checkpoint: 0 },
             group_bits,
             memory_budget,
             slots,
             clock: 0,
+            rows_in: 0,
             spill: SpillCounters::default(),
         })
-    }
-
-    fn store_key(&self, group: usize) -> [u8; 16] {
-        let mut key = [0u8; 16];
-        key[..8].copy_from_slice(&self.id.to_be_bytes());
-        key[8..].copy_from_slice(&(group as u64).to_be_bytes());
-        key
     }
 
     fn group(&mut self, g: usize) -> &mut Group {
         while self.groups.len() <= g {
             self.groups.push(Group {
                 operator: None,
-                spilled: false,
+                progress: None,
+                saved: BTreeMap::new(),
                 pending: Vec::new(),
                 pending_rows: 0,
                 pending_bytes: 0,
@@ -105,51 +252,38 @@ impl KeyGroupsExec {
                 metrics: vec![OperatorMetrics::default(); self.slots],
                 state_bytes: 0,
                 last_used: 0,
+                out: Output::default(),
             });
         }
         &mut self.groups[g]
     }
 
-    /// Brings group `g` into memory and applies its waiting rows.
-    fn load(&mut self, g: usize, out: &mut Output) -> Result<()> {
+    /// Brings group `g` into memory (from the store, or new) and applies its waiting rows.
+    fn load(&mut self, g: usize) -> Result<()> {
         self.clock += 1;
         let clock = self.clock;
         if self.group(g).operator.is_none() {
-            let operator = if self.groups[g].spilled {
-                let key = self.store_key(g);
-                let bytes = self
-                    .store
-                    .get(&key)?
-                    .ok_or_else(|| TesseraError::Internal(format!("key group {g} is missing from the spill store")))?;
-                let operator = self.decode_group(g, &bytes)?;
-                self.store.remove(&key)?;
+            let mut operator = (self.make)((g as u32) << self.group_bits)?;
+            if let Some(progress) = self.groups[g].progress.take() {
+                let mut r = StateReader::new(&progress);
+                operator.decode_progress(&mut r)?;
+                r.finish()?;
+                let read = self.tables.load(g, &mut operator, &self.groups[g].saved)?;
                 self.spill.group_reads += 1;
-                self.spill.bytes_read += bytes.len() as u64;
-                self.groups[g].spilled = false;
-                operator
-            } else {
-                (self.make)((g as u32) << self.group_bits)?
-            };
+                self.spill.bytes_read += read;
+            }
             self.groups[g].operator = Some(operator);
         }
         let group = &mut self.groups[g];
         group.last_used = clock;
         let operator = group.operator.as_mut().expect("loaded above");
         for batch in std::mem::take(&mut group.pending) {
-            operator.process(&batch, out)?;
+            let ids = self.keys.ids_for(&batch, &self.shape.keys)?;
+            operator.process(&batch, &ids, &mut group.out)?;
         }
         group.pending_rows = 0;
         group.pending_bytes = 0;
         Ok(())
-    }
-
-    /// Group `g`'s operator from its encoded state.
-    fn decode_group(&self, g: usize, bytes: &[u8]) -> Result<WindowAggregateExec> {
-        let mut operator = (self.make)((g as u32) << self.group_bits)?;
-        let mut r = StateReader::new(bytes);
-        operator.restore(&mut r)?;
-        r.finish()?;
-        Ok(operator)
     }
 
     /// Notes a resident group's counters, size and next close.
@@ -162,10 +296,22 @@ impl KeyGroupsExec {
         }
     }
 
-    /// Keeps the rows waiting for spilled groups within half the budget (loading the group
-    /// that holds the most), then spills the least recently used groups until the resident
+    /// Writes group `g`'s changed tables to the store and keeps only its progress in memory.
+    fn evict(&mut self, g: usize) -> Result<()> {
+        let mut operator = self.groups[g].operator.take().expect("resident");
+        let written = self.tables.save(g, &mut operator, &mut self.groups[g].saved)?;
+        let mut w = StateWriter::default();
+        operator.encode_progress(&mut w);
+        self.groups[g].progress = Some(w.into_bytes());
+        self.spill.group_writes += 1;
+        self.spill.bytes_written += written;
+        Ok(())
+    }
+
+    /// Keeps the rows waiting for evicted groups within half the budget (loading the group
+    /// that holds the most), then evicts the least recently used groups until the resident
     /// ones fit the budget.
-    fn fit_budget(&mut self, out: &mut Output) -> Result<()> {
+    fn fit_budget(&mut self) -> Result<()> {
         loop {
             let waiting: u64 = self.groups.iter().map(|g| g.pending_bytes).sum();
             if waiting <= self.memory_budget / 2 {
@@ -173,7 +319,7 @@ impl KeyGroupsExec {
             }
             let g = (0..self.groups.len()).max_by_key(|&g| self.groups[g].pending_bytes).expect("rows wait");
             self.spill.pending_flushes += 1;
-            self.load(g, out)?;
+            self.load(g)?;
             self.observe(g);
         }
         loop {
@@ -187,15 +333,109 @@ impl KeyGroupsExec {
             else {
                 return Ok(());
             };
-            let operator = self.groups[g].operator.take().expect("resident");
-            let mut w = StateWriter::default();
-            operator.snapshot(&mut w)?;
-            let bytes = w.into_bytes();
-            self.store.put(&self.store_key(g), &bytes)?;
-            self.spill.group_writes += 1;
-            self.spill.bytes_written += bytes.len() as u64;
-            self.groups[g].spilled = true;
+            self.evict(g)?;
         }
+    }
+
+    /// Rows for group `g`, with their keys interned: taken now if the group is in memory (or
+    /// was never evicted), waiting otherwise.
+    fn take_rows(&mut self, g: usize, part: Arc<EventBatch>, ids: &[u32]) -> Result<()> {
+        let changes = self.shape.emit == EmitMode::Changes;
+        let group = self.group(g);
+        if group.operator.is_none() && group.progress.is_some() && !changes {
+            // No window holding a waiting row closes before the watermark passes the row.
+            let earliest = part.event_times.iter().copied().min().unwrap_or(i64::MAX);
+            group.next_close = group.next_close.min(earliest);
+            group.pending_rows += part.len();
+            group.pending_bytes += part.memory_bytes();
+            group.pending.push(part);
+            if group.pending_rows < PENDING_ROWS {
+                return Ok(());
+            }
+            return self.load(g).map(|()| self.observe(g));
+        }
+        self.load(g)?;
+        let group = &mut self.groups[g];
+        group.operator.as_mut().expect("loaded").process(&part, ids, &mut group.out)?;
+        self.observe(g);
+        Ok(())
+    }
+
+    /// Moves what the groups emitted to `out`, in group order.
+    fn emit_in_group_order(&mut self, out: &mut Output) {
+        for group in &mut self.groups {
+            out.rows.append(&mut group.out.rows);
+            out.late.append(&mut group.out.late);
+        }
+    }
+
+    /// A group's saved state as the snapshot holds it: whether it is in memory, its progress,
+    /// its tables' versions, when it was last used, its next close and its waiting rows.
+    fn encode_group(&self, g: usize, w: &mut StateWriter) -> Result<()> {
+        let group = &self.groups[g];
+        w.bool(group.operator.is_some());
+        match (&group.operator, &group.progress) {
+            (Some(operator), _) => {
+                let mut own = StateWriter::default();
+                operator.encode_progress(&mut own);
+                w.bool(true);
+                w.bytes(&own.into_bytes());
+            }
+            (None, Some(progress)) => {
+                w.bool(true);
+                w.bytes(progress);
+            }
+            (None, None) => w.bool(false),
+        }
+        w.len(group.saved.len());
+        for (name, version) in &group.saved {
+            let mut key = Vec::new();
+            name.encode(&mut key);
+            w.bytes(&key);
+            w.u64(version.epoch);
+            w.u64(version.bytes);
+        }
+        w.u64(group.last_used);
+        w.i64(group.next_close);
+        w.len(group.pending.len());
+        for batch in &group.pending {
+            batch.encode(w)?;
+        }
+        Ok(())
+    }
+
+    /// Takes back what [`encode_group`](Self::encode_group) wrote for group `g`; loads it if
+    /// it was in memory.
+    fn decode_group(&mut self, g: usize, r: &mut StateReader) -> Result<()> {
+        let resident = r.bool()?;
+        let progress = if r.bool()? { Some(r.bytes()?.to_vec()) } else { None };
+        let tables = r.len(TableName::BYTES + 24)?;
+        let mut saved = BTreeMap::new();
+        for _ in 0..tables {
+            let name = TableName::decode(r.bytes()?)?;
+            saved.insert(name, Saved { epoch: r.u64()?, bytes: r.u64()? });
+        }
+        let last_used = r.u64()?;
+        let next_close = r.i64()?;
+        let waiting = r.len(17)?;
+        let pending = (0..waiting).map(|_| EventBatch::decode(r).map(Arc::new)).collect::<Result<Vec<_>>>()?;
+        let group = self.group(g);
+        group.progress = progress;
+        group.saved = saved;
+        group.next_close = next_close;
+        group.pending_rows = pending.iter().map(|b| b.len()).sum();
+        group.pending_bytes = pending.iter().map(|b| b.memory_bytes()).sum();
+        group.pending = pending;
+        if resident {
+            // Reading a resident group's tables back is recovery, not spilling: the clock and
+            // the counters stay as saved. (A group in memory has no waiting rows to apply.)
+            let (clock, spill) = (self.clock, self.spill);
+            self.load(g)?;
+            self.observe(g);
+            (self.clock, self.spill) = (clock, spill);
+        }
+        self.groups[g].last_used = last_used;
+        Ok(())
     }
 }
 
@@ -205,60 +445,74 @@ impl StreamOperator for KeyGroupsExec {
     }
 
     fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()> {
+        self.rows_in += input.len() as u64;
         let shape = Arc::clone(&self.shape);
-        let ids = self.keys.ids_for(input, &shape.keys)?;
-        let mut rows_of: Vec<Vec<u32>> = Vec::new();
-        for (row, &id) in ids.iter().enumerate() {
-            let g = (id >> self.group_bits) as usize;
-            if rows_of.len() <= g {
-                rows_of.resize(g + 1, Vec::new());
+        // WHERE first: the keys of rows it drops are not interned.
+        let (batch, ids) = match &shape.filter {
+            None => (Arc::clone(input), self.keys.ids_for(input, &shape.keys)?),
+            Some(predicate) => {
+                let mask = predicate.evaluate(&input.rows)?.into_array(input.len())?;
+                let mask = arrow::array::AsArray::as_boolean_opt(&mask)
+                    .ok_or_else(|| TesseraError::Plan(format!("WHERE `{predicate}` is not a boolean expression")))?
+                    .clone();
+                let mut filtered = input.filter(&mask)?;
+                let ids = Arc::new(self.keys.intern(&filtered.rows, &shape.keys)?);
+                filtered.key_ids = vec![(self.keys.id(), Arc::clone(&ids))];
+                (Arc::new(filtered), ids)
             }
-            rows_of[g].push(row as u32);
-        }
-        let changes = shape.emit == EmitMode::Changes;
-        for (g, rows) in rows_of.into_iter().enumerate().filter(|(_, rows)| !rows.is_empty()) {
-            let mut part = input.take(&rows)?;
-            part.key_ids = vec![(self.keys.id(), Arc::new(rows.iter().map(|&r| ids[r as usize]).collect()))];
-            // No window holding a waiting row closes before the watermark passes the row.
-            let earliest = part.event_times.iter().copied().min().unwrap_or(i64::MAX);
-            let group = self.group(g);
-            group.next_close = group.next_close.min(earliest);
-            group.pending_rows += part.len();
-            group.pending_bytes += part.memory_bytes();
-            group.pending.push(Arc::new(part));
-            if group.operator.is_some() || changes || group.pending_rows >= PENDING_ROWS {
-                self.load(g, out)?;
-                self.observe(g);
+        };
+        if !batch.is_empty() {
+            let last_group = ids.iter().max().map_or(0, |&id| (id >> self.group_bits) as usize);
+            if last_group == 0 {
+                // One group takes the whole batch.
+                self.take_rows(0, batch, &ids)?;
+            } else {
+                let mut rows_of: Vec<Vec<u32>> = vec![Vec::new(); last_group + 1];
+                for (row, &id) in ids.iter().enumerate() {
+                    rows_of[(id >> self.group_bits) as usize].push(row as u32);
+                }
+                for (g, rows) in rows_of.into_iter().enumerate().filter(|(_, rows)| !rows.is_empty()) {
+                    let mut part = batch.take(&rows)?;
+                    let part_ids: Arc<Vec<u32>> = Arc::new(rows.iter().map(|&r| ids[r as usize]).collect());
+                    part.key_ids = vec![(self.keys.id(), Arc::clone(&part_ids))];
+                    self.take_rows(g, Arc::new(part), &part_ids)?;
+                }
             }
         }
-        self.fit_budget(out)
+        // The groups' rows are written at the batch's watermark, in group order.
+        let _ = out;
+        self.fit_budget()
     }
 
     fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
         for g in 0..self.groups.len() {
             let group = &self.groups[g];
-            let holds_data = group.operator.is_some() || group.spilled || !group.pending.is_empty();
+            let holds_data = group.operator.is_some() || group.progress.is_some() || !group.pending.is_empty();
             if !holds_data {
                 continue;
             }
             if group.operator.is_none() && group.next_close > watermark {
-                self.spill.lookups_in_memory += u64::from(group.spilled);
+                self.spill.lookups_in_memory += 1;
                 continue;
             }
-            self.load(g, out)?;
-            self.groups[g].operator.as_mut().expect("loaded").advance_watermark(watermark, out)?;
+            self.load(g)?;
+            let group = &mut self.groups[g];
+            group.operator.as_mut().expect("loaded").advance_watermark(watermark, &mut group.out)?;
             self.observe(g);
-            self.fit_budget(out)?;
+            self.fit_budget()?;
         }
+        self.emit_in_group_order(out);
         Ok(())
     }
 
     /// Loads, finishes and drops each group in turn: its state is not needed afterwards.
     fn finish(&mut self, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
+        let mut held = Output::default();
+        self.emit_in_group_order(&mut held);
+        emit(held)?;
         for g in 0..self.groups.len() {
-            let mut out = Output::default();
-            self.load(g, &mut out)?;
-            emit(out)?;
+            self.load(g)?;
+            emit(std::mem::take(&mut self.groups[g].out))?;
             self.groups[g].operator.as_mut().expect("loaded").finish(emit)?;
             self.observe(g);
             self.groups[g].operator = None;
@@ -267,65 +521,57 @@ impl StreamOperator for KeyGroupsExec {
         Ok(())
     }
 
-    /// Every group: its state (from memory or the spill store), whether it is in memory, when
-    /// it was last used, its waiting rows and its next close. A resumed run keeps the same groups
-    /// in memory and evicts in the same order, so it applies rows at the same points and merges
-    /// partial aggregates in the same order as an uninterrupted run.
-    fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
-        w.u64(self.clock);
-        w.len(self.groups.len());
-        for (g, group) in self.groups.iter().enumerate() {
-            let state = match (&group.operator, group.spilled) {
-                (Some(operator), _) => {
-                    let mut own = StateWriter::default();
-                    operator.snapshot(&mut own)?;
-                    own.into_bytes()
-                }
-                (None, true) => self
-                    .store
-                    .get(&self.store_key(g))?
-                    .ok_or_else(|| TesseraError::Internal(format!("key group {g} is missing from the spill store")))?,
-                (None, false) => Vec::new(),
-            };
-            w.bytes(&state);
-            w.bool(group.operator.is_some());
-            w.u64(group.last_used);
-            w.i64(group.next_close);
-            w.len(group.pending.len());
-            for batch in &group.pending {
-                batch.encode(w)?;
+    /// Deletes the versions the previous checkpoint made unneeded, saves the changed tables
+    /// of the groups in memory, makes the store durable, and writes every group's progress,
+    /// waiting rows and table versions. A resumed run keeps the same groups in memory and
+    /// evicts in the same order, so it applies rows at the same points as an uninterrupted run.
+    fn checkpoint(&mut self, w: &mut StateWriter) -> Result<CheckpointBytes> {
+        let epoch = self.tables.epoch;
+        for (key, _) in self.tables.retired.extract_if(.., |(_, retired_in)| *retired_in < epoch) {
+            self.tables.store.remove(&key)?;
+        }
+        let mut written = 0;
+        for g in 0..self.groups.len() {
+            let group = &mut self.groups[g];
+            if let Some(operator) = group.operator.as_mut() {
+                written += self.tables.save(g, operator, &mut group.saved)?;
             }
         }
-        Ok(())
+        self.tables.store.persist()?;
+        w.u64(epoch);
+        w.u64(self.clock);
+        w.u64(self.rows_in);
+        w.len(self.groups.len());
+        for g in 0..self.groups.len() {
+            self.encode_group(g, w)?;
+        }
+        let bytes = CheckpointBytes {
+            tables_written: written,
+            tables_changed: self.tables.written_since_checkpoint,
+            tables_stored: self.groups.iter().flat_map(|g| g.saved.values()).map(|s| s.bytes).sum(),
+        };
+        self.tables.written_since_checkpoint = 0;
+        self.tables.epoch += 1;
+        Ok(bytes)
     }
 
+    /// Takes back a checkpoint's groups and deletes the versions in the store it does not
+    /// name (written after it, or retired before it).
     fn restore(&mut self, r: &mut StateReader) -> Result<()> {
+        let epoch = r.u64()?;
         self.clock = r.u64()?;
+        self.rows_in = r.u64()?;
         let n = r.len(27)?;
+        self.tables.epoch = epoch + 1;
         for g in 0..n {
-            let state = r.bytes()?.to_vec();
-            let resident = r.bool()?;
-            let last_used = r.u64()?;
-            let next_close = r.i64()?;
-            let waiting = r.len(17)?;
-            let pending = (0..waiting).map(|_| EventBatch::decode(r).map(Arc::new)).collect::<Result<Vec<_>>>()?;
-            let operator = if resident {
-                Some(self.decode_group(g, &state)?)
-            } else {
-                if !state.is_empty() {
-                    self.store.put(&self.store_key(g), &state)?;
-                }
-                None
-            };
-            let group = self.group(g);
-            group.spilled = !resident && !state.is_empty();
-            group.operator = operator;
-            group.last_used = last_used;
-            group.next_close = next_close;
-            group.pending_rows = pending.iter().map(|b| b.len()).sum();
-            group.pending_bytes = pending.iter().map(|b| b.memory_bytes()).sum();
-            group.pending = pending;
-            self.observe(g);
+            self.decode_group(g, r)?;
+        }
+        for key in self.tables.store.keys(&self.tables.prefix(None))? {
+            let (g, name, version) = TableVersions::parse(&key)?;
+            let named = self.groups.get(g).and_then(|group| group.saved.get(&name)).is_some_and(|s| s.epoch == version);
+            if !named {
+                self.tables.store.remove(&key)?;
+            }
         }
         Ok(())
     }
@@ -341,7 +587,11 @@ impl StreamOperator for KeyGroupsExec {
                 sum.add(m);
             }
         }
-        // State in memory (with the rows waiting for spilled groups); spilled groups are on disk.
+        for slot in &mut total {
+            slot.rows_in = self.rows_in;
+        }
+        // State in memory (with the rows waiting for evicted groups); evicted groups are in
+        // the store.
         if let Some(first) = total.first_mut() {
             first.state_bytes = self
                 .groups
@@ -351,5 +601,9 @@ impl StreamOperator for KeyGroupsExec {
             first.spill = self.spill;
         }
         total
+    }
+
+    fn window_nodes(&self) -> Vec<(crate::window::WindowSpec, crate::physical::WindowInput)> {
+        (self.make)(0).map(|operator| operator.window_nodes()).unwrap_or_default()
     }
 }

@@ -18,6 +18,7 @@ pub mod key_interner;
 pub mod pipeline;
 mod running_window;
 mod stamp;
+mod state_tables;
 mod time_runs;
 mod two_stacks;
 mod window_aggregate;
@@ -241,6 +242,24 @@ pub struct Output {
     pub late: Vec<(usize, RecordBatch)>,
 }
 
+/// What a checkpoint wrote of an operator's tables: the bytes it wrote, the bytes written
+/// since the previous checkpoint (by evictions, and by it), and the bytes of every table the
+/// store holds for the operator after it (the whole state, encoded).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointBytes {
+    pub tables_written: u64,
+    pub tables_changed: u64,
+    pub tables_stored: u64,
+}
+
+impl CheckpointBytes {
+    pub fn add(&mut self, other: &CheckpointBytes) {
+        self.tables_written += other.tables_written;
+        self.tables_changed += other.tables_changed;
+        self.tables_stored += other.tables_stored;
+    }
+}
+
 /// Counters every operator keeps; the runtime sums them into the run's statistics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OperatorMetrics {
@@ -348,9 +367,11 @@ pub trait StreamOperator: Send {
     /// at a time, a key group at a time) so the rows of a whole stream's last windows need not
     /// be in memory at once.
     fn finish(&mut self, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()>;
-    /// Writes the operator's state and counters, for a checkpoint.
-    fn snapshot(&self, w: &mut StateWriter) -> Result<()>;
-    /// Takes the state a [`snapshot`](Self::snapshot) of an operator of the same plan wrote.
+    /// Saves the operator's state for a checkpoint: its tables to the state store (what
+    /// changed since they were last saved), its progress and counters to `w`.
+    fn checkpoint(&mut self, w: &mut StateWriter) -> Result<CheckpointBytes>;
+    /// Takes back the state a [`checkpoint`](Self::checkpoint) of an operator of the same
+    /// plan saved.
     fn restore(&mut self, r: &mut StateReader) -> Result<()>;
     /// Counters per output slot; `state_bytes` (reported on slot 0) excludes interned keys,
     /// which [`KeySpaces`] reports.
@@ -446,41 +467,39 @@ impl KeySpaces {
     }
 }
 
-/// The operator for `kind`; window operators get the key interner of their group keys.
+/// The share of the state store and of the memory for state that one window operator gets.
+pub struct OperatorState {
+    pub store: Arc<crate::state::store::StateStore>,
+    /// Tells this operator's tables apart in the store.
+    pub id: u64,
+    /// Its memory for state (`u64::MAX`: no limit).
+    pub memory_bytes: u64,
+    /// Its keys are split into key groups of `2^group_bits` ids.
+    pub group_bits: u32,
+}
+
+/// The operator for `kind`; window operators get the key interner of their group keys and
+/// keep their state in key groups within `state`.
 pub fn create_operator(
     kind: &OperatorKind,
     event_time_type: &arrow::datatypes::DataType,
     key_spaces: &mut KeySpaces,
-    state: &OperatorState,
+    state: OperatorState,
 ) -> Result<Box<dyn StreamOperator>> {
     match kind {
         OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new(plan.clone()))),
         OperatorKind::Windows(windows) => {
             let keys = key_spaces.get(&windows.slots[0])?;
+            let shape = Arc::clone(&windows.slots[0]);
+            let group_keys = Arc::clone(&keys);
             let (windows, event_time_type) = (windows.clone(), event_time_type.clone());
-            match state {
-                OperatorState::Memory => Ok(Box::new(WindowAggregateExec::new(&windows, event_time_type, keys, 0)?)),
-                OperatorState::Spilling { store, id, memory_bytes, group_bits } => {
-                    let shape = Arc::clone(&windows.slots[0]);
-                    let group_keys = Arc::clone(&keys);
-                    let make = Box::new(move |key_base| {
-                        WindowAggregateExec::new(&windows, event_time_type.clone(), Arc::clone(&keys), key_base)
-                    });
-                    let store = Arc::clone(store);
-                    Ok(Box::new(KeyGroupsExec::new(make, shape, group_keys, store, *id, *group_bits, *memory_bytes)?))
-                }
-            }
+            let make = Box::new(move |key_base| {
+                WindowAggregateExec::new(&windows, event_time_type.clone(), Arc::clone(&keys), key_base)
+            });
+            let OperatorState { store, id, memory_bytes, group_bits } = state;
+            Ok(Box::new(KeyGroupsExec::new(make, shape, group_keys, (store, id), group_bits, memory_bytes)?))
         }
     }
-}
-
-/// Where a window operator keeps its state.
-pub enum OperatorState {
-    /// In memory.
-    Memory,
-    /// In key groups, in memory up to `memory_bytes` and in `store` beyond (`id` tells this
-    /// operator's groups apart there).
-    Spilling { store: Arc<crate::state::spill::SpillStore>, id: u64, memory_bytes: u64, group_bits: u32 },
 }
 
 #[cfg(test)]

@@ -23,16 +23,19 @@ use datafusion_common::hash_utils::{create_hashes, RandomState};
 use super::handoff::{Batches, InternProgress, WorkerStopped};
 use super::key_interner::key_signature;
 use super::stamp::Stamper;
-use super::{create_operator, EventBatch, KeySpaces, OperatorMetrics, OperatorState, Output, StreamOperator};
+use super::{
+    create_operator, CheckpointBytes, EventBatch, KeySpaces, OperatorMetrics, OperatorState, Output, StreamOperator,
+};
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
 use crate::connectors::{BatchReader, FreedHere, Skipped};
+use crate::engine::StateOptions;
 use crate::error::{Result, TesseraError};
 use crate::physical::{OperatorKind, OperatorPlan};
 use crate::plan::QueryPlan;
-use crate::state::checkpoint::{Checkpointer, SourcePosition};
+use crate::state::checkpoint::{CheckpointRecord, Checkpointer, SourcePosition};
 use crate::state::codec::{StateReader, StateWriter};
-use crate::state::spill::SpillStore;
+use crate::state::store::StateStore;
 
 /// How many workers compute, and how rows reach them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +82,8 @@ pub struct SourceRun {
     /// Checkpoints written while reading this source, and the time they took.
     pub checkpoints: u64,
     pub checkpoint_ms: u64,
+    /// What each checkpoint wrote.
+    pub checkpoint_log: Vec<CheckpointRecord>,
     /// Resuming: the events the checkpoint held, and the time until the first new batch
     /// reached the operators (restoring the state and moving the input to the checkpoint).
     pub resumed_events: u64,
@@ -104,6 +109,7 @@ enum Emitted {
     Snapshot {
         state: Vec<u8>,
         position: Arc<SourcePosition>,
+        tables: CheckpointBytes,
     },
 }
 
@@ -130,11 +136,12 @@ fn split_snapshot(snapshot: &[u8], workers: usize) -> Result<Vec<&[u8]>> {
 }
 
 impl Worker {
-    /// Worker `index` of `workers`, running `specs`, keeping window state in `backend`.
+    /// Worker `index` of `workers`, running `specs`, keeping window state as `state` says,
+    /// in `store` beyond memory and at checkpoints.
     fn new(
         specs: &[OperatorPlan],
         event_time_type: &DataType,
-        backend: &StateBackend,
+        (state, store): (&StateOptions, &Arc<StateStore>),
         (index, workers): (usize, usize),
     ) -> Result<Self> {
         let mut key_spaces = KeySpaces::default();
@@ -142,17 +149,14 @@ impl Worker {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let state = match backend {
-                    StateBackend::Memory => OperatorState::Memory,
-                    StateBackend::Disk { store, memory_bytes, group_bits } => OperatorState::Spilling {
-                        store: Arc::clone(store),
-                        id: ((index as u64) << 32) | i as u64,
-                        // An equal share of the memory for every operator of every worker.
-                        memory_bytes: memory_bytes / (workers * specs.len()).max(1) as u64,
-                        group_bits: *group_bits,
-                    },
+                let state = OperatorState {
+                    store: Arc::clone(store),
+                    id: ((index as u64) << 32) | i as u64,
+                    // An equal share of the memory for every operator of every worker.
+                    memory_bytes: state.memory_bytes.map_or(u64::MAX, |m| m / (workers * specs.len()).max(1) as u64),
+                    group_bits: state.group_bits,
                 };
-                Ok((s.queries.clone(), create_operator(&s.kind, event_time_type, &mut key_spaces, &state)?))
+                Ok((s.queries.clone(), create_operator(&s.kind, event_time_type, &mut key_spaces, state)?))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Worker { operators, key_spaces: Arc::new(key_spaces), state_bytes: Arc::new(AtomicU64::new(0)) })
@@ -191,18 +195,20 @@ impl Worker {
         Ok(())
     }
 
-    /// The state of every operator and the interned keys.
-    fn snapshot(&self) -> Result<Vec<u8>> {
+    /// Saves every operator's state for a checkpoint (their tables to the state store): the
+    /// snapshot of the interned keys and the operators' progress, and what the tables took.
+    fn checkpoint(&mut self) -> Result<(Vec<u8>, CheckpointBytes)> {
         let mut w = StateWriter::default();
         self.key_spaces.snapshot(&mut w)?;
         w.len(self.operators.len());
-        for (_, operator) in &self.operators {
-            operator.snapshot(&mut w)?;
+        let mut tables = CheckpointBytes::default();
+        for (_, operator) in &mut self.operators {
+            tables.add(&operator.checkpoint(&mut w)?);
         }
-        Ok(w.into_bytes())
+        Ok((w.into_bytes(), tables))
     }
 
-    /// Takes back the state of a [`snapshot`](Self::snapshot) of a worker of the same plan.
+    /// Takes back the state a [`checkpoint`](Self::checkpoint) of a worker of the same plan saved.
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         let mut r = StateReader::new(bytes);
         self.key_spaces.restore(&mut r)?;
@@ -287,17 +293,9 @@ pub(crate) struct SourceOptions<'a> {
     pub parallelism: Parallelism,
     pub progress: Option<&'a ProgressFn<'a>>,
     pub checkpoints: Option<SourceCheckpoints<'a>>,
-    pub state: StateBackend,
-}
-
-/// Where window operators keep their state.
-#[derive(Clone)]
-pub(crate) enum StateBackend {
-    /// In memory (the default).
-    Memory,
-    /// Split into key groups of `2^group_bits` key ids, in memory up to `memory_bytes` in all,
-    /// the least recently used beyond it in `store` on disk.
-    Disk { store: Arc<SpillStore>, memory_bytes: u64, group_bits: u32 },
+    /// Where window state lives: the memory it may take, and the store beyond it.
+    pub state: &'a StateOptions,
+    pub store: Arc<StateStore>,
 }
 
 /// Checkpointing of the source being run: where to save, and the position to resume from.
@@ -320,7 +318,7 @@ pub(crate) fn run_source(
     sink: &mut dyn ResultSink,
     options: SourceOptions<'_>,
 ) -> Result<SourceRun> {
-    let SourceOptions { parallelism, progress, mut checkpoints, state } = options;
+    let SourceOptions { parallelism, progress, mut checkpoints, state, store } = options;
     let started = std::time::Instant::now();
     let specs = operators;
     let query_count = queries.iter().map(|(q, _)| q + 1).max().unwrap_or(0);
@@ -332,12 +330,6 @@ pub(crate) fn run_source(
         query_metrics: vec![OperatorMetrics::default(); query_count],
         ..Default::default()
     };
-    let mut described = KeySpaces::default();
-    for spec in specs {
-        let operator =
-            create_operator(&spec.kind, &source.event_time.data_type, &mut described, &OperatorState::Memory)?;
-        run.window_nodes.push(operator.window_nodes());
-    }
     // Checkpoints are cut between batches of one worker (the reading thread still decodes
     // ahead on the other core).
     let workers = parallelism.workers(specs.len());
@@ -360,8 +352,9 @@ pub(crate) fn run_source(
     // the same in every run of the same input: key groups on disk are blocks of ids, and a
     // resumed run must put each key in the group the interrupted run put it in.
     let mut pool = (0..workers)
-        .map(|index| Worker::new(specs, &source.event_time.data_type, &state, (index, workers)))
+        .map(|index| Worker::new(specs, &source.event_time.data_type, (state, &store), (index, workers)))
         .collect::<Result<Vec<_>>>()?;
+    run.window_nodes = pool[0].operators.iter().map(|(_, operator)| operator.window_nodes()).collect();
     if let Some((_, snapshot)) = &resume {
         for (worker, saved) in pool.iter_mut().zip(split_snapshot(snapshot, workers)?) {
             worker.restore(saved)?;
@@ -486,10 +479,12 @@ struct Collector<'a> {
     sink: &'a mut dyn ResultSink,
     rows_out: Vec<u64>,
     checkpointer: Option<(&'a mut Checkpointer, Arc<CheckpointClock>)>,
-    states: Vec<Option<Vec<u8>>>,
+    states: Vec<Option<(Vec<u8>, CheckpointBytes)>>,
     held: Vec<std::collections::VecDeque<Emitted>>,
     /// Checkpoints saved, and the milliseconds they took.
     saved: (u64, u64),
+    /// What each checkpoint saved wrote.
+    log: Vec<CheckpointRecord>,
 }
 
 impl<'a> Collector<'a> {
@@ -506,6 +501,7 @@ impl<'a> Collector<'a> {
             states: vec![None; workers],
             held: (0..workers).map(|_| Default::default()).collect(),
             saved: (0, 0),
+            log: Vec::new(),
         }
     }
 
@@ -523,12 +519,17 @@ impl<'a> Collector<'a> {
                     self.sink.write_rows(q, &batch)?;
                 }
                 Emitted::Late(q, batch) => self.sink.write_late(q, &batch)?,
-                Emitted::Snapshot { state, position } => {
-                    self.states[w] = Some(state);
+                Emitted::Snapshot { state, position, tables } => {
+                    self.states[w] = Some((state, tables));
                     if self.states.iter().all(Option::is_some) {
-                        let all: Vec<Vec<u8>> = self.states.iter_mut().filter_map(Option::take).collect();
+                        let mut all = Vec::new();
+                        let mut written = CheckpointBytes::default();
+                        for (state, tables) in self.states.iter_mut().filter_map(Option::take) {
+                            all.push(state);
+                            written.add(&tables);
+                        }
                         let position = SourcePosition { query_rows_out: self.rows_out.clone(), ..(*position).clone() };
-                        self.save(position, &combine_snapshots(&all))?;
+                        self.save(position, &combine_snapshots(&all), written)?;
                         for (v, messages) in self.held.iter_mut().enumerate() {
                             queue.extend(messages.drain(..).map(|m| (v, m)));
                         }
@@ -540,14 +541,21 @@ impl<'a> Collector<'a> {
     }
 
     /// Saves a checkpoint: makes the sink's output durable and writes the snapshot and manifest.
-    fn save(&mut self, position: SourcePosition, snapshot: &[u8]) -> Result<()> {
+    fn save(&mut self, position: SourcePosition, snapshot: &[u8], tables: CheckpointBytes) -> Result<()> {
         let Some((checkpointer, clock)) = self.checkpointer.as_mut() else { return Ok(()) };
         let started = std::time::Instant::now();
         let sink_position = self.sink.checkpoint()?;
-        checkpointer.write(position, snapshot, sink_position)?;
+        let sequence = checkpointer.write(position, snapshot, sink_position)?;
         clock.saved();
         self.saved.0 += 1;
         self.saved.1 += started.elapsed().as_millis() as u64;
+        self.log.push(CheckpointRecord {
+            sequence,
+            snapshot_bytes: snapshot.len() as u64,
+            tables_written: tables.tables_written,
+            tables_changed: tables.tables_changed,
+            tables_stored: tables.tables_stored,
+        });
         Ok(())
     }
 }
@@ -658,7 +666,8 @@ fn compute(
                         match message {
                             WorkerMessage::Batch(parts, watermark) => worker.handle(parts, watermark, &mut emit)?,
                             WorkerMessage::Snapshot(position) => {
-                                emit(Emitted::Snapshot { state: worker.snapshot()?, position })?
+                                let (state, tables) = worker.checkpoint()?;
+                                emit(Emitted::Snapshot { state, position, tables })?
                             }
                         }
                     }
@@ -734,11 +743,11 @@ fn compute(
                 let position = Arc::new(consumed.position(run, max_event_time, (read.0, skipped)));
                 match here.as_mut() {
                     Some(worker) => {
-                        let state = worker.snapshot()?;
+                        let (state, tables) = worker.checkpoint()?;
                         collector
                             .as_mut()
                             .expect("one worker collects here")
-                            .take(0, Emitted::Snapshot { state, position })?
+                            .take(0, Emitted::Snapshot { state, position, tables })?
                     }
                     None => {
                         for sender in &senders {
@@ -773,6 +782,7 @@ fn compute(
         run.query_rows_out = std::mem::take(&mut collector.rows_out);
         run.checkpoints += collector.saved.0;
         run.checkpoint_ms += collector.saved.1;
+        run.checkpoint_log.append(&mut collector.log);
         for result in metrics {
             for (query, metrics) in result? {
                 run.query_metrics[query].add(&metrics);

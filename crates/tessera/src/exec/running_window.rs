@@ -21,6 +21,7 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use super::group_table::GroupTable;
+use super::state_tables::{decode_running, TableName, TableRef, TableRole};
 use super::two_stacks::{InstanceSlices, TwoStacks};
 use crate::error::{Result, TesseraError};
 use crate::physical::SlidingAggregator;
@@ -127,25 +128,73 @@ impl Sliding {
         }
     }
 
-    pub(super) fn encode(&self, w: &mut StateWriter) {
+    /// Writes the aggregator's kind and position; its tables are saved one by one.
+    pub(super) fn encode_progress(&self, w: &mut StateWriter) {
         match self {
             Sliding::Running(running) => {
                 w.bool(true);
-                running.encode(w);
+                running.encode_progress(w);
             }
             Sliding::Stacks(stacks) => {
                 w.bool(false);
-                stacks.encode(w);
+                stacks.encode_progress(w);
             }
         }
     }
 
-    pub(super) fn decode(plan: &WindowAggregatePlan, r: &mut StateReader) -> Result<Self> {
+    /// The aggregator [`encode_progress`](Self::encode_progress) wrote, its tables to come.
+    pub(super) fn decode_progress(plan: &WindowAggregatePlan, r: &mut StateReader) -> Result<Self> {
         Ok(if r.bool()? {
-            Sliding::Running(RunningWindow::decode(plan, r)?)
+            let mut running = RunningWindow::new(GroupTable::new(plan));
+            running.decode_progress(r)?;
+            Sliding::Running(running)
         } else {
-            Sliding::Stacks(TwoStacks::decode(plan, r)?)
+            Sliding::Stacks(TwoStacks::decode_progress(r)?)
         })
+    }
+
+    /// Hands `visit` the aggregator's tables (see [`WindowAggregateExec::visit_tables`]).
+    ///
+    /// [`WindowAggregateExec::visit_tables`]: super::window_aggregate::WindowAggregateExec::visit_tables
+    pub(super) fn visit_tables(
+        &mut self,
+        node: u16,
+        visit: &mut dyn FnMut(TableName, TableRef<'_>) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            Sliding::Running(running) => visit(
+                TableName { role: TableRole::Running, node, index: 0 },
+                TableRef::Running { table: &mut running.table, holders: &running.holders },
+            ),
+            Sliding::Stacks(stacks) => stacks.visit_tables(node, visit),
+        }
+    }
+
+    /// Puts back a table [`visit_tables`](Self::visit_tables) named.
+    pub(super) fn insert_table(
+        &mut self,
+        name: TableName,
+        plan: &WindowAggregatePlan,
+        r: &mut StateReader,
+    ) -> Result<()> {
+        match (self, name.role) {
+            (Sliding::Running(running), TableRole::Running) => {
+                let (table, holders) = decode_running(plan, r)?;
+                running.absent = holders.iter().filter(|&&h| h == 0).count();
+                running.held = holders.iter().map(|&h| u64::from(h)).sum();
+                running.table = table;
+                running.holders = holders;
+                Ok(())
+            }
+            (Sliding::Stacks(stacks), TableRole::StackBack | TableRole::StackFront) => {
+                stacks.insert_table(name, GroupTable::decode(plan, r)?);
+                Ok(())
+            }
+            _ => Err(TesseraError::Checkpoint(format!(
+                "the state store holds a {:?} table for a window sliding otherwise",
+                name.role
+            ))),
+        }
     }
 
     pub(super) fn bytes(&self) -> usize {
@@ -388,11 +437,10 @@ impl RunningWindow {
         (!self.table.keys.is_empty()).then_some(&self.table)
     }
 
-    /// Writes the states with their exact sums (so a resumed run goes on from the same exact
-    /// values, and its results are the same to the bit).
-    fn encode(&self, w: &mut StateWriter) {
-        self.table.encode(w);
-        w.u32s(&self.holders);
+    /// Writes where the running value stands; its states and holders are a table of their
+    /// own (saved with their exact sums, so a resumed run goes on from the same exact values,
+    /// and its results are the same to the bit).
+    fn encode_progress(&self, w: &mut StateWriter) {
         w.i64s(&self.counted.iter().copied().collect::<Vec<_>>());
         w.bool(self.span.is_some());
         let (from, through) = self.span.unwrap_or_default();
@@ -402,33 +450,14 @@ impl RunningWindow {
         w.u32(self.strikes);
     }
 
-    fn decode(plan: &WindowAggregatePlan, r: &mut StateReader) -> Result<Self> {
-        let table = GroupTable::decode(plan, r)?;
-        let holders = r.u32s()?;
-        let counted = r.i64s()?.into();
+    fn decode_progress(&mut self, r: &mut StateReader) -> Result<()> {
+        self.counted = r.i64s()?.into();
         let spanned = r.bool()?;
         let span = (r.i64()?, r.i64()?);
-        let span = spanned.then_some(span);
-        let late_merges = r.u64()?;
-        let strikes = r.u32()?;
-        let slots = table.keys.len();
-        if holders.len() != slots {
-            return Err(TesseraError::Checkpoint("a saved running window is inconsistent".into()));
-        }
-        let absent = holders.iter().filter(|&&h| h == 0).count();
-        let held = holders.iter().map(|&h| u64::from(h)).sum();
-        Ok(RunningWindow {
-            table,
-            holders,
-            absent,
-            held,
-            late_merges,
-            strikes,
-            late_keys: Vec::new(),
-            late_slots: Vec::new(),
-            counted,
-            span,
-        })
+        self.span = spanned.then_some(span);
+        self.late_merges = r.u64()?;
+        self.strikes = r.u32()?;
+        Ok(())
     }
 
     fn bytes(&self) -> usize {
@@ -483,6 +512,30 @@ mod tests {
             .collect();
         let value = |c: &Arc<dyn Array>, i: usize| c.is_valid(i).then(|| c.as_primitive::<Float64Type>().value(i));
         table.keys.iter().enumerate().map(|(i, &k)| (k, columns.iter().map(|c| value(c, i)).collect())).collect()
+    }
+
+    /// The aggregator rebuilt from its progress and its tables, saved one by one as the key
+    /// groups' table manager saves them.
+    fn saved_and_restored(sliding: &mut Sliding, plan: &WindowAggregatePlan) -> Sliding {
+        let mut w = StateWriter::default();
+        sliding.encode_progress(&mut w);
+        let progress = w.into_bytes();
+        let mut tables = Vec::new();
+        sliding
+            .visit_tables(0, &mut |name, table| {
+                let mut w = StateWriter::default();
+                table.encode(&mut w);
+                tables.push((name, w.into_bytes()));
+                Ok(())
+            })
+            .unwrap();
+        let mut restored = Sliding::decode_progress(plan, &mut StateReader::new(&progress)).unwrap();
+        for (name, bytes) in tables {
+            let mut r = StateReader::new(&bytes);
+            restored.insert_table(name, plan, &mut r).unwrap();
+            r.finish().unwrap();
+        }
+        restored
     }
 
     #[test]
@@ -556,10 +609,7 @@ mod tests {
                 while tables.pop_below(keep_from).is_some() {}
                 slices.retain(|&k, _| k >= keep_from);
                 if saves[m as usize] {
-                    let mut w = StateWriter::default();
-                    sliding.encode(&mut w);
-                    let bytes = w.into_bytes();
-                    sliding = Sliding::decode(&plan, &mut StateReader::new(&bytes)).unwrap();
+                    sliding = saved_and_restored(&mut sliding, &plan);
                 }
             }
             // The few late rows here cost less than a rebuild.

@@ -14,8 +14,8 @@
 use std::borrow::Cow;
 
 use super::group_table::{GroupTable, Tables};
+use super::state_tables::{TableName, TableRef, TableRole};
 use crate::error::Result;
-use crate::plan::WindowAggregatePlan;
 use crate::state::codec::{StateReader, StateWriter};
 
 /// The slices of one instance, `first..=last`, among those with data (`slices`), and how to
@@ -119,30 +119,46 @@ impl TwoStacks {
         Ok(())
     }
 
-    /// Writes the stacks (saved rather than rebuilt, so a resumed run merges in the same order
-    /// and its floating-point results are the same to the bit).
-    pub(super) fn encode(&self, w: &mut StateWriter) {
+    /// Writes which slices the stacks hold; their aggregates are tables of their own (saved
+    /// rather than rebuilt, so a resumed run merges in the same order and its floating-point
+    /// results are the same to the bit).
+    pub(super) fn encode_progress(&self, w: &mut StateWriter) {
         w.i64s(&self.back);
-        w.bool(self.back_merged.is_some());
-        if let Some(table) = &self.back_merged {
-            table.encode(w);
-        }
-        w.len(self.front.len());
-        for (k, table) in &self.front {
-            w.i64(*k);
-            table.encode(w);
-        }
         w.bool(self.pushed_through.is_some());
         w.i64(self.pushed_through.unwrap_or(0));
     }
 
-    pub(super) fn decode(plan: &WindowAggregatePlan, r: &mut StateReader) -> Result<Self> {
+    pub(super) fn decode_progress(r: &mut StateReader) -> Result<Self> {
         let back = r.i64s()?;
-        let back_merged = if r.bool()? { Some(GroupTable::decode(plan, r)?) } else { None };
-        let n = r.len(9)?;
-        let front = (0..n).map(|_| Ok((r.i64()?, GroupTable::decode(plan, r)?))).collect::<Result<_>>()?;
         let pushed_through = if r.bool()? { Some(r.i64()?) } else { r.i64().map(|_| None)? };
-        Ok(TwoStacks { back, back_merged, front, pushed_through, combined: None })
+        Ok(TwoStacks { back, pushed_through, ..TwoStacks::default() })
+    }
+
+    /// Hands `visit` the back's merge and the front's entries.
+    pub(super) fn visit_tables(
+        &mut self,
+        node: u16,
+        visit: &mut dyn FnMut(TableName, TableRef<'_>) -> Result<()>,
+    ) -> Result<()> {
+        if let Some(table) = &mut self.back_merged {
+            visit(TableName { role: TableRole::StackBack, node, index: 0 }, TableRef::Table(table))?;
+        }
+        for (index, table) in &mut self.front {
+            visit(TableName { role: TableRole::StackFront, node, index: *index }, TableRef::Table(table))?;
+        }
+        Ok(())
+    }
+
+    /// Puts back a table [`visit_tables`](Self::visit_tables) named.
+    pub(super) fn insert_table(&mut self, name: TableName, table: GroupTable) {
+        if name.role == TableRole::StackBack {
+            self.back_merged = Some(table);
+        } else {
+            self.front.retain(|(k, _)| *k != name.index);
+            self.front.push((name.index, table));
+            // Newest first.
+            self.front.sort_by_key(|(k, _)| std::cmp::Reverse(*k));
+        }
     }
 
     pub(super) fn bytes(&self) -> usize {

@@ -25,10 +25,11 @@ use arrow::datatypes::DataType;
 use super::group_table::{GroupTable, TablePool, Tables};
 use super::key_interner::SharedKeys;
 use super::running_window::Sliding;
+use super::state_tables::{TableName, TableRef, TableRole};
 use super::time_runs::{ascending_below, rows_within};
 use super::two_stacks::{InstanceSlices, TwoStacks};
 use super::window_emitter::Emitter;
-use super::{EventBatch, OperatorMetrics, Output, StreamOperator};
+use super::{EventBatch, OperatorMetrics, Output};
 use crate::error::{Result, TesseraError};
 use crate::physical::{SlidingAggregator, WindowInput, WindowsPlan};
 use crate::plan::{EmitMode, WindowAggregatePlan};
@@ -572,38 +573,19 @@ impl WindowAggregateExec {
     }
 }
 
-impl StreamOperator for WindowAggregateExec {
-    fn name(&self) -> &'static str {
-        "WindowAggregateExec"
-    }
-
-    fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()> {
-        for slot in &mut self.emitter.slots {
-            slot.metrics.rows_in += input.len() as u64;
-        }
-        let shape = Arc::clone(&self.shape);
-        match &shape.filter {
-            None => {
-                let key_ids = self.emitter.keys.ids_for(input, &shape.keys)?;
-                let key_ids = self.emitter.local_ids(&key_ids);
-                self.process_filtered(input, &key_ids, out)?;
-            }
-            Some(predicate) => {
-                let mask = predicate.evaluate(&input.rows)?.into_array(input.len())?;
-                let mask = arrow::array::AsArray::as_boolean_opt(&mask)
-                    .ok_or_else(|| TesseraError::Plan(format!("WHERE `{predicate}` is not a boolean expression")))?
-                    .clone();
-                let filtered = input.filter(&mask)?;
-                let key_ids = self.emitter.keys.intern(&filtered.rows, &shape.keys)?;
-                let key_ids = self.emitter.local_ids(&key_ids);
-                self.process_filtered(&filtered, &key_ids, out)?;
-            }
-        }
+/// The operator's interface to the key-group table manager ([`super::key_groups`]), which
+/// owns the operator: rows arrive filtered with their interned keys, and the state is saved as
+/// scalar progress plus tables the manager stores one by one.
+impl WindowAggregateExec {
+    /// Aggregates rows that passed the WHERE clause, whose interned keys are `key_ids`.
+    pub(super) fn process(&mut self, input: &EventBatch, key_ids: &[u32], out: &mut Output) -> Result<()> {
+        let key_ids = self.emitter.local_ids(key_ids);
+        self.process_filtered(input, &key_ids, out)?;
         self.emitter.flush(out)?;
         self.write_changes(None, out)
     }
 
-    fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
+    pub(super) fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
         if watermark >= self.next_close() {
             self.close_windows(watermark, &self.every_node(), out)?;
         }
@@ -611,7 +593,7 @@ impl StreamOperator for WindowAggregateExec {
     }
 
     /// Closes the instances with data in the order of their ends, emitting after each step.
-    fn finish(&mut self, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
+    pub(super) fn finish(&mut self, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
         loop {
             let next = (0..self.nodes.len())
                 .filter_map(|i| {
@@ -631,28 +613,20 @@ impl StreamOperator for WindowAggregateExec {
         }
     }
 
-    fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
-        let tables = |w: &mut StateWriter, map: &Tables| {
-            w.len(map.len());
-            for (k, table) in map.iter() {
-                w.i64(k);
-                table.encode(w);
-            }
-        };
+    /// Writes what is not a table: counters, where each node's emission stands, the sliding
+    /// aggregators' positions and the rows `EMIT CHANGES` stands by.
+    pub(super) fn encode_progress(&self, w: &mut StateWriter) {
         w.u64(self.store_reads);
         w.u64(self.store_writes);
         w.u64(self.emit_reads);
         w.len(self.emitter.slots.len());
         self.emitter.slots.iter().for_each(|slot| slot.metrics.encode(w));
-        tables(w, &self.slices);
         w.len(self.nodes.len());
         for node in &self.nodes {
             for v in [node.next_window, node.closed_through, node.keep_from] {
                 w.i64(v);
             }
-            tables(w, &node.open);
-            tables(w, &node.closed);
-            node.sliding.encode(w);
+            node.sliding.encode_progress(w);
             w.len(node.emitted.len());
             for (&m, written) in &node.emitted {
                 w.i64(m);
@@ -663,15 +637,10 @@ impl StreamOperator for WindowAggregateExec {
                 }
             }
         }
-        Ok(())
     }
 
-    fn restore(&mut self, r: &mut StateReader) -> Result<()> {
-        let shape = Arc::clone(&self.shape);
-        let tables = |r: &mut StateReader| -> Result<Tables> {
-            let n = r.len(9)?;
-            (0..n).map(|_| Ok((r.i64()?, GroupTable::decode(&shape, r)?))).collect()
-        };
+    /// Takes back what [`encode_progress`](Self::encode_progress) wrote, before the tables.
+    pub(super) fn decode_progress(&mut self, r: &mut StateReader) -> Result<()> {
         let mismatch = || TesseraError::Checkpoint("the state snapshot does not match the plan's windows".into());
         self.store_reads = r.u64()?;
         self.store_writes = r.u64()?;
@@ -682,7 +651,6 @@ impl StreamOperator for WindowAggregateExec {
         for slot in &mut self.emitter.slots {
             slot.metrics = OperatorMetrics::decode(r)?;
         }
-        self.slices = tables(r)?;
         if r.len(1)? != self.nodes.len() {
             return Err(mismatch());
         }
@@ -690,9 +658,7 @@ impl StreamOperator for WindowAggregateExec {
             node.next_window = r.i64()?;
             node.closed_through = r.i64()?;
             node.keep_from = r.i64()?;
-            node.open = tables(r)?;
-            node.closed = tables(r)?;
-            node.sliding = Sliding::decode(&shape, r)?;
+            node.sliding = Sliding::decode_progress(&self.shape, r)?;
             let instances = r.len(16)?;
             node.emitted = (0..instances)
                 .map(|_| {
@@ -706,7 +672,44 @@ impl StreamOperator for WindowAggregateExec {
         Ok(())
     }
 
-    fn window_nodes(&self) -> Vec<(WindowSpec, WindowInput)> {
+    /// Hands `visit` every table of the state with its name: slices, open and kept closed
+    /// instances, the sliding aggregators' tables.
+    pub(super) fn visit_tables(&mut self, visit: &mut dyn FnMut(TableName, TableRef<'_>) -> Result<()>) -> Result<()> {
+        for (index, table) in self.slices.iter_mut() {
+            visit(TableName { role: TableRole::Slice, node: 0, index }, TableRef::Table(table))?;
+        }
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            let node_index = i as u16;
+            for (index, table) in node.open.iter_mut() {
+                visit(TableName { role: TableRole::Open, node: node_index, index }, TableRef::Table(table))?;
+            }
+            for (index, table) in node.closed.iter_mut() {
+                visit(TableName { role: TableRole::Closed, node: node_index, index }, TableRef::Table(table))?;
+            }
+            node.sliding.visit_tables(node_index, visit)?;
+        }
+        Ok(())
+    }
+
+    /// Puts back a table [`visit_tables`](Self::visit_tables) named, from its encoding.
+    pub(super) fn insert_table(&mut self, name: TableName, r: &mut StateReader) -> Result<()> {
+        let shape = Arc::clone(&self.shape);
+        if name.role == TableRole::Slice {
+            self.slices.insert(name.index, GroupTable::decode(&shape, r)?);
+            return Ok(());
+        }
+        let node = self.nodes.get_mut(usize::from(name.node)).ok_or_else(|| {
+            TesseraError::Checkpoint("the state store holds a table of a window node the plan lacks".into())
+        })?;
+        match name.role {
+            TableRole::Open => node.open.insert(name.index, GroupTable::decode(&shape, r)?),
+            TableRole::Closed => node.closed.insert(name.index, GroupTable::decode(&shape, r)?),
+            _ => node.sliding.insert_table(name, &shape, r)?,
+        }
+        Ok(())
+    }
+
+    pub(super) fn window_nodes(&self) -> Vec<(WindowSpec, WindowInput)> {
         let nodes = self.nodes.iter().map(|node| {
             let input = match node.input {
                 WindowInput::Sliding(_) => WindowInput::Sliding(node.sliding.aggregator()),
@@ -717,7 +720,8 @@ impl StreamOperator for WindowAggregateExec {
         nodes.collect()
     }
 
-    fn metrics(&self) -> Vec<OperatorMetrics> {
+    /// Counters per output slot; `state_bytes` (on slot 0) is the size of the tables.
+    pub(super) fn metrics(&self) -> Vec<OperatorMetrics> {
         let state = self.slices.values().map(GroupTable::bytes).sum::<usize>()
             + self.nodes.iter().map(Node::bytes).sum::<usize>();
         let mut metrics: Vec<OperatorMetrics> = self.emitter.slots.iter().map(|s| s.metrics).collect();

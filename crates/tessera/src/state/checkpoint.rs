@@ -24,7 +24,22 @@ use crate::error::{Result, TesseraError};
 use crate::exec::pipeline::SourceRun;
 
 const MANIFEST: &str = "MANIFEST";
-const FORMAT: u32 = 1;
+/// The format of the manifest and snapshot. Format 1 held every operator's whole state in
+/// the snapshot; format 2 holds their progress, the tables being in the state store.
+const FORMAT: u32 = 2;
+
+/// What one checkpoint wrote: the snapshot (progress, interned keys, rows waiting), the
+/// state tables it wrote to the store, the tables written since the previous checkpoint
+/// (evictions included), and every table the store holds after it (the whole state, encoded,
+/// which a checkpoint writing everything would have written).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    pub sequence: u64,
+    pub snapshot_bytes: u64,
+    pub tables_written: u64,
+    pub tables_changed: u64,
+    pub tables_stored: u64,
+}
 
 /// Where and how often to checkpoint.
 #[derive(Debug, Clone)]
@@ -126,7 +141,17 @@ impl Checkpointer {
                 dir.join(MANIFEST).display()
             ))
         })?;
-        if manifest.format != FORMAT || manifest.fingerprint != fingerprint {
+        if manifest.format != FORMAT {
+            return Err(TesseraError::Checkpoint(format!(
+                "the checkpoint in {} is in format {} (tessera {}); this tessera ({}) reads format {FORMAT}: \
+                 resume it with the tessera that wrote it, or give another --state-dir",
+                dir.display(),
+                manifest.format,
+                manifest.tessera_version,
+                env!("CARGO_PKG_VERSION"),
+            )));
+        }
+        if manifest.fingerprint != fingerprint {
             return Err(TesseraError::Checkpoint(format!(
                 "the checkpoint in {} was written for another plan or input (tessera {}, plan {}; this run: tessera {}, plan {fingerprint}): \
                  resume it with the same script, settings and input files, or give another --state-dir",
@@ -154,12 +179,19 @@ impl Checkpointer {
         self.config.interval
     }
 
-    /// Saves a checkpoint of the source in progress.
-    pub fn write(&mut self, position: SourcePosition, snapshot: &[u8], sink: Vec<u64>) -> Result<()> {
+    /// Saves a checkpoint of the source in progress (the operators made their tables in the
+    /// state store durable before); returns its sequence number.
+    pub fn write(&mut self, position: SourcePosition, snapshot: &[u8], sink: Vec<u64>) -> Result<u64> {
         let name = format!("snapshot-{:08}.bin", self.sequence + 1);
         write_synced(&self.config.dir.join(&name), snapshot)?;
         let file = (name, snapshot.len() as u64, fnv64(snapshot));
-        self.commit(false, Some(position), Some(file), sink)
+        self.commit(false, Some(position), Some(file), sink)?;
+        Ok(self.sequence)
+    }
+
+    /// The folder of the durable state store beside the manifest.
+    pub fn store_dir(&self) -> PathBuf {
+        self.config.dir.join("store")
     }
 
     /// A source was read to the end.

@@ -5,4 +5,4 @@
 
 pub mod checkpoint;
 pub mod codec;
-pub mod spill;
+pub mod store;

@@ -26,7 +26,7 @@ pub fn run_batches(
     parallelism: usize,
     strategy: Option<Strategy>,
 ) -> tessera::Result<Outcome> {
-    run_batches_with_state(script, batches, parallelism, strategy, StateOptions::Memory)
+    run_batches_with_state(script, batches, parallelism, strategy, StateOptions::default())
 }
 
 /// Like [`run_batches`], with window state kept as `state` says.
@@ -51,7 +51,7 @@ pub fn run_batches_with_state(
 /// State on disk in `dir`, with `memory_bytes` for it in memory and key groups of
 /// `2^group_bits` keys.
 pub fn on_disk(dir: &Path, memory_bytes: u64, group_bits: u32) -> StateOptions {
-    StateOptions::Disk { memory_bytes, dir: dir.to_path_buf(), group_bits }
+    StateOptions { memory_bytes: Some(memory_bytes), spill_dir: dir.to_path_buf(), group_bits }
 }
 
 /// A SQL value as the tests compare it: integers exactly, floats to 9 significant digits.

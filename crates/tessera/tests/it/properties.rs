@@ -303,7 +303,7 @@ proptest! {
             let state = if spill {
                 on_disk(dir.path(), 0, 1)
             } else {
-                StateOptions::Memory
+                StateOptions::default()
             };
             let outcome = run_batches_with_state(&text, batches(&events, batch_size), parallelism, Some(strategy), state).expect("engine run");
             let actual = rows(&outcome.rows[0]);
@@ -464,7 +464,7 @@ proptest! {
                 let state = if spill {
                     on_disk(&dir.path().join(format!("{strategy:?}")), 0, 1)
                 } else {
-                    StateOptions::Memory
+                    StateOptions::default()
                 };
                 let size = if parallelism == 1 { batch_size } else { 7 };
                 let outcome = run_batches_with_state(&text, batches(&events, size), parallelism, Some(strategy), state).expect("engine run");

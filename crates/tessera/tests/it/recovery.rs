@@ -82,8 +82,10 @@ fn run(
         checkpoints: state.map(|dir| CheckpointConfig { dir: dir.to_path_buf(), interval: Duration::ZERO }),
         // On disk: key groups of two key ids within `disk` bytes of memory.
         state: match disk {
-            Some(memory_bytes) => StateOptions::Disk { memory_bytes, dir: std::env::temp_dir(), group_bits: 1 },
-            None => StateOptions::Memory,
+            Some(memory_bytes) => {
+                StateOptions { memory_bytes: Some(memory_bytes), group_bits: 1, ..StateOptions::default() }
+            }
+            None => StateOptions::default(),
         },
         ..RunOptions::default()
     };
