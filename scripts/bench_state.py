@@ -123,9 +123,9 @@ def main():
             if report.get("checkpoints"):
                 line += f"; {report['checkpoints']} checkpoints, {report['checkpoint_ms']} ms in all"
                 for c in report.get("checkpoint_log", []):
-                    line += (f"\n    checkpoint {c['sequence']}: {c['bytes_written'] / 1e6:,.1f} MB written, "
-                             f"{c['state_changed'] / 1e6:,.1f} MB of state changed since the previous one, "
-                             f"state {c['state_bytes'] / 1e6:,.1f} MB")
+                    line += (f"\n    checkpoint {c['sequence']}: wrote {c['tables_written'] / 1e6:,.1f} MB of tables "
+                             f"and a {c['snapshot_bytes'] / 1e6:,.1f} MB snapshot; tables written since the previous "
+                             f"one {c['tables_changed'] / 1e6:,.1f} MB; the store holds {c['tables_stored'] / 1e6:,.1f} MB")
             print(line)
         names = list(configs)
         same = all(filecmp.cmp(outputs[names[0]], outputs[n], shallow=False) for n in names[1:])

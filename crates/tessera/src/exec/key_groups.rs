@@ -202,6 +202,8 @@ pub struct KeyGroupsExec {
     make: Box<dyn Fn(u32) -> Result<WindowAggregateExec> + Send>,
     shape: Arc<WindowAggregatePlan>,
     keys: Arc<SharedKeys>,
+    /// An operator as the plan builds it: its window nodes and output slots.
+    probe: WindowAggregateExec,
     tables: TableVersions,
     group_bits: u32,
     memory_budget: u64,
@@ -223,12 +225,14 @@ impl KeyGroupsExec {
         group_bits: u32,
         memory_budget: u64,
     ) -> Result<Self> {
-        let slots = make(0)?.metrics().len();
+        let probe = make(0)?;
+        let slots = probe.metrics().len();
         Ok(KeyGroupsExec {
             groups: Vec::new(),
             make,
             shape,
             keys,
+            probe,
             tables: TableVersions { store, operator: id, epoch: 0, retired: Vec::new(), written_since_checkpoint: 0 },
             group_bits,
             memory_budget,
@@ -341,24 +345,45 @@ impl KeyGroupsExec {
     /// was never evicted), waiting otherwise.
     fn take_rows(&mut self, g: usize, part: Arc<EventBatch>, ids: &[u32]) -> Result<()> {
         let changes = self.shape.emit == EmitMode::Changes;
-        let group = self.group(g);
-        if group.operator.is_none() && group.progress.is_some() && !changes {
-            // No window holding a waiting row closes before the watermark passes the row.
-            let earliest = part.event_times.iter().copied().min().unwrap_or(i64::MAX);
-            group.next_close = group.next_close.min(earliest);
-            group.pending_rows += part.len();
-            group.pending_bytes += part.memory_bytes();
-            group.pending.push(part);
-            if group.pending_rows < PENDING_ROWS {
-                return Ok(());
+        let evicted = self.group(g).operator.is_none() && self.groups[g].progress.is_some();
+        if evicted && !changes {
+            // The rows wait until a window holding one of them is due to close, unless one
+            // is late for a window: then they are taken now, so the late row is written with
+            // this batch, as from a group in memory.
+            let (earliest, late) = self.first_closes(&part);
+            let group = &mut self.groups[g];
+            if !late {
+                group.next_close = group.next_close.min(earliest);
+                group.pending_rows += part.len();
+                group.pending_bytes += part.memory_bytes();
+                group.pending.push(part);
+                if group.pending_rows < PENDING_ROWS {
+                    return Ok(());
+                }
+                return self.load(g).map(|()| self.observe(g));
             }
-            return self.load(g).map(|()| self.observe(g));
         }
         self.load(g)?;
         let group = &mut self.groups[g];
         group.operator.as_mut().expect("loaded").process(&part, ids, &mut group.out)?;
         self.observe(g);
         Ok(())
+    }
+
+    /// The earliest end of a window holding one of `part`'s rows, and whether a row arrives
+    /// late for one (its watermark has passed that window's end).
+    fn first_closes(&self, part: &EventBatch) -> (i64, bool) {
+        let specs: Vec<_> = self.probe.window_nodes().into_iter().map(|(spec, _)| spec).collect();
+        let watermarks = part.watermarks.per_row(part.len());
+        let mut earliest = i64::MAX;
+        for (&t, &watermark) in part.event_times.iter().zip(&watermarks) {
+            let close = specs.iter().map(|s| s.end(s.first_window_ending_after(t))).min().unwrap_or(i64::MAX);
+            if close <= watermark {
+                return (close, true);
+            }
+            earliest = earliest.min(close);
+        }
+        (earliest, false)
     }
 
     /// Moves what the groups emitted to `out`, in group order.
@@ -604,6 +629,6 @@ impl StreamOperator for KeyGroupsExec {
     }
 
     fn window_nodes(&self) -> Vec<(crate::window::WindowSpec, crate::physical::WindowInput)> {
-        (self.make)(0).map(|operator| operator.window_nodes()).unwrap_or_default()
+        self.probe.window_nodes()
     }
 }

@@ -26,6 +26,11 @@ pub struct StateStore {
     lock: Mutex<Option<(PathBuf, std::fs::File)>>,
 }
 
+/// The LSM tree's block cache, write buffers (memtables not yet flushed) and memtable.
+const CACHE_BYTES: u64 = 4 << 20;
+const WRITE_BUFFER_BYTES: u64 = 16 << 20;
+const MEMTABLE_BYTES: u32 = 8 << 20;
+
 /// The start of a temporary store's folder name.
 const PREFIX: &str = "tessera-spill-";
 
@@ -112,12 +117,17 @@ impl StateStore {
     fn tables(&self, create: bool) -> Result<Option<fjall::PartitionHandle>> {
         let mut tree = self.tree.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if tree.is_none() && create {
-            let keyspace = if self.durable {
-                fjall::Config::new(&self.folder).open().map_err(store_error)?
+            let config = if self.durable {
+                fjall::Config::new(&self.folder)
             } else {
-                fjall::Config::new(self.make_temporary_folder()?).temporary(true).open().map_err(store_error)?
+                fjall::Config::new(self.make_temporary_folder()?).temporary(true)
             };
-            let tables = keyspace.open_partition("tables", Default::default()).map_err(store_error)?;
+            // Tables are read back once, when their key group is loaded: a block cache would
+            // not be hit, and write buffers count against the memory the state may take.
+            let config = config.cache_size(CACHE_BYTES).max_write_buffer_size(WRITE_BUFFER_BYTES);
+            let keyspace = config.open().map_err(store_error)?;
+            let options = fjall::PartitionCreateOptions::default().max_memtable_size(MEMTABLE_BYTES);
+            let tables = keyspace.open_partition("tables", options).map_err(store_error)?;
             *tree = Some((keyspace, tables));
         }
         Ok(tree.as_ref().map(|(_, tables)| tables.clone()))

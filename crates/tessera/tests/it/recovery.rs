@@ -214,11 +214,7 @@ fn a_checkpoint_writes_the_tables_that_changed() {
     // 400 keys in the first 40 seconds, then only key 0: later checkpoints find the other
     // keys' slices unchanged (the 1,000-second window keeps them).
     let events: Vec<Event> = (0..4_000i64)
-        .map(|i| Event {
-            key: Some(if i < 2_000 { i % 400 } else { 0 }),
-            value: Some((i % 17) as f64),
-            ts: i / 50,
-        })
+        .map(|i| Event { key: Some(if i < 2_000 { i % 400 } else { 0 }), value: Some((i % 17) as f64), ts: i / 50 })
         .collect();
     let text = "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts)
            WITH (path = 'unused.csv', time_unit = 's');
