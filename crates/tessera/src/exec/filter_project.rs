@@ -65,7 +65,7 @@ impl StreamOperator for FilterProjectExec {
         Ok(())
     }
 
-    fn advance_watermark(&mut self, _watermark: i64, _out: &mut Output) -> Result<()> {
+    fn advance_watermark(&mut self, _watermark: i64, _emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
         Ok(())
     }
 

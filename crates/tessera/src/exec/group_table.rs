@@ -56,6 +56,11 @@ impl TablePool {
         self.spare.pop().unwrap_or_else(|| GroupTable::new(plan))
     }
 
+    /// The memory the spare tables keep.
+    pub(super) fn bytes(&self) -> usize {
+        self.spare.iter().map(GroupTable::bytes).sum()
+    }
+
     /// Takes back a table nobody needs any more.
     pub(super) fn give(&mut self, mut table: GroupTable) {
         if self.spare.len() < Self::SPARE {

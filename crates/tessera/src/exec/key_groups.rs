@@ -267,6 +267,10 @@ impl KeyGroupsExec {
         self.clock += 1;
         let clock = self.clock;
         if self.group(g).operator.is_none() {
+            if self.groups[g].progress.is_some() {
+                // Room first, so memory stays within the budget while the group comes in.
+                self.evict_until(self.room().saturating_sub(self.groups[g].state_bytes))?;
+            }
             let mut operator = (self.make)((g as u32) << self.group_bits)?;
             if let Some(progress) = self.groups[g].progress.take() {
                 let mut r = StateReader::new(&progress);
@@ -312,23 +316,36 @@ impl KeyGroupsExec {
         Ok(())
     }
 
-    /// Keeps the rows waiting for evicted groups within half the budget (loading the group
-    /// that holds the most), then evicts the least recently used groups until the resident
-    /// ones fit the budget.
+    /// The bytes of the rows waiting for evicted groups.
+    fn waiting_bytes(&self) -> u64 {
+        self.groups.iter().map(|g| g.pending_bytes).sum()
+    }
+
+    /// The memory the groups in memory may take: the budget less the interned keys and the
+    /// rows waiting for evicted groups.
+    fn room(&self) -> u64 {
+        self.memory_budget.saturating_sub(self.keys.bytes() as u64 + self.waiting_bytes())
+    }
+
+    /// Keeps the rows waiting for evicted groups within a quarter of the budget (loading the
+    /// group that holds the most), then evicts the least recently used groups until the
+    /// resident ones, the waiting rows and the interned keys fit the budget together.
     fn fit_budget(&mut self) -> Result<()> {
-        loop {
-            let waiting: u64 = self.groups.iter().map(|g| g.pending_bytes).sum();
-            if waiting <= self.memory_budget / 2 {
-                break;
-            }
+        while self.waiting_bytes() > self.memory_budget / 4 {
             let g = (0..self.groups.len()).max_by_key(|&g| self.groups[g].pending_bytes).expect("rows wait");
             self.spill.pending_flushes += 1;
             self.load(g)?;
             self.observe(g);
         }
+        self.evict_until(self.room())
+    }
+
+    /// Evicts the least recently used resident groups until the resident state is within
+    /// `bytes`.
+    fn evict_until(&mut self, bytes: u64) -> Result<()> {
         loop {
             let resident: u64 = self.groups.iter().filter(|g| g.operator.is_some()).map(|g| g.state_bytes).sum();
-            if resident <= self.memory_budget {
+            if resident <= bytes {
                 return Ok(());
             }
             let Some(g) = (0..self.groups.len())
@@ -384,14 +401,6 @@ impl KeyGroupsExec {
             earliest = earliest.min(close);
         }
         (earliest, false)
-    }
-
-    /// Moves what the groups emitted to `out`, in group order.
-    fn emit_in_group_order(&mut self, out: &mut Output) {
-        for group in &mut self.groups {
-            out.rows.append(&mut group.out.rows);
-            out.late.append(&mut group.out.late);
-        }
     }
 
     /// A group's saved state as the snapshot holds it: whether it is in memory, its progress,
@@ -469,7 +478,9 @@ impl StreamOperator for KeyGroupsExec {
         "KeyGroupsExec"
     }
 
-    fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()> {
+    /// Takes the batch's rows group by group; what they emit is written at the batch's
+    /// watermark, in group order (see [`advance_watermark`](Self::advance_watermark)).
+    fn process(&mut self, input: &Arc<EventBatch>, _out: &mut Output) -> Result<()> {
         self.rows_in += input.len() as u64;
         let shape = Arc::clone(&self.shape);
         // WHERE first: the keys of rows it drops are not interned.
@@ -504,37 +515,36 @@ impl StreamOperator for KeyGroupsExec {
                 }
             }
         }
-        // The groups' rows are written at the batch's watermark, in group order.
-        let _ = out;
         self.fit_budget()
     }
 
-    fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
+    /// Closes what the watermark closes group by group, and hands `emit` what each group
+    /// emitted while the batch was taken, in group order: a group's rows are written once
+    /// every group before it is done with the batch (loading a group for its waiting rows
+    /// emits nothing: they wait only while none of their windows is due).
+    fn advance_watermark(&mut self, watermark: i64, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
         for g in 0..self.groups.len() {
             let group = &self.groups[g];
             let holds_data = group.operator.is_some() || group.progress.is_some() || !group.pending.is_empty();
-            if !holds_data {
-                continue;
-            }
-            if group.operator.is_none() && group.next_close > watermark {
+            if holds_data && group.operator.is_none() && group.next_close > watermark {
                 self.spill.lookups_in_memory += 1;
-                continue;
+            } else if holds_data {
+                self.load(g)?;
+                let group = &mut self.groups[g];
+                group.operator.as_mut().expect("loaded").advance_watermark(watermark, &mut group.out)?;
+                self.observe(g);
+                self.fit_budget()?;
             }
-            self.load(g)?;
-            let group = &mut self.groups[g];
-            group.operator.as_mut().expect("loaded").advance_watermark(watermark, &mut group.out)?;
-            self.observe(g);
-            self.fit_budget()?;
+            let out = std::mem::take(&mut self.groups[g].out);
+            if !out.rows.is_empty() || !out.late.is_empty() {
+                emit(out)?;
+            }
         }
-        self.emit_in_group_order(out);
         Ok(())
     }
 
     /// Loads, finishes and drops each group in turn: its state is not needed afterwards.
     fn finish(&mut self, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
-        let mut held = Output::default();
-        self.emit_in_group_order(&mut held);
-        emit(held)?;
         for g in 0..self.groups.len() {
             self.load(g)?;
             emit(std::mem::take(&mut self.groups[g].out))?;
@@ -547,7 +557,8 @@ impl StreamOperator for KeyGroupsExec {
     }
 
     /// Deletes the versions the previous checkpoint made unneeded, saves the changed tables
-    /// of the groups in memory, makes the store durable, and writes every group's progress,
+    /// of the groups in memory (the worker then makes the store durable), and writes every
+    /// group's progress,
     /// waiting rows and table versions. A resumed run keeps the same groups in memory and
     /// evicts in the same order, so it applies rows at the same points as an uninterrupted run.
     fn checkpoint(&mut self, w: &mut StateWriter) -> Result<CheckpointBytes> {
@@ -562,7 +573,6 @@ impl StreamOperator for KeyGroupsExec {
                 written += self.tables.save(g, operator, &mut group.saved)?;
             }
         }
-        self.tables.store.persist()?;
         w.u64(epoch);
         w.u64(self.clock);
         w.u64(self.rows_in);

@@ -448,12 +448,21 @@ impl SharedKeys {
         self.read().bytes()
     }
 
-    /// Writes the keys in id order: their count, then the key columns as Arrow IPC.
-    pub fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
+    /// The number of keys interned so far.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the keys with ids `from..to`, in id order: their count, then the key columns as
+    /// Arrow IPC.
+    pub fn snapshot(&self, (from, to): (usize, usize), w: &mut StateWriter) -> Result<()> {
         let interner = self.read();
-        let n = interner.len();
-        w.len(n);
-        let ids: Vec<u32> = (0..n as u32).collect();
+        w.len(to - from);
+        let ids: Vec<u32> = (from as u32..to as u32).collect();
         let columns = interner.columns(&ids)?;
         if columns.is_empty() {
             return Ok(());
@@ -469,14 +478,12 @@ impl SharedKeys {
         Ok(())
     }
 
-    /// Interns the keys a [`snapshot`](Self::snapshot) wrote into this empty interner: each
+    /// Interns the keys a [`snapshot`](Self::snapshot) from this interner's length wrote: each
     /// gets its saved id.
     pub fn restore(&self, r: &mut StateReader) -> Result<()> {
         let n = r.len(0)?;
         let mut interner = self.write();
-        if !interner.is_empty() {
-            return Err(TesseraError::Internal("restoring keys into a used interner".into()));
-        }
+        let first = interner.len();
         let columns = if interner.types.is_empty() {
             Vec::new()
         } else {
@@ -487,7 +494,7 @@ impl SharedKeys {
             batch.columns().to_vec()
         };
         let ids = interner.intern(&columns, n)?;
-        if ids.iter().enumerate().any(|(i, &id)| id as usize != i) {
+        if ids.iter().enumerate().any(|(i, &id)| id as usize != first + i) {
             return Err(TesseraError::Checkpoint("the state snapshot holds a key twice".into()));
         }
         Ok(())

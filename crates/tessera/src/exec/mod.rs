@@ -9,6 +9,10 @@
 //! before it minus the source's out-of-orderness bound). Operators close windows up to that
 //! watermark before they take the row, so lateness is decided per row exactly as if rows came
 //! one at a time, and results do not depend on how the input is cut into batches or partitions.
+//!
+//! A window operator ([`key_groups`]) owns its state as tables per key group, which it keeps
+//! in memory within the run's budget and saves to the state store beyond it and at
+//! checkpoints, writing only what changed; [`window_aggregate`] evaluates one key group.
 
 mod filter_project;
 mod group_table;
@@ -36,6 +40,7 @@ use crate::error::{Result, TesseraError};
 use crate::physical::OperatorKind;
 use crate::plan::WindowAggregatePlan;
 use crate::state::codec::{batch_bytes, batch_from_bytes, StateReader, StateWriter};
+use crate::state::store::StateStore;
 pub use filter_project::{filter_and_project, FilterProjectExec};
 use key_groups::KeyGroupsExec;
 use key_interner::{key_signature, SharedKeys};
@@ -361,8 +366,9 @@ pub trait StreamOperator: Send {
     /// Consumes source rows. Rows late for a window they belong to go to `out.late`. The
     /// batch is shared: operators grouping by the same keys intern them once per batch.
     fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()>;
-    /// Emits everything that the watermark closes.
-    fn advance_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()>;
+    /// Emits everything that the watermark closes (and what `process` held back), handing
+    /// `emit` one part at a time.
+    fn advance_watermark(&mut self, watermark: i64, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()>;
     /// End of input: emits everything still open, handing `emit` one part at a time (a window
     /// at a time, a key group at a time) so the rows of a whole stream's last windows need not
     /// be in memory at once.
@@ -381,6 +387,17 @@ pub trait StreamOperator: Send {
     fn window_nodes(&self) -> Vec<(crate::window::WindowSpec, crate::physical::WindowInput)> {
         Vec::new()
     }
+}
+
+/// The encoding of a chunk of saved keys; one of another format is refused with a message.
+const KEYS_FORMAT: u8 = 1;
+
+/// The store key of the chunk of space `space`'s keys from id `first`, under `prefix`.
+fn key_chunk(prefix: &[u8], space: usize, first: u64) -> Vec<u8> {
+    let mut key = prefix.to_vec();
+    key.extend_from_slice(&(space as u32).to_be_bytes());
+    key.extend_from_slice(&first.to_be_bytes());
+    key
 }
 
 /// The key interners of one worker, one per distinct list of group-key expressions.
@@ -421,29 +438,86 @@ impl KeySpaces {
         self.spaces.iter().map(|s| s.shared.bytes()).sum()
     }
 
-    /// Writes every interner's keys in id order.
-    pub fn snapshot(&self, w: &mut StateWriter) -> Result<()> {
+    /// Saves the keys every interner took since the last checkpoint to `store`, as a chunk
+    /// of ids under `prefix` (keys are only ever added, so a checkpoint writes the new ones),
+    /// and writes every interner's chunks to `w`; `saved` lists the chunks so far, per space
+    /// (first id, end, bytes). Returns the bytes written and the bytes of every chunk.
+    pub fn checkpoint(
+        &self,
+        (store, prefix): (&StateStore, &[u8]),
+        saved: &mut Vec<Vec<(u64, u64, u64)>>,
+        w: &mut StateWriter,
+    ) -> Result<(u64, u64)> {
+        saved.resize(self.spaces.len(), Vec::new());
+        let mut written = 0;
         w.len(self.spaces.len());
-        for space in &self.spaces {
+        for (i, (space, chunks)) in self.spaces.iter().zip(saved.iter_mut()).enumerate() {
+            let from = chunks.last().map_or(0, |&(_, end, _)| end);
+            let to = space.shared.len() as u64;
+            if to > from {
+                let mut chunk = StateWriter::default();
+                chunk.u8(KEYS_FORMAT);
+                space.shared.snapshot((from as usize, to as usize), &mut chunk)?;
+                let bytes = chunk.into_bytes();
+                store.put(&key_chunk(prefix, i, from), &bytes)?;
+                chunks.push((from, to, bytes.len() as u64));
+                written += bytes.len() as u64;
+            }
             w.str(&space.signature);
-            space.shared.snapshot(w)?;
+            w.len(chunks.len());
+            for &(first, end, bytes) in chunks.iter() {
+                w.u64(first);
+                w.u64(end);
+                w.u64(bytes);
+            }
         }
-        Ok(())
+        let stored = saved.iter().flatten().map(|&(_, _, bytes)| bytes).sum();
+        Ok((written, stored))
     }
 
-    /// Re-interns saved keys, so every key gets its saved id back.
-    pub fn restore(&self, r: &mut StateReader) -> Result<()> {
+    /// Re-interns the keys a [`checkpoint`](Self::checkpoint) saved under `prefix`, so every
+    /// key gets its saved id back, and deletes the chunks there it does not name (written
+    /// after it); returns the chunks.
+    pub fn restore(
+        &self,
+        (store, prefix): (&StateStore, &[u8]),
+        r: &mut StateReader,
+    ) -> Result<Vec<Vec<(u64, u64, u64)>>> {
         let n = r.len(1)?;
         if n != self.spaces.len() {
             return Err(TesseraError::Checkpoint("the snapshot's key spaces do not match the plan's".into()));
         }
-        for space in &self.spaces {
+        let mut saved = Vec::with_capacity(n);
+        let mut named = Vec::new();
+        for (i, space) in self.spaces.iter().enumerate() {
             if r.str()? != space.signature {
                 return Err(TesseraError::Checkpoint("the snapshot's group keys do not match the plan's".into()));
             }
-            space.shared.restore(r)?;
+            let chunks = (0..r.len(24)?).map(|_| Ok((r.u64()?, r.u64()?, r.u64()?))).collect::<Result<Vec<_>>>()?;
+            for &(first, _, _) in &chunks {
+                let key = key_chunk(prefix, i, first);
+                let bytes = store.get(&key)?.ok_or_else(|| {
+                    TesseraError::Checkpoint("the state store lacks interned keys the checkpoint names".into())
+                })?;
+                let mut chunk = StateReader::new(&bytes);
+                let format = chunk.u8()?;
+                if format != KEYS_FORMAT {
+                    return Err(TesseraError::Checkpoint(format!(
+                        "the state store holds keys in format {format}; this tessera reads format {KEYS_FORMAT}"
+                    )));
+                }
+                space.shared.restore(&mut chunk)?;
+                chunk.finish()?;
+                named.push(key);
+            }
+            saved.push(chunks);
         }
-        Ok(())
+        for key in store.keys(prefix)? {
+            if !named.contains(&key) {
+                store.remove(&key)?;
+            }
+        }
+        Ok(saved)
     }
 
     /// Interns the keys of every row of `batch` where every operator reads whole batches and

@@ -99,6 +99,11 @@ struct Worker {
     /// Shared with the reading thread, which may intern keys ahead when there is one worker.
     key_spaces: Arc<KeySpaces>,
     state_bytes: Arc<AtomicU64>,
+    /// Where the interned keys are saved at checkpoints, under this worker's prefix, and the
+    /// chunks of them saved so far.
+    store: Arc<StateStore>,
+    keys_prefix: Vec<u8>,
+    keys_saved: Vec<Vec<(u64, u64, u64)>>,
 }
 
 /// What a worker hands to the sink.
@@ -159,7 +164,17 @@ impl Worker {
                 Ok((s.queries.clone(), create_operator(&s.kind, event_time_type, &mut key_spaces, state)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Worker { operators, key_spaces: Arc::new(key_spaces), state_bytes: Arc::new(AtomicU64::new(0)) })
+        // Operators' tables are under their id, (worker << 32) | operator; keys under a prefix
+        // no operator id has.
+        let keys_prefix = [u64::MAX.to_be_bytes().as_slice(), &(index as u32).to_be_bytes()].concat();
+        Ok(Worker {
+            operators,
+            key_spaces: Arc::new(key_spaces),
+            state_bytes: Arc::new(AtomicU64::new(0)),
+            store: Arc::clone(store),
+            keys_prefix,
+            keys_saved: Vec::new(),
+        })
     }
 
     fn flush(queries: &[usize], out: Output, emit: &mut dyn FnMut(Emitted) -> Result<()>) -> Result<()> {
@@ -186,32 +201,33 @@ impl Worker {
         }
         let mut state = self.key_spaces.bytes() as u64;
         for (queries, operator) in &mut self.operators {
-            let mut out = Output::default();
-            operator.advance_watermark(watermark, &mut out)?;
-            Self::flush(queries, out, emit)?;
+            operator.advance_watermark(watermark, &mut |out| Self::flush(queries, out, emit))?;
             state += operator.metrics().iter().map(|m| m.state_bytes).sum::<u64>();
         }
         self.state_bytes.store(state, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Saves every operator's state for a checkpoint (their tables to the state store): the
-    /// snapshot of the interned keys and the operators' progress, and what the tables took.
+    /// Saves every operator's state for a checkpoint: the keys interned since the last one and
+    /// the operators' changed tables to the state store, made durable; returns the snapshot
+    /// (the key chunks saved, the operators' progress) and what the tables took.
     fn checkpoint(&mut self) -> Result<(Vec<u8>, CheckpointBytes)> {
         let mut w = StateWriter::default();
-        self.key_spaces.snapshot(&mut w)?;
+        let (written, stored) =
+            self.key_spaces.checkpoint((&self.store, &self.keys_prefix), &mut self.keys_saved, &mut w)?;
         w.len(self.operators.len());
-        let mut tables = CheckpointBytes::default();
+        let mut tables = CheckpointBytes { tables_written: written, tables_changed: written, tables_stored: stored };
         for (_, operator) in &mut self.operators {
             tables.add(&operator.checkpoint(&mut w)?);
         }
+        self.store.persist()?;
         Ok((w.into_bytes(), tables))
     }
 
     /// Takes back the state a [`checkpoint`](Self::checkpoint) of a worker of the same plan saved.
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         let mut r = StateReader::new(bytes);
-        self.key_spaces.restore(&mut r)?;
+        self.keys_saved = self.key_spaces.restore((&self.store, &self.keys_prefix), &mut r)?;
         if r.len(1)? != self.operators.len() {
             return Err(TesseraError::Checkpoint("the snapshot's operators do not match the plan's".into()));
         }

@@ -720,10 +720,12 @@ impl WindowAggregateExec {
         nodes.collect()
     }
 
-    /// Counters per output slot; `state_bytes` (on slot 0) is the size of the tables.
+    /// Counters per output slot; `state_bytes` (on slot 0) is the size of the tables (with the
+    /// spare ones kept for reuse).
     pub(super) fn metrics(&self) -> Vec<OperatorMetrics> {
         let state = self.slices.values().map(GroupTable::bytes).sum::<usize>()
-            + self.nodes.iter().map(Node::bytes).sum::<usize>();
+            + self.nodes.iter().map(Node::bytes).sum::<usize>()
+            + self.pool.bytes();
         let mut metrics: Vec<OperatorMetrics> = self.emitter.slots.iter().map(|s| s.metrics).collect();
         metrics[0].state_bytes = state as u64;
         metrics[0].store_reads += self.store_reads + self.emit_reads;

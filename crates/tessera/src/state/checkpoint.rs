@@ -7,11 +7,15 @@
 //! again), and the operators continue from their saved state, so every result row is written
 //! once.
 //!
-//! The directory holds `MANIFEST` (JSON) and the snapshot it names. A checkpoint writes the new
-//! snapshot, syncs it, then replaces the manifest atomically (write, sync, rename, sync the
-//! directory), then deletes older snapshots: a crash at any point leaves the previous
-//! checkpoint or the new one, never a mix. The manifest carries a fingerprint of the plan; a
-//! checkpoint of another plan (another script, settings or tessera version) is refused.
+//! The directory holds `MANIFEST` (JSON), the snapshot it names and the state store
+//! (`store/`), where the operators saved their changed tables and new interned keys and made
+//! them durable before the snapshot was written (the snapshot names the table versions it
+//! needs; see the key groups in [`crate::exec`]). A checkpoint writes the new snapshot, syncs
+//! it, then replaces the manifest atomically (write, sync, rename, sync the directory), then
+//! deletes older snapshots: a crash at any point leaves the previous checkpoint or the new one,
+//! never a mix. The manifest carries its format and a fingerprint of the plan; a checkpoint
+//! in another format, or of another plan (another script, settings or tessera version), is
+//! refused with a message.
 
 use std::fs::{self, File};
 use std::io::Write;

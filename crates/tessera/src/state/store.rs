@@ -28,8 +28,8 @@ pub struct StateStore {
 
 /// The LSM tree's block cache, write buffers (memtables not yet flushed) and memtable.
 const CACHE_BYTES: u64 = 4 << 20;
-const WRITE_BUFFER_BYTES: u64 = 16 << 20;
-const MEMTABLE_BYTES: u32 = 8 << 20;
+const WRITE_BUFFER_BYTES: u64 = 8 << 20;
+const MEMTABLE_BYTES: u32 = 4 << 20;
 
 /// The start of a temporary store's folder name.
 const PREFIX: &str = "tessera-spill-";
