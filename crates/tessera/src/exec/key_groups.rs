@@ -65,10 +65,12 @@ struct Group {
     pending: Vec<Arc<EventBatch>>,
     pending_rows: usize,
     pending_bytes: u64,
-    /// The earliest window end not closed yet (to know when an evicted group must close one).
+    /// While evicted: the earliest window end not closed yet (to know when the group must
+    /// close one).
     next_close: i64,
-    /// Counters as last seen in memory.
+    /// While evicted or finished: its counters as last seen in memory.
     metrics: Vec<OperatorMetrics>,
+    /// Its size in memory as last observed (with a budget).
     state_bytes: u64,
     last_used: u64,
     /// What the group emitted while the current batch was taken.
@@ -294,19 +296,23 @@ impl KeyGroupsExec {
         Ok(())
     }
 
-    /// Notes a resident group's counters, size and next close.
+    /// Notes a resident group's size, for the budget (with no budget, nothing is evicted:
+    /// summing the sizes of every table after every batch would be wasted).
     fn observe(&mut self, g: usize) {
+        if self.memory_budget == u64::MAX {
+            return;
+        }
         let group = &mut self.groups[g];
         if let Some(operator) = &group.operator {
-            group.metrics = operator.metrics();
-            group.state_bytes = group.metrics.first().map_or(0, |m| m.state_bytes);
-            group.next_close = operator.next_close();
+            group.state_bytes = operator.metrics().first().map_or(0, |m| m.state_bytes);
         }
     }
 
     /// Writes group `g`'s changed tables to the store and keeps only its progress in memory.
     fn evict(&mut self, g: usize) -> Result<()> {
         let mut operator = self.groups[g].operator.take().expect("resident");
+        self.groups[g].metrics = operator.metrics();
+        self.groups[g].next_close = operator.next_close();
         let written = self.tables.save(g, &mut operator, &mut self.groups[g].saved)?;
         let mut w = StateWriter::default();
         operator.encode_progress(&mut w);
@@ -498,7 +504,8 @@ impl StreamOperator for KeyGroupsExec {
             }
         };
         if !batch.is_empty() {
-            let last_group = ids.iter().max().map_or(0, |&id| (id >> self.group_bits) as usize);
+            // Every id is below the number of keys interned.
+            let last_group = self.keys.len().saturating_sub(1) >> self.group_bits;
             if last_group == 0 {
                 // One group takes the whole batch.
                 self.take_rows(0, batch, &ids)?;
@@ -548,9 +555,9 @@ impl StreamOperator for KeyGroupsExec {
         for g in 0..self.groups.len() {
             self.load(g)?;
             emit(std::mem::take(&mut self.groups[g].out))?;
-            self.groups[g].operator.as_mut().expect("loaded").finish(emit)?;
-            self.observe(g);
-            self.groups[g].operator = None;
+            let mut operator = self.groups[g].operator.take().expect("loaded");
+            operator.finish(emit)?;
+            self.groups[g].metrics = operator.metrics();
             self.groups[g].state_bytes = 0;
         }
         Ok(())
@@ -613,11 +620,18 @@ impl StreamOperator for KeyGroupsExec {
 
     fn metrics(&self) -> Vec<OperatorMetrics> {
         let mut total = vec![OperatorMetrics::default(); self.slots];
+        // State in memory: the resident groups' tables and the rows waiting for evicted
+        // groups (whose tables are in the store).
+        let mut state = 0;
         for group in &self.groups {
             let metrics = match &group.operator {
                 Some(operator) => operator.metrics(),
                 None => group.metrics.clone(),
             };
+            if group.operator.is_some() {
+                state += metrics.first().map_or(0, |m| m.state_bytes);
+            }
+            state += group.pending_bytes;
             for (sum, m) in total.iter_mut().zip(&metrics) {
                 sum.add(m);
             }
@@ -625,14 +639,8 @@ impl StreamOperator for KeyGroupsExec {
         for slot in &mut total {
             slot.rows_in = self.rows_in;
         }
-        // State in memory (with the rows waiting for evicted groups); evicted groups are in
-        // the store.
         if let Some(first) = total.first_mut() {
-            first.state_bytes = self
-                .groups
-                .iter()
-                .map(|g| if g.operator.is_some() { g.state_bytes } else { 0 } + g.pending_bytes)
-                .sum::<u64>();
+            first.state_bytes = state;
             first.spill = self.spill;
         }
         total
