@@ -41,6 +41,7 @@ DATA = os.path.join(ROOT, "bench-data")
 
 DUCKDB_SOURCE = {
     "parquet": "read_parquet('{path}')",
+    "pyarrow": "read_parquet('{path}')",
     "csv": "read_csv('{path}', header = true, columns = {{'device_id': 'BIGINT', 'temperature': 'DOUBLE', 'ts': 'BIGINT'}})",
 }
 
@@ -123,15 +124,39 @@ def pearson(ra, rb):
     return cov / var if var else float("nan")
 
 
-def ensure_data(tessera, events, devices):
+def data_path(fmt):
+    return os.path.join(DATA, "iot-pyarrow.parquet" if fmt == "pyarrow" else f"iot.{fmt}")
+
+
+def write_pyarrow(path, events, devices):
+    """W1's and W2's input as a user's pyarrow job would write it: 1M-row groups, snappy,
+    dictionary pages that fall back to plain for the full-precision temperatures, device keys
+    in random order, and 100 events a second (100,000 distinct timestamps for 10M events)."""
+    import duckdb
+    import pyarrow.parquet as pq
+
+    table = duckdb.sql(f"""
+        SELECT (hash(i * 7919) % {devices})::BIGINT AS device_id,
+               (hash(i * 104729) % 1000000000) / 25000000.0 - 10 AS temperature,
+               (1700000000 + i // 100)::BIGINT AS ts
+        FROM range({events}) t(i) ORDER BY i
+    """).to_arrow_table()
+    pq.write_table(table, path, row_group_size=1_000_000, compression="snappy")
+
+
+def ensure_data(tessera, events, devices, formats):
     os.makedirs(DATA, exist_ok=True)
-    for ext in ("parquet", "csv"):
-        path = os.path.join(DATA, f"iot.{ext}")
+    for ext in formats:
+        path = data_path(ext)
         stamp = path + ".args"
         args = f"{events} {devices}"
         if os.path.exists(path) and os.path.exists(stamp) and open(stamp).read() == args:
             continue
-        subprocess.run([tessera, "generate", "-o", path, "--events", str(events), "--devices", str(devices)], check=True)
+        if ext == "pyarrow":
+            write_pyarrow(path, events, devices)
+        else:
+            subprocess.run([tessera, "generate", "-o", path, "--events", str(events), "--devices", str(devices)],
+                           check=True)
         with open(stamp, "w") as f:
             f.write(args)
 
@@ -165,7 +190,7 @@ def main():
 
     import duckdb
 
-    ensure_data(args.tessera, args.events, args.devices)
+    ensure_data(args.tessera, args.events, args.devices, args.formats.split(","))
     cpu = "unknown"
     if os.path.exists("/proc/cpuinfo"):
         for line in open("/proc/cpuinfo"):
@@ -191,7 +216,7 @@ def main():
                 fixed += ["--set", f"window_strategy={variant}"]
             out_t = os.path.join(tmp, f"{workload}_{fmt}.tessera.csv")
             out_d = os.path.join(tmp, f"{workload}_{fmt}.duckdb.csv")
-            source = DUCKDB_SOURCE[fmt].format(path=os.path.join(DATA, f"iot.{fmt}"))
+            source = DUCKDB_SOURCE[fmt].format(path=data_path(fmt))
             commands[(workload, fmt)] = (
                 [args.tessera, "run", script, "-o", out_t, "-q", *fixed],
                 [args.tessera, "bench", script, "--repeat", "3", "--json", *fixed],
