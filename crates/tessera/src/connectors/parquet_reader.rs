@@ -2,6 +2,10 @@
 //! types (or read as dictionaries of them: see [`ReadOptions::dictionary_columns`]). Parquet
 //! has no lines, so a malformed row is reported by its 1-based row number. A resumed run starts
 //! at the checkpoint's row: row groups before it are not read at all.
+//!
+//! The file is longer than most (about 650 lines of code): its unit tests, a third of it, stay
+//! beside the private decoder parts they check (column sets, pages released behind, mapping
+//! ahead).
 
 use std::sync::Arc;
 
