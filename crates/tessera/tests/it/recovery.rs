@@ -91,6 +91,26 @@ fn run(
     })
 }
 
+/// Runs `text` with checkpoints in `dir`, crashing after each of `crashes` batches in turn (an
+/// attempt that does not reach its crash ends the crashing), then to the end from the last
+/// checkpoint.
+fn resumed_after_crashes(
+    text: &str,
+    strategy: Option<Strategy>,
+    input: &[RecordBatch],
+    dir: &Path,
+    crashes: &[usize],
+    layout: (usize, Option<u64>),
+    sink: &mut dyn ResultSink,
+) -> tessera::Result<tessera::engine::RunStats> {
+    for &crash in crashes {
+        if run(text, strategy, input, Some(dir), (Some(crash), Duration::ZERO), layout, sink).is_ok() {
+            break;
+        }
+    }
+    run(text, strategy, input, Some(dir), (None, Duration::ZERO), layout, sink)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 60, ..ProptestConfig::default() })]
 
@@ -132,13 +152,9 @@ proptest! {
         run(&text, strategy, &input, None, (None, Duration::ZERO), (workers, disk), &mut expected).expect("uninterrupted run");
         let dir = tempfile::tempdir().expect("temp dir");
         let mut resumed = MemorySink::default();
-        for crash in crashes {
-            // Each attempt resumes from the last checkpoint and crashes a few batches later.
-            if run(&text, strategy, &input, Some(dir.path()), (Some(crash), Duration::ZERO), (workers, disk), &mut resumed).is_ok() {
-                break;
-            }
-        }
-        let stats = run(&text, strategy, &input, Some(dir.path()), (None, Duration::ZERO), (workers, disk), &mut resumed).expect("resumed run");
+        // Each attempt resumes from the last checkpoint and crashes a few batches later.
+        let stats = resumed_after_crashes(&text, strategy, &input, dir.path(), &crashes, (workers, disk), &mut resumed)
+            .expect("resumed run");
         prop_assert_eq!(stats.events_in, events.len() as u64);
         for q in 0..4 {
             let (want, got) = (rows(&expected.rows[q]), rows(&resumed.rows[q]));
@@ -194,12 +210,7 @@ proptest! {
         for disk in [None, Some(0)] {
             let dir = tempfile::tempdir().expect("temp dir");
             let mut resumed = MemorySink::default();
-            for &crash in &crashes {
-                if run(&text, strategy, &input, Some(dir.path()), (Some(crash), Duration::ZERO), (1, disk), &mut resumed).is_ok() {
-                    break;
-                }
-            }
-            run(&text, strategy, &input, Some(dir.path()), (None, Duration::ZERO), (1, disk), &mut resumed).expect("resumed");
+            resumed_after_crashes(&text, strategy, &input, dir.path(), &crashes, (1, disk), &mut resumed).expect("resumed");
             prop_assert_eq!(&written(&resumed), &want, "resumed, disk {:?}", disk);
         }
     }
