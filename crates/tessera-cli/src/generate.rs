@@ -12,6 +12,7 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
+use tessera::connectors::csv_writer::CsvWriter;
 use tessera::TesseraError;
 
 use crate::between;
@@ -74,7 +75,7 @@ pub fn generate(args: &GenerateArgs) -> Result<(), TesseraError> {
     let file = std::io::BufWriter::with_capacity(8 << 20, file);
     let parquet = args.output.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
     enum Writer {
-        Csv(Box<arrow::csv::Writer<std::io::BufWriter<File>>>),
+        Csv(CsvWriter<std::io::BufWriter<File>>),
         Parquet(Box<ArrowWriter<std::io::BufWriter<File>>>),
     }
     let mut writer = if parquet {
@@ -84,7 +85,7 @@ pub fn generate(args: &GenerateArgs) -> Result<(), TesseraError> {
                 .map_err(|e| TesseraError::Execution(e.to_string()))?,
         ))
     } else {
-        Writer::Csv(Box::new(arrow::csv::WriterBuilder::new().with_header(true).build(file)))
+        Writer::Csv(CsvWriter::new(file, true))
     };
     let mut rng = SplitMix(args.seed);
     let devices = args.devices;
@@ -122,7 +123,7 @@ pub fn generate(args: &GenerateArgs) -> Result<(), TesseraError> {
     // Both flush the buffer and report a failed write (a dropped `BufWriter` would not).
     match writer {
         Writer::Parquet(w) => drop(w.close().map_err(|e| TesseraError::Execution(e.to_string()))?),
-        Writer::Csv(w) => std::io::Write::flush(&mut w.into_inner())
+        Writer::Csv(w) => std::io::Write::flush(&mut w.into_inner()?)
             .map_err(|e| TesseraError::io(format!("cannot write {}", args.output.display()), e))?,
     }
     eprintln!("wrote {} events for {} devices to {}", args.events, devices, args.output.display());

@@ -2,6 +2,7 @@
 //! lines out. Readers hand out Arrow batches in the source's declared schema; malformed rows
 //! stop the run with `file:line` and the reason, or are skipped into a dead-letter file.
 
+pub mod csv_writer;
 pub mod file_identity;
 pub mod memory;
 mod parquet_dictionary;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
+use super::csv_writer::CsvWriter;
 use crate::error::{Result, TesseraError};
 
 /// Receives the rows of every query of a run.
@@ -35,7 +36,7 @@ pub enum OutputFormat {
 }
 
 enum Encoder {
-    Csv(Box<arrow::csv::Writer<Box<dyn Write + Send>>>),
+    Csv(CsvWriter<Box<dyn Write + Send>>),
     Json(arrow::json::LineDelimitedWriter<Box<dyn Write + Send>>),
 }
 
@@ -43,9 +44,7 @@ impl Encoder {
     /// An encoder writing to `out`; CSV starts with a header row if `header`.
     fn new(format: OutputFormat, out: Box<dyn Write + Send>, header: bool) -> Self {
         match format {
-            OutputFormat::Csv => {
-                Encoder::Csv(Box::new(arrow::csv::WriterBuilder::new().with_header(header).build(out)))
-            }
+            OutputFormat::Csv => Encoder::Csv(CsvWriter::new(out, header)),
             OutputFormat::JsonLines => Encoder::Json(arrow::json::LineDelimitedWriter::new(out)),
         }
     }
@@ -58,10 +57,10 @@ impl Encoder {
         Ok(())
     }
 
-    /// Hands the rows written so far to the output (the CSV encoder does after every batch).
+    /// Hands the rows written so far to the output and flushes it.
     fn flush(&mut self) -> Result<()> {
         match self {
-            Encoder::Csv(_) => Ok(()),
+            Encoder::Csv(w) => w.flush(),
             Encoder::Json(w) => w.get_mut().flush().map_err(|e| TesseraError::io("cannot write results", e)),
         }
     }
@@ -69,7 +68,7 @@ impl Encoder {
     /// Flushes everything written and hands back the output.
     fn finish(self) -> Result<Box<dyn Write + Send>> {
         let mut out = match self {
-            Encoder::Csv(w) => w.into_inner(),
+            Encoder::Csv(w) => w.into_inner()?,
             Encoder::Json(mut w) => {
                 w.finish()?;
                 w.into_inner()
