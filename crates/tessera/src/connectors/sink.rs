@@ -167,7 +167,11 @@ fn open_output(path: &Path, format: OutputFormat, keep: u64) -> Result<Output> {
         file.seek(SeekFrom::Start(keep)).map_err(error)?;
     }
     let handle = file.try_clone().map_err(error)?;
-    let out: Box<dyn Write + Send> = Box::new(BufWriter::with_capacity(1 << 20, file));
+    // CSV rows come in pieces of their own (see `CsvWriter`): a buffer would copy them again.
+    let out: Box<dyn Write + Send> = match format {
+        OutputFormat::Csv => Box::new(file),
+        OutputFormat::JsonLines => Box::new(BufWriter::with_capacity(1 << 20, file)),
+    };
     Ok(Output { format, encoder: Some(Encoder::new(format, out, keep == 0)), file: Some(handle), started: keep > 0 })
 }
 
