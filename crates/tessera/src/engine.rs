@@ -536,12 +536,13 @@ fn add_source_run(stats: &mut RunStats, queries: &[(usize, &QueryPlan)], run: &S
     stats.window_nodes.extend(run.window_nodes.iter().cloned());
     for (q, _) in queries {
         let m = &run.query_metrics[*q];
-        stats.queries[*q].rows_out = run.query_rows_out[*q];
-        stats.queries[*q].late_events = m.late_events;
+        let rows = run.query_rows[*q];
+        stats.queries[*q].rows_out = rows.rows_out;
+        stats.queries[*q].late_events = rows.late;
         stats.queries[*q].windows_out = m.windows_out;
         stats.queries[*q].keys_per_window = (m.windows_out > 0).then(|| m.window_keys as f64 / m.windows_out as f64);
-        stats.rows_out += run.query_rows_out[*q];
-        stats.late_events += m.late_events;
+        stats.rows_out += rows.rows_out;
+        stats.late_events += rows.late;
         stats.store_reads += m.store_reads;
         stats.store_writes += m.store_writes;
         stats.emit_reads += m.emit_reads;

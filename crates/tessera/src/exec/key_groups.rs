@@ -211,8 +211,6 @@ pub struct KeyGroupsExec {
     memory_budget: u64,
     slots: usize,
     clock: u64,
-    /// Rows taken (before WHERE): every slot's `rows_in`.
-    rows_in: u64,
     spill: SpillCounters,
 }
 
@@ -240,7 +238,6 @@ impl KeyGroupsExec {
             memory_budget,
             slots,
             clock: 0,
-            rows_in: 0,
             spill: SpillCounters::default(),
         })
     }
@@ -487,7 +484,6 @@ impl StreamOperator for KeyGroupsExec {
     /// Takes the batch's rows group by group; what they emit is written at the batch's
     /// watermark, in group order (see [`advance_watermark`](Self::advance_watermark)).
     fn process(&mut self, input: &Arc<EventBatch>, _out: &mut Output) -> Result<()> {
-        self.rows_in += input.len() as u64;
         let shape = Arc::clone(&self.shape);
         // WHERE first: the keys of rows it drops are not interned.
         let (batch, ids) = match &shape.filter {
@@ -582,7 +578,6 @@ impl StreamOperator for KeyGroupsExec {
         }
         w.u64(epoch);
         w.u64(self.clock);
-        w.u64(self.rows_in);
         w.len(self.groups.len());
         for g in 0..self.groups.len() {
             self.encode_group(g, w)?;
@@ -602,7 +597,6 @@ impl StreamOperator for KeyGroupsExec {
     fn restore(&mut self, r: &mut StateReader) -> Result<()> {
         let epoch = r.u64()?;
         self.clock = r.u64()?;
-        self.rows_in = r.u64()?;
         let n = r.len(27)?;
         self.tables.epoch = epoch + 1;
         for g in 0..n {
@@ -635,9 +629,6 @@ impl StreamOperator for KeyGroupsExec {
             for (sum, m) in total.iter_mut().zip(&metrics) {
                 sum.add(m);
             }
-        }
-        for slot in &mut total {
-            slot.rows_in = self.rows_in;
         }
         if let Some(first) = total.first_mut() {
             first.state_bytes = state;

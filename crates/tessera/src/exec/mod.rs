@@ -265,12 +265,19 @@ impl CheckpointBytes {
     }
 }
 
-/// Counters every operator keeps; the runtime sums them into the run's statistics.
+/// What the runtime counts of every query, whatever its operators: the rows it emitted and
+/// the source rows it set aside as too late for its windows.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QueryRows {
+    pub rows_out: u64,
+    pub late: u64,
+}
+
+/// What an operator counts of its own work (its state and its reads and writes of it); the
+/// rows every query emits and sets aside as late the runtime counts for all of them alike
+/// ([`QueryRows`]). The runtime sums both into the run's statistics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OperatorMetrics {
-    pub rows_in: u64,
-    pub rows_out: u64,
-    pub late_events: u64,
     pub state_bytes: u64,
     /// Reads of state: rows updating partial aggregates, and partial aggregates combined
     /// to emit rows (`emit_reads`, counted in `store_reads` too).
@@ -317,25 +324,13 @@ impl SpillCounters {
 impl OperatorMetrics {
     /// Writes the counters (not `state_bytes`, a gauge).
     pub fn encode(&self, w: &mut StateWriter) {
-        for v in [
-            self.rows_in,
-            self.rows_out,
-            self.late_events,
-            self.store_reads,
-            self.store_writes,
-            self.emit_reads,
-            self.windows_out,
-            self.window_keys,
-        ] {
+        for v in [self.store_reads, self.store_writes, self.emit_reads, self.windows_out, self.window_keys] {
             w.u64(v);
         }
     }
 
     pub fn decode(r: &mut StateReader) -> Result<Self> {
         Ok(OperatorMetrics {
-            rows_in: r.u64()?,
-            rows_out: r.u64()?,
-            late_events: r.u64()?,
             state_bytes: 0,
             store_reads: r.u64()?,
             store_writes: r.u64()?,
@@ -347,9 +342,6 @@ impl OperatorMetrics {
     }
 
     pub fn add(&mut self, other: &OperatorMetrics) {
-        self.rows_in += other.rows_in;
-        self.rows_out += other.rows_out;
-        self.late_events += other.late_events;
         self.state_bytes += other.state_bytes;
         self.store_reads += other.store_reads;
         self.store_writes += other.store_writes;

@@ -24,7 +24,8 @@ use super::handoff::{Batches, InternProgress, WorkerStopped};
 use super::key_interner::key_signature;
 use super::stamp::Stamper;
 use super::{
-    create_operator, CheckpointBytes, EventBatch, KeySpaces, OperatorMetrics, OperatorState, Output, StreamOperator,
+    create_operator, CheckpointBytes, EventBatch, KeySpaces, OperatorMetrics, OperatorState, Output, QueryRows,
+    StreamOperator,
 };
 use crate::catalog::SourceDef;
 use crate::connectors::sink::ResultSink;
@@ -76,8 +77,9 @@ pub struct SourceRun {
     pub events_in: u64,
     pub bad_rows: u64,
     pub state_bytes_peak: u64,
-    /// Per query (by index in the script): rows out, and summed operator metrics.
-    pub query_rows_out: Vec<u64>,
+    /// Per query (by index in the script): the rows the runtime counted, and the summed
+    /// metrics of its operators.
+    pub query_rows: Vec<QueryRows>,
     pub query_metrics: Vec<OperatorMetrics>,
     /// Checkpoints written while reading this source, and the time they took.
     pub checkpoints: u64,
@@ -342,7 +344,7 @@ pub(crate) fn run_source(
         sink.open_query(*query, &plan.output_schema)?;
     }
     let mut run = SourceRun {
-        query_rows_out: vec![0; query_count],
+        query_rows: vec![QueryRows::default(); query_count],
         query_metrics: vec![OperatorMetrics::default(); query_count],
         ..Default::default()
     };
@@ -357,8 +359,8 @@ pub(crate) fn run_source(
         run.resumed_events = position.events_in;
         run.events_in = position.events_in;
         run.state_bytes_peak = position.state_bytes_peak;
-        for (q, rows) in position.query_rows_out.iter().enumerate().take(query_count) {
-            run.query_rows_out[q] = *rows;
+        for (q, rows) in position.query_rows.iter().enumerate().take(query_count) {
+            run.query_rows[q] = *rows;
         }
     }
     // With one worker, the reading thread interns the group keys of a batch ahead of the
@@ -474,7 +476,7 @@ impl Consumed {
             skipped: Some(skipped),
             max_event_time,
             events_in: run.events_in,
-            query_rows_out: run.query_rows_out.clone(),
+            query_rows: run.query_rows.clone(),
             state_bytes_peak: run.state_bytes_peak,
         }
     }
@@ -487,13 +489,14 @@ enum WorkerMessage {
     Snapshot(Arc<SourcePosition>),
 }
 
-/// Where everything the workers emit meets: rows go to the sink, counted per query, and a
+/// Where everything the workers emit meets: rows and late rows go to the sink, counted per
+/// query (the counters every operator gets alike), and a
 /// checkpoint is saved once every worker's state at a barrier is in. Barriers are aligned:
 /// what a worker emits after its state, until the checkpoint is saved, is held and written
 /// after it. With one worker it runs on the calling thread; with more, on a sink thread.
 struct Collector<'a> {
     sink: &'a mut dyn ResultSink,
-    rows_out: Vec<u64>,
+    rows: Vec<QueryRows>,
     checkpointer: Option<(&'a mut Checkpointer, Arc<CheckpointClock>)>,
     states: Vec<Option<(Vec<u8>, CheckpointBytes)>>,
     held: Vec<std::collections::VecDeque<Emitted>>,
@@ -507,12 +510,12 @@ impl<'a> Collector<'a> {
     fn new(
         workers: usize,
         sink: &'a mut dyn ResultSink,
-        rows_out: Vec<u64>,
+        rows: Vec<QueryRows>,
         checkpointer: Option<(&'a mut Checkpointer, Arc<CheckpointClock>)>,
     ) -> Self {
         Collector {
             sink,
-            rows_out,
+            rows,
             checkpointer,
             states: vec![None; workers],
             held: (0..workers).map(|_| Default::default()).collect(),
@@ -531,10 +534,13 @@ impl<'a> Collector<'a> {
             }
             match emitted {
                 Emitted::Rows(q, batch) => {
-                    self.rows_out[q] += batch.num_rows() as u64;
+                    self.rows[q].rows_out += batch.num_rows() as u64;
                     self.sink.write_rows(q, &batch)?;
                 }
-                Emitted::Late(q, batch) => self.sink.write_late(q, &batch)?,
+                Emitted::Late(q, batch) => {
+                    self.rows[q].late += batch.num_rows() as u64;
+                    self.sink.write_late(q, &batch)?;
+                }
                 Emitted::Snapshot { state, position, tables } => {
                     self.states[w] = Some((state, tables));
                     if self.states.iter().all(Option::is_some) {
@@ -544,7 +550,7 @@ impl<'a> Collector<'a> {
                             all.push(state);
                             written.add(&tables);
                         }
-                        let position = SourcePosition { query_rows_out: self.rows_out.clone(), ..(*position).clone() };
+                        let position = SourcePosition { query_rows: self.rows.clone(), ..(*position).clone() };
                         self.save(position, &combine_snapshots(&all), written)?;
                         for (v, messages) in self.held.iter_mut().enumerate() {
                             queue.extend(messages.drain(..).map(|m| (v, m)));
@@ -664,7 +670,7 @@ fn compute(
     // With at least as many operators as workers, each worker runs whole operators on shared
     // batches: no hashing or copying of rows. Otherwise rows are split by key hash.
     let whole_operators = specs.len() >= workers;
-    let mut collector = Some(Collector::new(workers, sink, run.query_rows_out.clone(), checkpointer));
+    let mut collector = Some(Collector::new(workers, sink, run.query_rows.clone(), checkpointer));
     std::thread::scope(|scope| -> Result<()> {
         let mut here = if workers == 1 { pool.pop() } else { None };
         let _stopped = WorkerStopped(interning);
@@ -795,7 +801,7 @@ fn compute(
             collector = Some(joined?);
         }
         let mut collector = collector.expect("the collector, back from the sink thread");
-        run.query_rows_out = std::mem::take(&mut collector.rows_out);
+        run.query_rows = std::mem::take(&mut collector.rows);
         run.checkpoints += collector.saved.0;
         run.checkpoint_ms += collector.saved.1;
         run.checkpoint_log.append(&mut collector.log);

@@ -197,7 +197,6 @@ impl WindowAggregateExec {
         taken?;
         for (slot, rows) in late_rows.into_iter().enumerate() {
             if !rows.is_empty() {
-                self.emitter.slots[slot].metrics.late_events += rows.len() as u64;
                 out.late.push((slot, crate::connectors::declared_rows(input.take(&rows)?.rows)?));
             }
         }

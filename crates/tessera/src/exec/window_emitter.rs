@@ -140,7 +140,6 @@ impl Emitter {
             let batch = self.aggregate(slot, aggregated)?;
             let plan = &self.slots[slot].plan;
             let batch = filter_and_project(&batch, plan.having.as_ref(), &plan.projection, &plan.output_schema)?;
-            self.slots[slot].metrics.rows_out += batch.num_rows() as u64;
             if batch.num_rows() > 0 {
                 out.rows.push((slot, batch));
             }
@@ -199,7 +198,6 @@ impl Emitter {
             columns.extend(projected.columns().iter().cloned());
             let schema = self.slots[slot].changelog.clone().expect("a changelog schema in EMIT CHANGES");
             let batch = RecordBatch::try_new(schema, columns)?;
-            self.slots[slot].metrics.rows_out += batch.num_rows() as u64;
             if batch.num_rows() > 0 {
                 out.rows.push((slot, batch));
             }

@@ -29,8 +29,9 @@ use crate::exec::pipeline::SourceRun;
 
 const MANIFEST: &str = "MANIFEST";
 /// The format of the manifest and snapshot. Format 1 held every operator's whole state in
-/// the snapshot; format 2 holds their progress, the tables being in the state store.
-const FORMAT: u32 = 2;
+/// the snapshot; format 2 holds their progress, the tables being in the state store; format 3
+/// has the rows and late rows of each query counted by the runtime, no longer by operators.
+const FORMAT: u32 = 3;
 
 /// What one checkpoint wrote: the snapshot (progress, interned keys, rows waiting), the
 /// state tables it wrote to the store, the tables written since the previous checkpoint
@@ -69,7 +70,7 @@ pub struct SourcePosition {
     /// The largest event time read so far (the watermark follows from it).
     pub max_event_time: i64,
     pub events_in: u64,
-    pub query_rows_out: Vec<u64>,
+    pub query_rows: Vec<crate::exec::QueryRows>,
     pub state_bytes_peak: u64,
 }
 

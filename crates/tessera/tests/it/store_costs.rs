@@ -55,17 +55,15 @@ fn costs(r: u64, strategy: Strategy, changes: bool) -> OperatorMetrics {
     let outcome =
         run_batches(&text, one_event_batches((0..EVENTS as i64).map(|t| (1, t))), 1, Some(strategy)).expect("run");
     let stats = &outcome.stats;
-    let metrics = OperatorMetrics {
-        rows_out: stats.rows_out,
+    // Every instance is written once on close, or once per event it takes with EMIT CHANGES.
+    let rows = if changes { r * EVENTS } else { EVENTS + r - 1 };
+    assert_eq!(stats.rows_out, rows, "R {r} {strategy:?} changes {changes}");
+    OperatorMetrics {
         store_reads: stats.store_reads,
         store_writes: stats.store_writes,
         emit_reads: stats.emit_reads,
         ..OperatorMetrics::default()
-    };
-    // Every instance is written once on close, or once per event it takes with EMIT CHANGES.
-    let rows = if changes { r * EVENTS } else { EVENTS + r - 1 };
-    assert_eq!(metrics.rows_out, rows, "R {r} {strategy:?} changes {changes}");
-    metrics
+    }
 }
 
 #[test]
