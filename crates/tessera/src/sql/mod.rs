@@ -22,6 +22,7 @@ use crate::error::{Location, Result};
 use crate::plan::EmitMode;
 pub use diagnostic::ScriptText;
 pub use interval::{delay_in_units, duration_in_units};
+pub use source_ddl::arrow_type;
 
 /// One statement of a script.
 #[derive(Debug, Clone)]

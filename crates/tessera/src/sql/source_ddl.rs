@@ -218,7 +218,7 @@ fn is_time_type(t: &DataType) -> bool {
 }
 
 /// The Arrow type of a column declared in SQL.
-fn arrow_type(sql: &ast::DataType) -> Option<DataType> {
+pub fn arrow_type(sql: &ast::DataType) -> Option<DataType> {
     use ast::DataType as S;
     Some(match sql {
         S::TinyInt(_) => DataType::Int8,

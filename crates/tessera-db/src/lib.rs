@@ -1,0 +1,469 @@
+//! The database half of tessera: tables kept in a folder (or in memory for one run), changed by
+//! `INSERT`, `UPDATE`, `DELETE` and `DROP`, and read by batch SQL that DataFusion plans and
+//! runs with its own physical operators (joins, sorts, aggregates, window functions: none of
+//! them written here). Each statement is atomic: it is checked first, its files written next,
+//! and the database's manifest replaced last (see [`storage`]); a statement that fails changes
+//! nothing. Every table records what each statement inserted and deleted ([`table::ChangeSet`]),
+//! the change relations that maintain views incrementally.
+
+pub mod storage;
+pub mod table;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{Field, Int64Type};
+use datafusion::datasource::MemTable;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_sql::sqlparser::ast;
+use datafusion_sql::sqlparser::dialect::GenericDialect;
+use datafusion_sql::sqlparser::parser::Parser;
+
+use storage::{Manifest, Storage};
+use table::{Edit, Table, POSITION};
+use tessera::error::{Result, TesseraError};
+
+/// Rows a statement selected: their positions, and the values it computed on them.
+type SelectedRows = (Vec<(u32, u32)>, Vec<ArrayRef>);
+
+/// A database: its tables, where they are kept, and the runtime its queries run on.
+pub struct Database {
+    storage: Storage,
+    manifest: Manifest,
+    /// By lower-case name.
+    tables: BTreeMap<String, Table>,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// What a statement gives back: the rows of a query, or how many rows it changed.
+#[derive(Debug)]
+pub enum Outcome {
+    Rows(Vec<RecordBatch>),
+    Changed { rows: u64 },
+    Done,
+}
+
+impl Database {
+    /// A database that lives in memory until it is dropped.
+    pub fn in_memory() -> Result<Self> {
+        Database::with(Storage::memory(), storage::new_manifest())
+    }
+
+    /// The database kept in folder `dir`, created if absent.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let (storage, manifest) = Storage::open_folder(dir)?;
+        Database::with(storage, manifest)
+    }
+
+    fn with(storage: Storage, manifest: Manifest) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(tessera::exec::cores().clamp(1, 2))
+            .thread_name("tessera-sql")
+            .build()
+            .map_err(|e| TesseraError::io("cannot start the query runtime", e))?;
+        let tables = manifest
+            .tables
+            .iter()
+            .map(|(key, entry)| Ok((key.clone(), Table::load(entry, &storage)?)))
+            .collect::<Result<_>>()?;
+        Ok(Database { storage, manifest, tables, runtime })
+    }
+
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.get(&name.to_lowercase())
+    }
+
+    /// Runs every statement of `sql` in order; the outcome of each.
+    pub fn execute(&mut self, sql: &str) -> Result<Vec<Outcome>> {
+        let statements = Parser::parse_sql(&GenericDialect {}, sql)
+            .map_err(|e| TesseraError::Plan(format!("cannot parse the statement: {e}")))?;
+        statements.iter().map(|s| self.execute_statement(s)).collect()
+    }
+
+    pub fn execute_statement(&mut self, statement: &ast::Statement) -> Result<Outcome> {
+        match statement {
+            ast::Statement::Query(query) => Ok(Outcome::Rows(self.query(query)?)),
+            ast::Statement::CreateTable(create) => self.create_table(create),
+            ast::Statement::Insert(insert) => self.insert(insert),
+            ast::Statement::Delete(delete) => self.delete(delete),
+            ast::Statement::Update(update) => self.update(update),
+            ast::Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, .. } => {
+                self.drop_tables(names, *if_exists)
+            }
+            other => Err(TesseraError::Plan(format!("this statement is not supported on tables: {other}"))),
+        }
+    }
+
+    /// The rows of `query` over the tables.
+    pub fn query(&self, query: &ast::Query) -> Result<Vec<RecordBatch>> {
+        let ctx = self.context(None)?;
+        self.run(&ctx, ast::Statement::Query(Box::new(query.clone())))
+    }
+
+    /// A DataFusion session with every table registered (`positions`: that one with its rows'
+    /// positions as a last column).
+    fn context(&self, positions: Option<&str>) -> Result<SessionContext> {
+        let config = SessionConfig::new().with_target_partitions(tessera::exec::cores().clamp(1, 2));
+        let ctx = SessionContext::new_with_config(config);
+        for (key, table) in &self.tables {
+            let with_positions = positions == Some(key.as_str());
+            let batches = table.batches(with_positions)?;
+            let schema = match batches.first() {
+                Some(batch) => batch.schema(),
+                None if with_positions => {
+                    let mut fields: Vec<Field> = table.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+                    fields.push(Field::new(POSITION, arrow::datatypes::DataType::Int64, false));
+                    Arc::new(arrow::datatypes::Schema::new(fields))
+                }
+                None => Arc::clone(&table.schema),
+            };
+            // Two partitions, one a core.
+            let mut partitions = vec![Vec::new(), Vec::new()];
+            for (i, batch) in batches.into_iter().enumerate() {
+                partitions[i % 2].push(batch);
+            }
+            ctx.register_table(key.as_str(), Arc::new(MemTable::try_new(schema, partitions)?))?;
+        }
+        Ok(ctx)
+    }
+
+    fn run(&self, ctx: &SessionContext, statement: ast::Statement) -> Result<Vec<RecordBatch>> {
+        self.runtime.block_on(async {
+            let plan = ctx
+                .state()
+                .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(statement)))
+                .await?;
+            Ok(ctx.execute_logical_plan(plan).await?.collect().await?)
+        })
+    }
+
+    fn create_table(&mut self, create: &ast::CreateTable) -> Result<Outcome> {
+        let name = object_name(&create.name)?;
+        let key = name.to_lowercase();
+        if self.tables.contains_key(&key) {
+            if create.if_not_exists {
+                return Ok(Outcome::Done);
+            }
+            return Err(TesseraError::Plan(format!("table `{name}` already exists")));
+        }
+        let mut primary_key = Vec::new();
+        let mut fields = Vec::new();
+        for column in &create.columns {
+            let data_type = tessera::sql::arrow_type(&column.data_type).ok_or_else(|| {
+                TesseraError::Plan(format!(
+                    "column `{}`: type {} is not supported",
+                    column.name.value, column.data_type
+                ))
+            })?;
+            let mut nullable = true;
+            for option in &column.options {
+                match &option.option {
+                    ast::ColumnOption::NotNull => nullable = false,
+                    ast::ColumnOption::PrimaryKey(_) => primary_key.push(column.name.value.clone()),
+                    ast::ColumnOption::Null => {}
+                    other => return Err(TesseraError::Plan(format!("column option `{other}` is not supported"))),
+                }
+            }
+            fields.push(Field::new(&column.name.value, data_type, nullable));
+        }
+        for constraint in &create.constraints {
+            match constraint {
+                ast::TableConstraint::PrimaryKey(pk) if primary_key.is_empty() => {
+                    primary_key.extend(pk.columns.iter().map(|c| c.column.expr.to_string()));
+                }
+                other => return Err(TesseraError::Plan(format!("table constraint `{other}` is not supported"))),
+            }
+        }
+        let mut table = Table::new(&name, fields, &primary_key)?;
+        let options = match &create.table_options {
+            ast::CreateTableOptions::With(options) => options.as_slice(),
+            ast::CreateTableOptions::None => &[],
+            other => {
+                return Err(TesseraError::Plan(format!("table options `{other}` are not supported: use WITH (...)")))
+            }
+        };
+        let mut manifest = self.manifest.clone();
+        manifest.sequence += 1;
+        if let Some(path) = option_value(options, "path")? {
+            let format = option_value(options, "format")?;
+            let rows = read_file(Path::new(&path), format.as_deref(), &table)?;
+            let edit = Edit { inserted: Some(rows), ..Edit::default() };
+            table.check(&edit)?;
+            table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
+        }
+        manifest.tables.insert(key.clone(), table.entry());
+        self.storage.commit(&manifest)?;
+        self.manifest = manifest;
+        self.tables.insert(key, table);
+        Ok(Outcome::Done)
+    }
+
+    fn insert(&mut self, insert: &ast::Insert) -> Result<Outcome> {
+        let ast::TableObject::TableName(name) = &insert.table else {
+            return Err(TesseraError::Plan("INSERT INTO a table function is not supported".into()));
+        };
+        let key = self.existing(name)?;
+        let source =
+            insert.source.as_ref().ok_or_else(|| TesseraError::Plan("INSERT needs VALUES or a query".into()))?;
+        let given = self.query(source)?;
+        let table = &self.tables[&key];
+        let declared = table.schema.fields();
+        // The column each given column fills.
+        let targets: Vec<usize> = if insert.columns.is_empty() {
+            (0..declared.len()).collect()
+        } else {
+            insert
+                .columns
+                .iter()
+                .map(|c| {
+                    let c = object_name(c)?;
+                    declared
+                        .iter()
+                        .position(|f| f.name().eq_ignore_ascii_case(&c))
+                        .ok_or_else(|| TesseraError::Plan(format!("table `{}` has no column `{c}`", table.name)))
+                })
+                .collect::<Result<_>>()?
+        };
+        let width = given.first().map_or(targets.len(), |b| b.num_columns());
+        if width != targets.len() {
+            return Err(TesseraError::Plan(format!(
+                "INSERT INTO `{}` gives {width} columns for {} target columns",
+                table.name,
+                targets.len()
+            )));
+        }
+        let mut parts = Vec::new();
+        for batch in given {
+            let mut columns: Vec<ArrayRef> =
+                declared.iter().map(|f| arrow::array::new_null_array(f.data_type(), batch.num_rows())).collect();
+            for (i, &target) in targets.iter().enumerate() {
+                columns[target] = Arc::clone(batch.column(i));
+            }
+            parts.push(table.conform(columns)?);
+        }
+        let rows = arrow::compute::concat_batches(&table.schema, &parts)?;
+        let count = rows.num_rows() as u64;
+        self.commit(&key, Edit { inserted: Some(rows), ..Edit::default() })?;
+        Ok(Outcome::Changed { rows: count })
+    }
+
+    fn delete(&mut self, delete: &ast::Delete) -> Result<Outcome> {
+        let from = match &delete.from {
+            ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from) => from,
+        };
+        let [ast::TableWithJoins { relation: ast::TableFactor::Table { name, .. }, joins }] = from.as_slice() else {
+            return Err(TesseraError::Plan("DELETE takes one table".into()));
+        };
+        if !joins.is_empty() || delete.using.is_some() {
+            return Err(TesseraError::Plan("DELETE with joins or USING is not supported".into()));
+        }
+        let key = self.existing(name)?;
+        let positions = self.positions(&key, &[], delete.selection.as_ref())?;
+        let deleted: Vec<(u32, u32)> = positions.iter().flat_map(|(p, _)| p.iter().copied()).collect();
+        let count = deleted.len() as u64;
+        self.commit(&key, Edit { deleted, ..Edit::default() })?;
+        Ok(Outcome::Changed { rows: count })
+    }
+
+    fn update(&mut self, update: &ast::Update) -> Result<Outcome> {
+        let ast::TableFactor::Table { name, .. } = &update.table.relation else {
+            return Err(TesseraError::Plan("UPDATE takes one table".into()));
+        };
+        if !update.table.joins.is_empty() || update.from.is_some() {
+            return Err(TesseraError::Plan("UPDATE with joins or FROM is not supported".into()));
+        }
+        let key = self.existing(name)?;
+        let table = &self.tables[&key];
+        let mut values: Vec<String> = table.schema.fields().iter().map(|f| quoted(f.name())).collect();
+        for assignment in &update.assignments {
+            let ast::AssignmentTarget::ColumnName(column) = &assignment.target else {
+                return Err(TesseraError::Plan("UPDATE assigns columns one by one".into()));
+            };
+            let column = object_name(column)?;
+            let i = table
+                .schema
+                .fields()
+                .iter()
+                .position(|f| f.name().eq_ignore_ascii_case(&column))
+                .ok_or_else(|| TesseraError::Plan(format!("table `{}` has no column `{column}`", table.name)))?;
+            values[i] = assignment.value.to_string();
+        }
+        let selected = self.positions(&key, &values, update.selection.as_ref())?;
+        let table = &self.tables[&key];
+        let mut deleted = Vec::new();
+        let mut parts = Vec::new();
+        for (positions, columns) in selected {
+            deleted.extend(positions);
+            parts.push(table.conform(columns)?);
+        }
+        let rows = arrow::compute::concat_batches(&table.schema, &parts)?;
+        let count = deleted.len() as u64;
+        self.commit(&key, Edit { deleted, inserted: Some(rows) })?;
+        Ok(Outcome::Changed { rows: count })
+    }
+
+    /// The positions of the rows of table `key` where `selection` holds, each batch with the
+    /// values of `expressions` on those rows.
+    fn positions(&self, key: &str, expressions: &[String], selection: Option<&ast::Expr>) -> Result<Vec<SelectedRows>> {
+        let mut select: Vec<String> = expressions.to_vec();
+        select.push(POSITION.to_string());
+        let mut sql = format!("SELECT {} FROM {}", select.join(", "), quoted(key));
+        if let Some(selection) = selection {
+            sql.push_str(&format!(" WHERE {selection}"));
+        }
+        let mut statements = Parser::parse_sql(&GenericDialect {}, &sql)
+            .map_err(|e| TesseraError::Internal(format!("cannot parse {sql}: {e}")))?;
+        let statement = statements.pop().ok_or_else(|| TesseraError::Internal(format!("no statement in {sql}")))?;
+        let ctx = self.context(Some(key))?;
+        let batches = self.run(&ctx, statement)?;
+        Ok(batches
+            .into_iter()
+            .map(|batch| {
+                let n = batch.num_columns() - 1;
+                let positions =
+                    batch.column(n).as_primitive::<Int64Type>().values().iter().map(|&p| table::position(p));
+                (positions.collect(), batch.columns()[..n].to_vec())
+            })
+            .collect())
+    }
+
+    /// Applies `edit` to table `key` as one statement: checked, written, then the manifest
+    /// replaced.
+    fn commit(&mut self, key: &str, edit: Edit) -> Result<()> {
+        let table = self.tables.get_mut(key).ok_or_else(|| TesseraError::Internal(format!("no table {key}")))?;
+        table.check(&edit)?;
+        if edit.deleted.is_empty() && edit.inserted.as_ref().is_none_or(|r| r.num_rows() == 0) {
+            return Ok(());
+        }
+        let mut manifest = self.manifest.clone();
+        manifest.sequence += 1;
+        table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
+        manifest.tables.insert(key.to_string(), table.entry());
+        self.storage.commit(&manifest)?;
+        self.manifest = manifest;
+        Ok(())
+    }
+
+    fn drop_tables(&mut self, names: &[ast::ObjectName], if_exists: bool) -> Result<Outcome> {
+        let mut keys = Vec::new();
+        for name in names {
+            match self.existing(name) {
+                Ok(key) => keys.push(key),
+                Err(_) if if_exists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut manifest = self.manifest.clone();
+        manifest.sequence += 1;
+        for key in &keys {
+            manifest.tables.remove(key);
+        }
+        self.storage.commit(&manifest)?;
+        self.manifest = manifest;
+        for key in keys {
+            self.tables.remove(&key);
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// The key of the existing table `name`.
+    fn existing(&self, name: &ast::ObjectName) -> Result<String> {
+        let name = object_name(name)?;
+        let key = name.to_lowercase();
+        if self.tables.contains_key(&key) {
+            Ok(key)
+        } else {
+            Err(TesseraError::Plan(format!("no table `{name}`")))
+        }
+    }
+}
+
+fn object_name(name: &ast::ObjectName) -> Result<String> {
+    match name.0.as_slice() {
+        [part] => Ok(part.as_ident().map_or_else(|| part.to_string(), |i| i.value.clone())),
+        _ => Err(TesseraError::Plan(format!("`{name}`: tables are named by one name, not a path"))),
+    }
+}
+
+/// `name` as an identifier DataFusion reads as written.
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn option_value(options: &[ast::SqlOption], name: &str) -> Result<Option<String>> {
+    for option in options {
+        if let ast::SqlOption::KeyValue { key, value } = option {
+            if key.value.eq_ignore_ascii_case(name) {
+                return Ok(Some(match value {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
+                        other => other.to_string(),
+                    },
+                    other => other.to_string(),
+                }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The rows of a CSV (with a header row), JSON lines or Parquet file, as the table's rows.
+fn read_file(path: &Path, format: Option<&str>, table: &Table) -> Result<RecordBatch> {
+    let format = format
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_else(|| path.extension().and_then(|e| e.to_str()).unwrap_or("csv").to_ascii_lowercase());
+    let error = |e: String| TesseraError::Input { file: path.display().to_string(), line: 0, reason: e };
+    let file = std::fs::File::open(path).map_err(|e| TesseraError::io(format!("cannot open {}", path.display()), e))?;
+    let nullable = Arc::new(arrow::datatypes::Schema::new(
+        table.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
+    ));
+    let batches: Vec<RecordBatch> = match format.as_str() {
+        "csv" => arrow::csv::ReaderBuilder::new(Arc::clone(&nullable))
+            .with_header(true)
+            .build(file)
+            .map_err(|e| error(e.to_string()))?
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| error(e.to_string()))?,
+        "jsonl" | "json" => arrow::json::ReaderBuilder::new(Arc::clone(&nullable))
+            .build(std::io::BufReader::new(file))
+            .map_err(|e| error(e.to_string()))?
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| error(e.to_string()))?,
+        "parquet" => {
+            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                .map_err(|e| error(e.to_string()))?
+                .build()
+                .map_err(|e| error(e.to_string()))?;
+            let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| error(e.to_string()))?;
+            batches
+                .into_iter()
+                .map(|batch| {
+                    let columns = nullable
+                        .fields()
+                        .iter()
+                        .map(|f| {
+                            batch
+                                .column_by_name(f.name())
+                                .cloned()
+                                .ok_or_else(|| error(format!("the file has no column `{}`", f.name())))
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let columns = columns
+                        .iter()
+                        .zip(nullable.fields())
+                        .map(|(c, f)| arrow::compute::cast(c, f.data_type()).map_err(|e| error(e.to_string())))
+                        .collect::<Result<Vec<_>>>()?;
+                    Ok(RecordBatch::try_new(Arc::clone(&nullable), columns)?)
+                })
+                .collect::<Result<_>>()?
+        }
+        other => return Err(TesseraError::Plan(format!("format `{other}` is not one of csv, jsonl, parquet"))),
+    };
+    let all = arrow::compute::concat_batches(&nullable, &batches)?;
+    table.conform(all.columns().to_vec())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,433 @@
+//! A table in memory: its rows in segments (the rows one statement inserted, and which of them
+//! were deleted since), an index from each primary key to its row, and what each statement
+//! changed (the change relation incremental maintenance reads). A table without a declared
+//! primary key gets a hidden row id as its key, numbered in insertion order.
+//!
+//! A statement's edit is checked first ([`Table::check`]: nothing changes when a key is
+//! violated), its files written next, and only then applied in memory.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::compute::{filter_record_batch, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+
+use crate::storage::{ChangeEntry, Manifest, SegmentEntry, Storage, TableEntry};
+use tessera::error::{Result, TesseraError};
+
+/// The hidden key column of a table without a declared primary key.
+pub const ROW_ID: &str = "_tessera_row_id";
+
+pub struct Table {
+    pub name: String,
+    /// The declared columns: what queries see.
+    pub schema: SchemaRef,
+    /// The declared columns, then the hidden row id if there is one.
+    stored: SchemaRef,
+    /// Key columns (indices into `stored`).
+    key: Vec<usize>,
+    hidden_row_id: bool,
+    next_row_id: u64,
+    segments: Vec<Segment>,
+    /// Key (in arrow's row format) to (segment, row), for declared primary keys.
+    index: HashMap<Box<[u8]>, (u32, u32)>,
+    changes: Vec<ChangeSet>,
+}
+
+struct Segment {
+    rows: RecordBatch,
+    deleted: Vec<bool>,
+    deleted_count: usize,
+    file: String,
+    deleted_file: Option<String>,
+}
+
+/// What one statement did to a table: the rows it inserted and the rows it deleted (an update
+/// is both), with the statement's sequence number.
+#[derive(Clone)]
+pub struct ChangeSet {
+    pub sequence: u64,
+    pub inserted: Option<RecordBatch>,
+    pub deleted: Option<RecordBatch>,
+    files: (Option<String>, Option<String>),
+}
+
+/// A statement's edit of one table: rows deleted by position, then rows inserted.
+#[derive(Default)]
+pub struct Edit {
+    pub deleted: Vec<(u32, u32)>,
+    /// Rows with the declared columns.
+    pub inserted: Option<RecordBatch>,
+}
+
+impl Table {
+    /// A new, empty table of `columns` keyed by `primary_key` (none: a hidden row id).
+    pub fn new(name: &str, columns: Vec<Field>, primary_key: &[String]) -> Result<Self> {
+        let schema = Arc::new(Schema::new(columns));
+        let mut key = Vec::new();
+        for column in primary_key {
+            let i = schema.index_of(column).map_err(|_| {
+                TesseraError::Plan(format!(
+                    "the primary key of `{name}` names `{column}`, which is not one of its columns"
+                ))
+            })?;
+            key.push(i);
+        }
+        let hidden_row_id = key.is_empty();
+        // Key columns hold no NULL.
+        let mut fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| f.as_ref().clone().with_nullable(f.is_nullable() && !key.contains(&i)))
+            .collect();
+        if hidden_row_id {
+            key.push(fields.len());
+            fields.push(Field::new(ROW_ID, DataType::Int64, false));
+        }
+        let stored = Arc::new(Schema::new(fields.clone()));
+        let schema = Arc::new(Schema::new(fields[..schema.fields().len()].to_vec()));
+        Ok(Table {
+            name: name.to_string(),
+            schema,
+            stored,
+            key,
+            hidden_row_id,
+            next_row_id: 0,
+            segments: Vec::new(),
+            index: HashMap::new(),
+            changes: Vec::new(),
+        })
+    }
+
+    /// The table as the manifest records it.
+    pub fn entry(&self) -> TableEntry {
+        TableEntry {
+            name: self.name.clone(),
+            columns: self
+                .stored
+                .fields()
+                .iter()
+                .map(|f| (f.name().clone(), f.data_type().to_string(), f.is_nullable()))
+                .collect(),
+            key: self.key.iter().map(|&i| self.stored.field(i).name().clone()).collect(),
+            hidden_row_id: self.hidden_row_id,
+            next_row_id: self.next_row_id,
+            segments: self
+                .segments
+                .iter()
+                .map(|s| SegmentEntry {
+                    file: s.file.clone(),
+                    rows: s.rows.num_rows() as u64,
+                    deleted: s.deleted_file.clone(),
+                })
+                .collect(),
+            changes: self
+                .changes
+                .iter()
+                .map(|c| ChangeEntry { sequence: c.sequence, inserted: c.files.0.clone(), deleted: c.files.1.clone() })
+                .collect(),
+        }
+    }
+
+    /// The table a manifest entry describes, its rows read from `storage`.
+    pub fn load(entry: &TableEntry, storage: &Storage) -> Result<Self> {
+        let damaged = |reason: String| TesseraError::Option(format!("the table `{}` is damaged: {reason}", entry.name));
+        let fields = entry
+            .columns
+            .iter()
+            .map(|(name, data_type, nullable)| {
+                let data_type: DataType = data_type.parse().map_err(|e| damaged(format!("{e}")))?;
+                Ok(Field::new(name, data_type, *nullable))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let declared = fields.len() - usize::from(entry.hidden_row_id);
+        let key: Vec<String> = if entry.hidden_row_id { Vec::new() } else { entry.key.clone() };
+        let mut table = Table::new(&entry.name, fields[..declared].to_vec(), &key)?;
+        if table.stored.fields().iter().map(|f| f.as_ref()).ne(fields.iter()) {
+            return Err(damaged("its columns do not match its key".into()));
+        }
+        table.next_row_id = entry.next_row_id;
+        for segment in &entry.segments {
+            let rows = storage.read(&segment.file, &table.stored)?;
+            let mut deleted = vec![false; rows.num_rows()];
+            if let Some(file) = &segment.deleted {
+                let positions = storage.read(file, &positions_schema())?;
+                let positions = positions.column(0).as_any().downcast_ref::<UInt32Array>().expect("UInt32 positions");
+                for &p in positions.values() {
+                    *deleted
+                        .get_mut(p as usize)
+                        .ok_or_else(|| damaged(format!("a deleted row {p} beyond its segment")))? = true;
+                }
+            }
+            let deleted_count = deleted.iter().filter(|&&d| d).count();
+            table.segments.push(Segment {
+                rows,
+                deleted,
+                deleted_count,
+                file: segment.file.clone(),
+                deleted_file: segment.deleted.clone(),
+            });
+        }
+        for change in &entry.changes {
+            let read = |file: &Option<String>| file.as_ref().map(|f| storage.read(f, &table.stored)).transpose();
+            table.changes.push(ChangeSet {
+                sequence: change.sequence,
+                inserted: read(&change.inserted)?,
+                deleted: read(&change.deleted)?,
+                files: (change.inserted.clone(), change.deleted.clone()),
+            });
+        }
+        table.rebuild_index()?;
+        Ok(table)
+    }
+
+    fn rebuild_index(&mut self) -> Result<()> {
+        self.index.clear();
+        if self.hidden_row_id {
+            return Ok(());
+        }
+        let converter = self.key_converter()?;
+        for (s, segment) in self.segments.iter().enumerate() {
+            let keys = converter.convert_columns(&self.key_columns(&segment.rows))?;
+            for row in (0..segment.rows.num_rows()).filter(|&r| !segment.deleted[r]) {
+                if self.index.insert(keys.row(row).as_ref().into(), (s as u32, row as u32)).is_some() {
+                    return Err(TesseraError::Option(format!(
+                        "the table `{}` is damaged: a key is held twice",
+                        self.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn key_converter(&self) -> Result<RowConverter> {
+        Ok(RowConverter::new(
+            self.key.iter().map(|&i| SortField::new(self.stored.field(i).data_type().clone())).collect(),
+        )?)
+    }
+
+    fn key_columns(&self, rows: &RecordBatch) -> Vec<ArrayRef> {
+        self.key.iter().map(|&i| Arc::clone(rows.column(i))).collect()
+    }
+
+    /// The live rows, with the declared columns (`with_positions`: and a last column
+    /// `position`, segment << 32 | row, for a statement to name rows by).
+    pub fn batches(&self, with_positions: bool) -> Result<Vec<RecordBatch>> {
+        let declared = self.schema.fields().len();
+        let mut batches = Vec::with_capacity(self.segments.len());
+        for (s, segment) in self.segments.iter().enumerate() {
+            let mut columns: Vec<ArrayRef> = segment.rows.columns()[..declared].to_vec();
+            let mut fields: Vec<Field> = self.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            if with_positions {
+                let base = (s as i64) << 32;
+                columns.push(Arc::new(Int64Array::from_iter_values(
+                    (0..segment.rows.num_rows() as i64).map(|r| base | r),
+                )));
+                fields.push(Field::new(POSITION, DataType::Int64, false));
+            }
+            let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+            let batch = if segment.deleted_count == 0 {
+                batch
+            } else {
+                filter_record_batch(&batch, &BooleanArray::from_iter(segment.deleted.iter().map(|d| Some(!d))))?
+            };
+            if batch.num_rows() > 0 {
+                batches.push(batch);
+            }
+        }
+        Ok(batches)
+    }
+
+    /// The number of live rows.
+    pub fn rows(&self) -> usize {
+        self.segments.iter().map(|s| s.rows.num_rows() - s.deleted_count).sum()
+    }
+
+    pub fn changes(&self) -> &[ChangeSet] {
+        &self.changes
+    }
+
+    /// `columns` (one per declared column, in order) as the table's rows: cast to the declared
+    /// types, a NULL key refused with the row it is in.
+    pub fn conform(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+        let mut cast = Vec::with_capacity(columns.len());
+        for (column, field) in columns.iter().zip(self.schema.fields()) {
+            let column = arrow::compute::cast(column, field.data_type()).map_err(|e| {
+                TesseraError::Execution(format!(
+                    "column `{}` of `{}` is {}, and a value given for it is not: {e}",
+                    field.name(),
+                    self.name,
+                    field.data_type()
+                ))
+            })?;
+            if !field.is_nullable() && column.null_count() > 0 {
+                let row = (0..column.len()).find(|&r| column.is_null(r)).unwrap_or(0);
+                return Err(TesseraError::Execution(format!(
+                    "column `{}` of `{}` cannot be NULL (it is part of the primary key): row {} of the rows given has none",
+                    field.name(),
+                    self.name,
+                    row + 1
+                )));
+            }
+            cast.push(column);
+        }
+        let rows = columns.first().map_or(0, |c| c.len());
+        let options = arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(rows));
+        Ok(RecordBatch::try_new_with_options(Arc::clone(&self.schema), cast, &options)?)
+    }
+
+    /// Checks `edit` against the table: every deleted position live, every inserted row with a
+    /// key, and no key twice among the rows left and inserted. Changes nothing.
+    pub fn check(&self, edit: &Edit) -> Result<()> {
+        for &(s, r) in &edit.deleted {
+            let live = self.segments.get(s as usize).and_then(|seg| seg.deleted.get(r as usize)).is_some_and(|d| !d);
+            if !live {
+                return Err(TesseraError::Internal(format!("row {s}:{r} of `{}` deleted twice", self.name)));
+            }
+        }
+        let Some(inserted) = &edit.inserted else { return Ok(()) };
+        if inserted.schema().fields() != self.schema.fields() {
+            return Err(TesseraError::Internal(format!("rows for `{}` with other columns", self.name)));
+        }
+        if self.hidden_row_id {
+            return Ok(());
+        }
+        let converter = self.key_converter()?;
+        let keys = converter.convert_columns(&self.key_columns(inserted))?;
+        let deleted: std::collections::HashSet<(u32, u32)> = edit.deleted.iter().copied().collect();
+        let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(inserted.num_rows());
+        for row in 0..inserted.num_rows() {
+            let key = keys.row(row);
+            let held = self.index.get(key.as_ref()).is_some_and(|p| !deleted.contains(p));
+            if held || seen.insert(key.data(), row).is_some() {
+                return Err(TesseraError::Execution(format!(
+                    "duplicate primary key in `{}`: ({}) = ({}) is already in the table; nothing of the statement was applied",
+                    self.name,
+                    self.key.iter().map(|&k| self.stored.field(k).name().as_str()).collect::<Vec<_>>().join(", "),
+                    self.key
+                        .iter()
+                        .map(|&k| arrow::util::display::array_value_to_string(inserted.column(k), row))
+                        .collect::<std::result::Result<Vec<_>, _>>()?
+                        .join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a checked `edit` as statement `sequence`: writes its files to `storage`, then
+    /// changes the table. `manifest` gets the new file numbers.
+    pub fn apply(&mut self, edit: Edit, sequence: u64, storage: &mut Storage, manifest: &mut Manifest) -> Result<()> {
+        // Files first: a failure leaves the table as it was.
+        let inserted = match edit.inserted {
+            Some(rows) if rows.num_rows() > 0 => Some(self.with_key(rows)?),
+            _ => None,
+        };
+        let new_segment = inserted.as_ref().map(|rows| storage.write(manifest, rows)).transpose()?;
+        let mut by_segment: HashMap<u32, Vec<u32>> = HashMap::new();
+        for &(s, r) in &edit.deleted {
+            by_segment.entry(s).or_default().push(r);
+        }
+        let deleted_rows = if edit.deleted.is_empty() {
+            None
+        } else {
+            let parts = by_segment
+                .iter()
+                .map(|(&s, rows)| {
+                    Ok(take_record_batch(&self.segments[s as usize].rows, &UInt32Array::from(rows.clone()))?)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(arrow::compute::concat_batches(&self.stored, &parts)?)
+        };
+        let deleted_file = deleted_rows.as_ref().map(|rows| storage.write(manifest, rows)).transpose()?;
+        let mut deletion_files = Vec::new();
+        for (&s, rows) in &by_segment {
+            let segment = &self.segments[s as usize];
+            let mut positions: Vec<u32> =
+                (0..segment.rows.num_rows() as u32).filter(|&r| segment.deleted[r as usize]).collect();
+            positions.extend(rows);
+            positions.sort_unstable();
+            let batch = RecordBatch::try_new(positions_schema(), vec![Arc::new(UInt32Array::from(positions))])?;
+            deletion_files.push((s, storage.write(manifest, &batch)?));
+        }
+        // Then memory.
+        for (s, file) in deletion_files {
+            let segment = &mut self.segments[s as usize];
+            for &r in &by_segment[&s] {
+                segment.deleted[r as usize] = true;
+                segment.deleted_count += 1;
+            }
+            segment.deleted_file = Some(file);
+        }
+        if !self.hidden_row_id && !edit.deleted.is_empty() {
+            let converter = self.key_converter()?;
+            for (&s, rows) in &by_segment {
+                let segment = &self.segments[s as usize];
+                let keys = converter.convert_columns(
+                    &self.key_columns(&take_record_batch(&segment.rows, &UInt32Array::from(rows.clone()))?),
+                )?;
+                for i in 0..rows.len() {
+                    self.index.remove(keys.row(i).as_ref());
+                }
+            }
+        }
+        if let (Some(rows), Some(file)) = (&inserted, &new_segment) {
+            let s = self.segments.len() as u32;
+            if !self.hidden_row_id {
+                let keys = self.key_converter()?.convert_columns(&self.key_columns(rows))?;
+                for row in 0..rows.num_rows() {
+                    self.index.insert(keys.row(row).as_ref().into(), (s, row as u32));
+                }
+            }
+            self.segments.push(Segment {
+                rows: rows.clone(),
+                deleted: vec![false; rows.num_rows()],
+                deleted_count: 0,
+                file: file.clone(),
+                deleted_file: None,
+            });
+        }
+        if inserted.is_some() || deleted_rows.is_some() {
+            self.changes.push(ChangeSet {
+                sequence,
+                inserted: inserted.clone(),
+                deleted: deleted_rows,
+                files: (new_segment, deleted_file),
+            });
+        }
+        Ok(())
+    }
+
+    /// Rows of the declared columns with the hidden row id added, if the table has one.
+    fn with_key(&mut self, rows: RecordBatch) -> Result<RecordBatch> {
+        if !self.hidden_row_id {
+            return Ok(rows.with_schema(Arc::clone(&self.stored))?);
+        }
+        let first = self.next_row_id as i64;
+        self.next_row_id += rows.num_rows() as u64;
+        let mut columns = rows.columns().to_vec();
+        columns.push(Arc::new(Int64Array::from_iter_values(first..first + rows.num_rows() as i64)));
+        Ok(RecordBatch::try_new(Arc::clone(&self.stored), columns)?)
+    }
+
+    /// Forgets the changes of statements up to `sequence` (no view needs them).
+    pub fn forget_changes_through(&mut self, sequence: u64) {
+        self.changes.retain(|c| c.sequence > sequence);
+    }
+}
+
+/// The column a statement reads positions from (see [`Table::batches`]).
+pub const POSITION: &str = "_tessera_position";
+
+/// A position column's value as (segment, row).
+pub fn position(value: i64) -> (u32, u32) {
+    ((value >> 32) as u32, value as u32)
+}
+
+fn positions_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("position", DataType::UInt32, false)]))
+}

@@ -1,0 +1,154 @@
+use super::*;
+
+/// The rows of a query's outcome, sorted, as text.
+fn rows(outcome: &Outcome) -> Vec<String> {
+    let Outcome::Rows(batches) = outcome else { panic!("no rows: {outcome:?}") };
+    let mut lines = Vec::new();
+    for batch in batches {
+        for row in 0..batch.num_rows() {
+            let values: Vec<String> = (0..batch.num_columns())
+                .map(|c| arrow::util::display::array_value_to_string(batch.column(c), row).unwrap())
+                .collect();
+            lines.push(values.join("|"));
+        }
+    }
+    lines.sort();
+    lines
+}
+
+fn query(db: &mut Database, sql: &str) -> Vec<String> {
+    rows(&db.execute(sql).unwrap().pop().unwrap())
+}
+
+#[test]
+fn tables_take_inserts_updates_and_deletes_and_answer_joins() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE video (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE);
+         CREATE TABLE log (session_id BIGINT PRIMARY KEY, video_id BIGINT);
+         INSERT INTO video VALUES (1, 10, 3.5), (2, 10, 60.0), (3, 20, 12.25);
+         INSERT INTO log VALUES (100, 1), (101, 1), (102, 2), (103, 3), (104, 3), (105, 3);",
+    )
+    .unwrap();
+    let visits = "SELECT video_id, owner_id, COUNT(*) AS visits FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id";
+    assert_eq!(query(&mut db, visits), ["1|10|2", "2|10|1", "3|20|3"]);
+    db.execute("UPDATE video SET owner_id = 30 WHERE duration > 10; DELETE FROM log WHERE session_id IN (100, 104);")
+        .unwrap();
+    assert_eq!(query(&mut db, visits), ["1|10|1", "2|30|1", "3|30|2"]);
+    // Columns left out of an INSERT are NULL; ORDER BY and LIMIT run in DataFusion.
+    db.execute("INSERT INTO video (video_id) VALUES (4)").unwrap();
+    assert_eq!(
+        query(&mut db, "SELECT video_id, owner_id IS NULL FROM video ORDER BY video_id DESC LIMIT 2"),
+        ["3|false", "4|true"]
+    );
+    // What each statement changed, in order: the change relations.
+    let changes = db.table("video").unwrap().changes();
+    let counts: Vec<(usize, usize)> = changes
+        .iter()
+        .map(|c| (c.inserted.as_ref().map_or(0, |r| r.num_rows()), c.deleted.as_ref().map_or(0, |r| r.num_rows())))
+        .collect();
+    assert_eq!(counts, [(3, 0), (2, 2), (1, 0)]);
+    assert!(changes.windows(2).all(|w| w[0].sequence < w[1].sequence));
+}
+
+#[test]
+fn a_duplicate_key_names_it_and_applies_nothing() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute("CREATE TABLE t (k BIGINT PRIMARY KEY, v VARCHAR); INSERT INTO t VALUES (1, 'a'), (2, 'b');").unwrap();
+    let err = db.execute("INSERT INTO t VALUES (3, 'c'), (2, 'again')").unwrap_err().to_string();
+    assert!(err.contains("duplicate primary key in `t`: (k) = (2)"), "{err}");
+    let err = db.execute("INSERT INTO t VALUES (5, 'x'), (5, 'y')").unwrap_err().to_string();
+    assert!(err.contains("(k) = (5)"), "{err}");
+    // An update that moves a key onto another row's is refused too; one that swaps is not.
+    let err = db.execute("UPDATE t SET k = 2 WHERE k = 1").unwrap_err().to_string();
+    assert!(err.contains("(k) = (2)"), "{err}");
+    db.execute("UPDATE t SET k = 3 - k").unwrap();
+    assert_eq!(query(&mut db, "SELECT k, v FROM t"), ["1|b", "2|a"]);
+    let err = db.execute("INSERT INTO t VALUES (NULL, 'n')").unwrap_err().to_string();
+    assert!(err.contains("cannot be NULL"), "{err}");
+    assert_eq!(db.table("t").unwrap().rows(), 2);
+}
+
+#[test]
+fn a_table_without_a_key_keeps_duplicate_rows() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute("CREATE TABLE t (a BIGINT, b DOUBLE); INSERT INTO t VALUES (1, 1.5), (1, 1.5), (2, NULL);").unwrap();
+    assert_eq!(query(&mut db, "SELECT * FROM t"), ["1|1.5", "1|1.5", "2|"]);
+    db.execute("DELETE FROM t WHERE b IS NULL").unwrap();
+    assert_eq!(query(&mut db, "SELECT COUNT(*) FROM t"), ["2"]);
+}
+
+#[test]
+fn a_folder_keeps_the_database_and_refuses_what_is_not_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let mut db = Database::open(&path).unwrap();
+        db.execute(
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, v DOUBLE);
+             INSERT INTO t VALUES (1, 1.0), (2, 2.0), (3, 3.0);
+             DELETE FROM t WHERE k = 2;
+             UPDATE t SET v = 30.0 WHERE k = 3;",
+        )
+        .unwrap();
+    }
+    let mut db = Database::open(&path).unwrap();
+    assert_eq!(query(&mut db, "SELECT k, v FROM t"), ["1|1.0", "3|30.0"]);
+    assert_eq!(db.table("t").unwrap().changes().len(), 3);
+    let err = db.execute("INSERT INTO t VALUES (3, 0.0)").unwrap_err().to_string();
+    assert!(err.contains("(k) = (3)"), "the key index is rebuilt on open: {err}");
+    db.execute("DROP TABLE t").unwrap();
+    drop(db);
+    assert_eq!(std::fs::read_dir(path.join("data")).unwrap().count(), 0, "a dropped table's files go");
+
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "hello").unwrap();
+    let err = Database::open(&other).err().unwrap().to_string();
+    assert!(err.contains("is not a tessera database"), "{err}");
+    std::fs::write(other.join("MANIFEST"), "{\"kind\": \"something else\"}").unwrap();
+    let err = Database::open(&other).err().unwrap().to_string();
+    assert!(err.contains("is not a tessera database"), "{err}");
+}
+
+#[test]
+fn files_a_statement_left_unnamed_are_removed_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    Database::open(&path).unwrap().execute("CREATE TABLE t (k BIGINT PRIMARY KEY); INSERT INTO t VALUES (1);").unwrap();
+    // As if a statement had written its file and been killed before its manifest.
+    std::fs::write(path.join("data").join("99999999.arrow"), b"half").unwrap();
+    let mut db = Database::open(&path).unwrap();
+    assert!(!path.join("data").join("99999999.arrow").exists());
+    assert_eq!(query(&mut db, "SELECT k FROM t"), ["1"]);
+}
+
+#[test]
+fn initial_contents_come_from_csv_jsonl_and_parquet() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("v.csv"), "video_id,owner_id,duration\n1,10,3.5\n2,,60\n").unwrap();
+    std::fs::write(dir.path().join("v.jsonl"), "{\"video_id\": 3, \"owner_id\": 30, \"duration\": 1.0}\n").unwrap();
+    let mut db = Database::in_memory().unwrap();
+    let csv = dir.path().join("v.csv");
+    let jsonl = dir.path().join("v.jsonl");
+    db.execute(&format!(
+        "CREATE TABLE a (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE) WITH (path = '{}');
+         CREATE TABLE b (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE) WITH (path = '{}', format = 'jsonl');",
+        csv.display(),
+        jsonl.display()
+    ))
+    .unwrap();
+    assert_eq!(query(&mut db, "SELECT * FROM a UNION ALL SELECT * FROM b"), ["1|10|3.5", "2||60.0", "3|30|1.0"]);
+    let parquet = dir.path().join("v.parquet");
+    let batch = db.table("a").unwrap().batches(false).unwrap().remove(0);
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&parquet).unwrap(), batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    db.execute(&format!(
+        "CREATE TABLE c (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE) WITH (path = '{}')",
+        parquet.display()
+    ))
+    .unwrap();
+    assert_eq!(query(&mut db, "SELECT * FROM c"), ["1|10|3.5", "2||60.0"]);
+}
