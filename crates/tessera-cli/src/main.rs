@@ -11,6 +11,7 @@ mod bench;
 mod bench_slide;
 mod bench_wcg;
 mod generate;
+mod shell;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -145,6 +146,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Write a synthetic IoT stream (device_id, temperature, ts in seconds) as CSV or Parquet.
     Generate(generate::GenerateArgs),
+    /// Run SQL against a database of tables: the statements given with -c, or a shell.
+    Sql(shell::SqlArgs),
 }
 
 /// The build targets x86-64-v3 (`.cargo/config.toml`): on a CPU without its instructions, say
@@ -198,6 +201,7 @@ fn main() -> ExitCode {
         Command::Compile { target, script, settings } => compile(target, &script, &settings),
         Command::Generate(args) => generate::generate(&args),
         Command::Bench(args) => bench::bench(&args),
+        Command::Sql(args) => shell::sql(&args),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1068,3 +1068,41 @@ fn numbers_in_timestamp_columns_follow_time_unit_in_every_format_or_are_refused(
     assert!(outputs[0].len() > 10);
     assert_eq!(outputs[0], outputs[1], "the same windows whether ts is TIMESTAMP or BIGINT");
 }
+
+/// `tessera sql`: statements with -c or piped, the database kept in its folder between runs,
+/// query rows as aligned tables, a failed statement's error with exit status 1.
+#[test]
+fn sql_runs_statements_against_a_database_folder() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let created = tessera(
+        &[
+            "sql",
+            "--db",
+            "shop",
+            "-c",
+            "CREATE TABLE item (id BIGINT PRIMARY KEY, price DOUBLE); INSERT INTO item VALUES (1, 2.5), (2, 4.0);",
+        ],
+        dir.path(),
+    );
+    assert!(created.status.success(), "{}", text(&created.stderr));
+    assert_eq!(text(&created.stdout), "OK\n2 rows changed\n");
+    let duplicate = tessera(&["sql", "--db", "shop", "-c", "INSERT INTO item VALUES (2, 9.0)"], dir.path());
+    assert_eq!(duplicate.status.code(), Some(1));
+    assert!(
+        text(&duplicate.stderr).contains("duplicate primary key in `item`: (id) = (2)"),
+        "{}",
+        text(&duplicate.stderr)
+    );
+    let mut shell = spawn_piped(&["sql", "--db", "shop"], dir.path());
+    shell
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"UPDATE item SET price = price * 2 WHERE id = 2;\nSELECT SUM(price) AS total\n  FROM item;\n")
+        .expect("write");
+    let out = shell.wait_with_output().expect("shell");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("1 row changed\n"), "{stdout}");
+    assert!(stdout.contains("| total |") && stdout.contains("| 10.5  |"), "{stdout}");
+}

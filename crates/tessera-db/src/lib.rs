@@ -77,9 +77,7 @@ impl Database {
 
     /// Runs every statement of `sql` in order; the outcome of each.
     pub fn execute(&mut self, sql: &str) -> Result<Vec<Outcome>> {
-        let statements = Parser::parse_sql(&GenericDialect {}, sql)
-            .map_err(|e| TesseraError::Plan(format!("cannot parse the statement: {e}")))?;
-        statements.iter().map(|s| self.execute_statement(s)).collect()
+        parse(sql)?.iter().map(|s| self.execute_statement(s)).collect()
     }
 
     pub fn execute_statement(&mut self, statement: &ast::Statement) -> Result<Outcome> {
@@ -378,6 +376,12 @@ impl Database {
             Err(TesseraError::Plan(format!("no table `{name}`")))
         }
     }
+}
+
+/// The statements of `sql`.
+pub fn parse(sql: &str) -> Result<Vec<ast::Statement>> {
+    Parser::parse_sql(&GenericDialect {}, sql)
+        .map_err(|e| TesseraError::Plan(format!("cannot parse the statement: {e}")))
 }
 
 fn object_name(name: &ast::ObjectName) -> Result<String> {

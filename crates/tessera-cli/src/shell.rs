@@ -1,0 +1,102 @@
+//! `tessera sql`: statements against a database, like `duckdb` or `sqlite3`. With `-c` it runs
+//! those statements and exits (status 1 at the first that fails); otherwise it reads statements
+//! ending in `;`, with line editing and history (`~/.tessera_history`) on a terminal, and prints
+//! each query's rows as an aligned table with the time it took.
+
+use std::io::{BufRead, IsTerminal};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use tessera::TesseraError;
+use tessera_db::{Database, Outcome};
+
+#[derive(clap::Args, Debug)]
+pub struct SqlArgs {
+    /// The database folder (created if absent); without it the database lives in memory.
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// Run these statements and exit.
+    #[arg(short = 'c', value_name = "SQL")]
+    command: Option<String>,
+}
+
+pub fn sql(args: &SqlArgs) -> Result<(), TesseraError> {
+    let mut db = match &args.db {
+        Some(dir) => Database::open(dir)?,
+        None => Database::in_memory()?,
+    };
+    if let Some(command) = &args.command {
+        for statement in tessera_db::parse(command)? {
+            print_outcome(&db.execute_statement(&statement)?)?;
+        }
+        return Ok(());
+    }
+    if std::io::stdin().is_terminal() {
+        interactive(&mut db)
+    } else {
+        // Piped statements run as a script: the first failure stops it.
+        let mut text = String::new();
+        for line in std::io::stdin().lock().lines() {
+            text.push_str(&line.map_err(|e| TesseraError::io("cannot read stdin", e))?);
+            text.push('\n');
+        }
+        for statement in tessera_db::parse(&text)? {
+            print_outcome(&db.execute_statement(&statement)?)?;
+        }
+        Ok(())
+    }
+}
+
+fn interactive(db: &mut Database) -> Result<(), TesseraError> {
+    let mut editor =
+        rustyline::DefaultEditor::new().map_err(|e| TesseraError::Option(format!("no line editor: {e}")))?;
+    let history = std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".tessera_history"));
+    if let Some(path) = &history {
+        let _ = editor.load_history(path);
+    }
+    println!("tessera {}: statements end with `;`; Ctrl-D leaves.", env!("CARGO_PKG_VERSION"));
+    let mut pending = String::new();
+    loop {
+        let prompt = if pending.is_empty() { "tessera> " } else { "   ...> " };
+        let line = match editor.readline(prompt) {
+            Ok(line) => line,
+            Err(rustyline::error::ReadlineError::Interrupted) => {
+                pending.clear();
+                continue;
+            }
+            Err(_) => break,
+        };
+        pending.push_str(&line);
+        pending.push('\n');
+        if !pending.trim_end().ends_with(';') {
+            continue;
+        }
+        let text = std::mem::take(&mut pending);
+        let _ = editor.add_history_entry(text.trim());
+        let started = Instant::now();
+        let result = tessera_db::parse(&text).and_then(|statements| {
+            statements.iter().try_for_each(|statement| print_outcome(&db.execute_statement(statement)?))
+        });
+        match result {
+            Ok(()) => println!("({:.1} ms)", started.elapsed().as_secs_f64() * 1e3),
+            Err(e) => eprintln!("error: {e}"),
+        }
+    }
+    if let Some(path) = &history {
+        let _ = editor.save_history(path);
+    }
+    Ok(())
+}
+
+fn print_outcome(outcome: &Outcome) -> Result<(), TesseraError> {
+    match outcome {
+        Outcome::Rows(batches) => {
+            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+            println!("{}", arrow::util::pretty::pretty_format_batches(batches)?);
+            println!("{rows} row{}", if rows == 1 { "" } else { "s" });
+        }
+        Outcome::Changed { rows } => println!("{rows} row{} changed", if *rows == 1 { "" } else { "s" }),
+        Outcome::Done => println!("OK"),
+    }
+    Ok(())
+}
