@@ -414,10 +414,6 @@ impl Table {
         Ok(RecordBatch::try_new(Arc::clone(&self.stored), columns)?)
     }
 
-    /// Forgets the changes of statements up to `sequence` (no view needs them).
-    pub fn forget_changes_through(&mut self, sequence: u64) {
-        self.changes.retain(|c| c.sequence > sequence);
-    }
 }
 
 /// The column a statement reads positions from (see [`Table::batches`]).
