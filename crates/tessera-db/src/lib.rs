@@ -6,6 +6,7 @@
 //! nothing. Every table records what each statement inserted and deleted ([`table::ChangeSet`]),
 //! the change relations that maintain views incrementally.
 
+mod statement;
 pub mod storage;
 pub mod table;
 
@@ -20,6 +21,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 use datafusion_sql::sqlparser::parser::Parser;
+pub use statement::{parse, Statement};
 
 use storage::{Manifest, Storage};
 use table::{Edit, Table, POSITION};
@@ -80,7 +82,14 @@ impl Database {
         parse(sql)?.iter().map(|s| self.execute_statement(s)).collect()
     }
 
-    pub fn execute_statement(&mut self, statement: &ast::Statement) -> Result<Outcome> {
+    pub fn execute_statement(&mut self, statement: &Statement) -> Result<Outcome> {
+        match statement {
+            Statement::Sql(statement) => self.execute_sql(statement),
+            Statement::Copy { table, path, options } => self.copy(table, path, options),
+        }
+    }
+
+    fn execute_sql(&mut self, statement: &ast::Statement) -> Result<Outcome> {
         match statement {
             ast::Statement::Query(query) => Ok(Outcome::Rows(self.query(query)?)),
             ast::Statement::CreateTable(create) => self.create_table(create),
@@ -186,7 +195,7 @@ impl Database {
         manifest.sequence += 1;
         if let Some(path) = option_value(options, "path")? {
             let format = option_value(options, "format")?;
-            let rows = read_file(Path::new(&path), format.as_deref(), &table)?;
+            let (rows, _) = read_file(Path::new(&path), format.as_deref(), &table, None)?;
             let edit = Edit { inserted: Some(rows), ..Edit::default() };
             table.check(&edit)?;
             table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
@@ -344,6 +353,33 @@ impl Database {
         Ok(())
     }
 
+    /// `COPY table FROM 'file'`: the file's rows inserted, or with `op_column` applied as the
+    /// column says (`insert`, `update` or `delete`, or `I`, `U`, `D`), in the file's order.
+    fn copy(&mut self, name: &ast::ObjectName, path: &Path, options: &[(String, String)]) -> Result<Outcome> {
+        let key = self.existing(name)?;
+        let (mut format, mut op_column) = (None, None);
+        for (option, value) in options {
+            match option.as_str() {
+                "format" => format = Some(value.as_str()),
+                "op_column" => op_column = Some(value.as_str()),
+                other => {
+                    return Err(TesseraError::Plan(format!(
+                        "COPY has no option `{other}`: it takes format and op_column"
+                    )))
+                }
+            }
+        }
+        let table = &self.tables[&key];
+        let (rows, ops) = read_file(path, format, table, op_column)?;
+        let count = rows.num_rows() as u64;
+        let edit = match (ops, op_column) {
+            (Some(ops), Some(op_column)) => table.edit_from_ops(rows, &ops, op_column)?,
+            _ => Edit { inserted: Some(rows), ..Edit::default() },
+        };
+        self.commit(&key, edit)?;
+        Ok(Outcome::Changed { rows: count })
+    }
+
     fn drop_tables(&mut self, names: &[ast::ObjectName], if_exists: bool) -> Result<Outcome> {
         let mut keys = Vec::new();
         for name in names {
@@ -378,12 +414,6 @@ impl Database {
     }
 }
 
-/// The statements of `sql`.
-pub fn parse(sql: &str) -> Result<Vec<ast::Statement>> {
-    Parser::parse_sql(&GenericDialect {}, sql)
-        .map_err(|e| TesseraError::Plan(format!("cannot parse the statement: {e}")))
-}
-
 fn object_name(name: &ast::ObjectName) -> Result<String> {
     match name.0.as_slice() {
         [part] => Ok(part.as_ident().map_or_else(|| part.to_string(), |i| i.value.clone())),
@@ -413,60 +443,104 @@ fn option_value(options: &[ast::SqlOption], name: &str) -> Result<Option<String>
     Ok(None)
 }
 
-/// The rows of a CSV (with a header row), JSON lines or Parquet file, as the table's rows.
-fn read_file(path: &Path, format: Option<&str>, table: &Table) -> Result<RecordBatch> {
+/// The rows of a CSV (with a header row), JSON lines or Parquet file as the table's rows, its
+/// columns matched by name (a column the file lacks is NULL), and the values of `op_column`.
+fn read_file(
+    path: &Path,
+    format: Option<&str>,
+    table: &Table,
+    op_column: Option<&str>,
+) -> Result<(RecordBatch, Option<arrow::array::StringArray>)> {
+    use arrow::datatypes::{DataType, Schema};
     let format = format
         .map(str::to_ascii_lowercase)
         .unwrap_or_else(|| path.extension().and_then(|e| e.to_str()).unwrap_or("csv").to_ascii_lowercase());
     let error = |e: String| TesseraError::Input { file: path.display().to_string(), line: 0, reason: e };
-    let file = std::fs::File::open(path).map_err(|e| TesseraError::io(format!("cannot open {}", path.display()), e))?;
-    let nullable = Arc::new(arrow::datatypes::Schema::new(
-        table.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
-    ));
-    let batches: Vec<RecordBatch> = match format.as_str() {
-        "csv" => arrow::csv::ReaderBuilder::new(Arc::clone(&nullable))
-            .with_header(true)
-            .build(file)
-            .map_err(|e| error(e.to_string()))?
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| error(e.to_string()))?,
-        "jsonl" | "json" => arrow::json::ReaderBuilder::new(Arc::clone(&nullable))
-            .build(std::io::BufReader::new(file))
-            .map_err(|e| error(e.to_string()))?
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| error(e.to_string()))?,
-        "parquet" => {
-            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-                .map_err(|e| error(e.to_string()))?
-                .build()
-                .map_err(|e| error(e.to_string()))?;
-            let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| error(e.to_string()))?;
-            batches
-                .into_iter()
-                .map(|batch| {
-                    let columns = nullable
-                        .fields()
-                        .iter()
-                        .map(|f| {
-                            batch
-                                .column_by_name(f.name())
-                                .cloned()
-                                .ok_or_else(|| error(format!("the file has no column `{}`", f.name())))
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    let columns = columns
-                        .iter()
-                        .zip(nullable.fields())
-                        .map(|(c, f)| arrow::compute::cast(c, f.data_type()).map_err(|e| error(e.to_string())))
-                        .collect::<Result<Vec<_>>>()?;
-                    Ok(RecordBatch::try_new(Arc::clone(&nullable), columns)?)
-                })
-                .collect::<Result<_>>()?
+    let open = || std::fs::File::open(path).map_err(|e| TesseraError::io(format!("cannot open {}", path.display()), e));
+    let is_op = |name: &str| op_column.is_some_and(|op| op.eq_ignore_ascii_case(name));
+    // The type a column of the file is read as.
+    let type_of = |name: &str| -> Result<DataType> {
+        if is_op(name) {
+            return Ok(DataType::Utf8);
         }
+        table
+            .schema
+            .fields()
+            .iter()
+            .find(|f| f.name().eq_ignore_ascii_case(name))
+            .map(|f| f.data_type().clone())
+            .ok_or_else(|| error(format!("the file has a column `{name}`, which table `{}` does not", table.name)))
+    };
+    let batches: Vec<RecordBatch> = match format.as_str() {
+        "csv" => {
+            let (header, _) = arrow::csv::reader::Format::default()
+                .with_header(true)
+                .infer_schema(open()?, Some(0))
+                .map_err(|e| error(e.to_string()))?;
+            let fields = header
+                .fields()
+                .iter()
+                .map(|f| Ok(Field::new(f.name(), type_of(f.name())?, true)))
+                .collect::<Result<Vec<_>>>()?;
+            arrow::csv::ReaderBuilder::new(Arc::new(Schema::new(fields)))
+                .with_header(true)
+                .build(open()?)
+                .map_err(|e| error(e.to_string()))?
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| error(e.to_string()))?
+        }
+        "jsonl" | "json" => {
+            let mut fields: Vec<Field> =
+                table.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+            fields.extend(op_column.map(|op| Field::new(op, DataType::Utf8, true)));
+            arrow::json::ReaderBuilder::new(Arc::new(Schema::new(fields)))
+                .build(std::io::BufReader::new(open()?))
+                .map_err(|e| error(e.to_string()))?
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| error(e.to_string()))?
+        }
+        "parquet" => parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(open()?)
+            .map_err(|e| error(e.to_string()))?
+            .build()
+            .map_err(|e| error(e.to_string()))?
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| error(e.to_string()))?,
         other => return Err(TesseraError::Plan(format!("format `{other}` is not one of csv, jsonl, parquet"))),
     };
-    let all = arrow::compute::concat_batches(&nullable, &batches)?;
-    table.conform(all.columns().to_vec())
+    let mut parts = Vec::with_capacity(batches.len());
+    let mut ops: Vec<ArrayRef> = Vec::new();
+    for batch in &batches {
+        let schema = batch.schema();
+        let column = |name: &str| {
+            let found = schema.fields().iter().position(|f| f.name().eq_ignore_ascii_case(name));
+            found.map(|i| Arc::clone(batch.column(i)))
+        };
+        let columns = table
+            .schema
+            .fields()
+            .iter()
+            .map(|f| column(f.name()).unwrap_or_else(|| arrow::array::new_null_array(f.data_type(), batch.num_rows())))
+            .collect();
+        parts.push(table.conform(columns)?);
+        if let Some(op) = op_column {
+            let values = column(op).ok_or_else(|| error(format!("the file has no column `{op}` (op_column)")))?;
+            ops.push(arrow::compute::cast(&values, &DataType::Utf8)?);
+        }
+    }
+    let rows = arrow::compute::concat_batches(&table.schema, &parts)?;
+    let ops = match op_column {
+        None => None,
+        Some(_) => {
+            let refs: Vec<&dyn arrow::array::Array> = ops.iter().map(|a| a.as_ref()).collect();
+            let all = if refs.is_empty() {
+                arrow::array::new_empty_array(&DataType::Utf8)
+            } else {
+                arrow::compute::concat(&refs)?
+            };
+            Some(all.as_string::<i32>().clone())
+        }
+    };
+    Ok((rows, ops))
 }
 
 #[cfg(test)]

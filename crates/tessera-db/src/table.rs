@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, UInt32Array};
 use arrow::compute::{filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -319,6 +319,72 @@ impl Table {
         Ok(())
     }
 
+    /// The edit that applies `rows` as `ops` says, row by row in order: `insert` (or `I`) adds
+    /// a row whose key is not held, `update` (`U`) replaces the row holding its key, `delete`
+    /// (`D`) removes it (its other columns are not read). A key may change several times in
+    /// one file; the table needs a declared primary key to name rows by.
+    pub fn edit_from_ops(&self, rows: RecordBatch, ops: &StringArray, op_column: &str) -> Result<Edit> {
+        if self.hidden_row_id {
+            return Err(TesseraError::Plan(format!(
+                "`{}` has no primary key: op_column needs one to find the rows to update and delete",
+                self.name
+            )));
+        }
+        let keys = self.key_converter()?.convert_columns(&self.key_columns(&rows))?;
+        // Rows of the file inserted so far by key, and the table's rows deleted so far.
+        let mut pending: HashMap<&[u8], usize> = HashMap::new();
+        let mut deleted: Vec<(u32, u32)> = Vec::new();
+        let mut gone: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
+        for row in 0..rows.num_rows() {
+            let key = keys.row(row);
+            let op = if ops.is_valid(row) { ops.value(row).trim().to_ascii_lowercase() } else { String::new() };
+            let held_by_file = pending.contains_key(key.data());
+            let held_by_table = self.index.get(key.as_ref()).filter(|p| !gone.contains(p)).copied();
+            let missing = || {
+                TesseraError::Execution(format!(
+                    "row {} of the file ({op}) names a key of `{}` that no row holds; nothing of the statement was applied",
+                    row + 1,
+                    self.name
+                ))
+            };
+            let mut remove = |pending: &mut HashMap<&[u8], usize>| -> Result<()> {
+                if pending.remove(key.data()).is_none() {
+                    let position = held_by_table.ok_or_else(missing)?;
+                    gone.insert(position);
+                    deleted.push(position);
+                }
+                Ok(())
+            };
+            match op.as_str() {
+                "i" | "insert" if held_by_file || held_by_table.is_some() => {
+                    return Err(TesseraError::Execution(format!(
+                        "row {} of the file inserts a key `{}` already holds; nothing of the statement was applied",
+                        row + 1,
+                        self.name
+                    )))
+                }
+                "i" | "insert" => {
+                    pending.insert(key.data(), row);
+                }
+                "u" | "update" => {
+                    remove(&mut pending)?;
+                    pending.insert(key.data(), row);
+                }
+                "d" | "delete" => remove(&mut pending)?,
+                _ => {
+                    return Err(TesseraError::Execution(format!(
+                        "row {} of the file has `{op}` in {op_column}: expected insert, update or delete (I, U, D)",
+                        row + 1
+                    )))
+                }
+            }
+        }
+        let mut kept: Vec<u32> = pending.into_values().map(|r| r as u32).collect();
+        kept.sort_unstable();
+        let inserted = take_record_batch(&rows, &UInt32Array::from(kept))?;
+        Ok(Edit { deleted, inserted: Some(inserted) })
+    }
+
     /// Applies a checked `edit` as statement `sequence`: writes its files to `storage`, then
     /// changes the table. `manifest` gets the new file numbers.
     pub fn apply(&mut self, edit: Edit, sequence: u64, storage: &mut Storage, manifest: &mut Manifest) -> Result<()> {
@@ -413,7 +479,6 @@ impl Table {
         columns.push(Arc::new(Int64Array::from_iter_values(first..first + rows.num_rows() as i64)));
         Ok(RecordBatch::try_new(Arc::clone(&self.stored), columns)?)
     }
-
 }
 
 /// The column a statement reads positions from (see [`Table::batches`]).

@@ -1,0 +1,76 @@
+//! The statements of the database: SQL as sqlparser reads it, and `COPY table FROM 'file'
+//! [WITH (name = value, ...)]`, read here because its options (`op_column`) are tessera's.
+//! Errors point at the line and column, with a caret under the spot.
+
+use std::path::PathBuf;
+
+use datafusion_sql::sqlparser::ast;
+use datafusion_sql::sqlparser::dialect::GenericDialect;
+use datafusion_sql::sqlparser::keywords::Keyword;
+use datafusion_sql::sqlparser::parser::Parser;
+use datafusion_sql::sqlparser::tokenizer::Token;
+use tessera::error::Result;
+use tessera::sql::ScriptText;
+
+#[derive(Debug, Clone)]
+pub enum Statement {
+    Sql(Box<ast::Statement>),
+    /// `COPY table FROM 'path' WITH (...)`: options by lower-case name.
+    Copy {
+        table: ast::ObjectName,
+        path: PathBuf,
+        options: Vec<(String, String)>,
+    },
+}
+
+/// The statements of `sql`, in order.
+pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+    let script = ScriptText::new(sql);
+    let error = |e| script.parser_error(e);
+    let dialect = GenericDialect {};
+    let mut parser = Parser::new(&dialect).try_with_sql(sql).map_err(error)?;
+    let mut statements = Vec::new();
+    loop {
+        while parser.consume_token(&Token::SemiColon) {}
+        if parser.peek_token().token == Token::EOF {
+            break;
+        }
+        let statement = if parser.parse_keyword(Keyword::COPY) {
+            let table = parser.parse_object_name(false).map_err(error)?;
+            parser.expect_keyword(Keyword::FROM).map_err(error)?;
+            let path = PathBuf::from(parser.parse_literal_string().map_err(error)?);
+            let mut options = Vec::new();
+            if parser.parse_keyword(Keyword::WITH) {
+                parser.expect_token(&Token::LParen).map_err(error)?;
+                loop {
+                    let name = parser.parse_identifier().map_err(error)?;
+                    parser.expect_token(&Token::Eq).map_err(error)?;
+                    let token = parser.next_token();
+                    let value = match token.token {
+                        Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => s,
+                        Token::Number(n, _) => n,
+                        Token::Word(w) => w.value,
+                        other => {
+                            return Err(script
+                                .at_span(format!("expected a value for {}, found `{other}`", name.value), token.span))
+                        }
+                    };
+                    options.push((name.value.to_lowercase(), value));
+                    if !parser.consume_token(&Token::Comma) {
+                        break;
+                    }
+                }
+                parser.expect_token(&Token::RParen).map_err(error)?;
+            }
+            Statement::Copy { table, path, options }
+        } else {
+            Statement::Sql(Box::new(parser.parse_statement().map_err(error)?))
+        };
+        statements.push(statement);
+        let end = parser.peek_token();
+        if end.token != Token::EOF && end.token != Token::SemiColon {
+            return Err(script.at_span(format!("expected `;` or the end, found `{}`", end.token), end.span));
+        }
+    }
+    Ok(statements)
+}
