@@ -1106,3 +1106,102 @@ fn sql_runs_statements_against_a_database_folder() {
     assert!(stdout.starts_with("1 row changed\n"), "{stdout}");
     assert!(stdout.contains("| total |") && stdout.contains("| 10.5  |"), "{stdout}");
 }
+
+/// Copies the files of folder `from` (and its subfolders) to `to`.
+fn copy_folder(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("folder");
+    for entry in std::fs::read_dir(from).expect("read") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_folder(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy");
+        }
+    }
+}
+
+/// `tessera sql` killed (SIGKILL) at 20 random points of a COPY with operations and of an
+/// UPDATE, each from the same database: every time the database opens as it was before the
+/// statement or as it is after it, never between.
+#[test]
+fn killed_statements_leave_the_database_before_or_after() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rows = 60_000;
+    let initial: String = (0..rows).map(|k| format!("{k},{}\n", k % 97)).collect();
+    std::fs::write(dir.path().join("initial.csv"), format!("k,v\n{initial}")).expect("write");
+    // Every other key updated, every tenth deleted, as many new keys inserted.
+    let ops: String = (0..rows)
+        .filter_map(|k| match k % 10 {
+            0 => Some(format!("{k},,D\n")),
+            2 | 4 | 6 | 8 => Some(format!("{k},{},U\n", k % 89)),
+            _ => None,
+        })
+        .chain((rows..rows * 2).map(|k| format!("{k},{},I\n", k % 83)))
+        .collect();
+    std::fs::write(dir.path().join("ops.csv"), format!("k,v,op\n{ops}")).expect("write");
+    let pristine = dir.path().join("pristine");
+    let created = tessera(
+        &[
+            "sql",
+            "--db",
+            "pristine",
+            "-c",
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT) WITH (path = 'initial.csv')",
+        ],
+        dir.path(),
+    );
+    assert!(created.status.success(), "{}", text(&created.stderr));
+    let summary = |db: &str| {
+        let out = tessera(
+            &["sql", "--db", db, "-c", "SELECT COUNT(*) AS n, SUM(k) AS keys, SUM(v) AS vs FROM t"],
+            dir.path(),
+        );
+        assert!(out.status.success(), "{db}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let before = summary("pristine");
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as u64;
+    let mut rng = seed | 1;
+    for statement in
+        ["COPY t FROM 'ops.csv' WITH (op_column = 'op')", "UPDATE t SET v = v + k % 7, k = k + 1000000 WHERE k % 3 = 0"]
+    {
+        // The statement uninterrupted: the state after it, and how long it takes.
+        copy_folder(&pristine, &dir.path().join("whole"));
+        let started = std::time::Instant::now();
+        let whole = tessera(&["sql", "--db", "whole", "-c", statement], dir.path());
+        assert!(whole.status.success(), "{}", text(&whole.stderr));
+        let took = started.elapsed().as_millis() as u64;
+        let after = summary("whole");
+        assert_ne!(before, after, "{statement} changes the table");
+        std::fs::remove_dir_all(dir.path().join("whole")).expect("remove");
+        let (mut saw_before, mut saw_after) = (0, 0);
+        for kill in 0..20 {
+            let db = format!("killed{kill}");
+            copy_folder(&pristine, &dir.path().join(&db));
+            let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+                .args(["sql", "--db", &db, "-c", statement])
+                .current_dir(dir.path())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn");
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            // From halfway through to a little past the end: the statement writes its files and
+            // its manifest at the end, after reading the database and the file.
+            std::thread::sleep(std::time::Duration::from_millis(took / 2 + rng % (took * 6 / 10 + 1)));
+            let _ = child.kill();
+            child.wait().expect("reap");
+            let found = summary(&db);
+            assert!(found == before || found == after, "seed {seed}, {statement}, kill {kill}: {found}");
+            if found == before {
+                saw_before += 1;
+            } else {
+                saw_after += 1;
+            }
+            std::fs::remove_dir_all(dir.path().join(&db)).expect("remove");
+        }
+        eprintln!("{statement}: {saw_before} kills left it before, {saw_after} after ({took} ms uninterrupted)");
+    }
+}
