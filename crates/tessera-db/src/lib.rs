@@ -34,9 +34,19 @@ type SelectedRows = (Vec<(u32, u32)>, Vec<ArrayRef>);
 pub struct Database {
     storage: Storage,
     manifest: Manifest,
-    /// By lower-case name.
+    /// By lower-case name; tables and views share the names.
     tables: BTreeMap<String, Table>,
+    views: BTreeMap<String, View>,
     runtime: tokio::runtime::Runtime,
+}
+
+/// A materialized view: its query, and its contents as of its last refresh (stale in between:
+/// queries read them as they are).
+pub struct View {
+    pub query: ast::Query,
+    pub contents: Table,
+    /// The sequence number of the last statement its contents reflect.
+    pub refreshed_at: u64,
 }
 
 /// What a statement gives back: the rows of a query, or how many rows it changed.
@@ -70,11 +80,36 @@ impl Database {
             .iter()
             .map(|(key, entry)| Ok((key.clone(), Table::load(entry, &storage)?)))
             .collect::<Result<_>>()?;
-        Ok(Database { storage, manifest, tables, runtime })
+        let views = manifest
+            .views
+            .iter()
+            .map(|(key, entry)| {
+                let query = match statement::parse(&entry.query)?.pop() {
+                    Some(Statement::Sql(statement)) => match *statement {
+                        ast::Statement::Query(query) => *query,
+                        _ => {
+                            return Err(TesseraError::Option(format!(
+                                "the view `{key}` is damaged: its query is not one"
+                            )))
+                        }
+                    },
+                    _ => {
+                        return Err(TesseraError::Option(format!("the view `{key}` is damaged: its query is not one")))
+                    }
+                };
+                let contents = Table::load(&entry.contents, &storage)?;
+                Ok((key.clone(), View { query, contents, refreshed_at: entry.refreshed_at }))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Database { storage, manifest, tables, views, runtime })
     }
 
     pub fn table(&self, name: &str) -> Option<&Table> {
         self.tables.get(&name.to_lowercase())
+    }
+
+    pub fn view(&self, name: &str) -> Option<&View> {
+        self.views.get(&name.to_lowercase())
     }
 
     /// Runs every statement of `sql` in order; the outcome of each.
@@ -86,6 +121,7 @@ impl Database {
         match statement {
             Statement::Sql(statement) => self.execute_sql(statement),
             Statement::Copy { table, path, options } => self.copy(table, path, options),
+            Statement::Refresh { view } => self.refresh(view),
         }
     }
 
@@ -99,12 +135,21 @@ impl Database {
             ast::Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, .. } => {
                 self.drop_tables(names, *if_exists)
             }
+            ast::Statement::CreateView(create) if create.materialized => self.create_view(create),
+            ast::Statement::Drop { object_type: ast::ObjectType::MaterializedView, if_exists, names, .. } => {
+                self.drop_views(names, *if_exists)
+            }
             other => Err(TesseraError::Plan(format!("this statement is not supported on tables: {other}"))),
         }
     }
 
-    /// The rows of `query` over the tables.
+    /// The rows of `query` over the tables and views.
     pub fn query(&self, query: &ast::Query) -> Result<Vec<RecordBatch>> {
+        Ok(self.query_with_columns(query)?.1)
+    }
+
+    /// The columns and rows of `query`.
+    fn query_with_columns(&self, query: &ast::Query) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
         let ctx = self.context(None)?;
         self.run(&ctx, ast::Statement::Query(Box::new(query.clone())))
     }
@@ -114,7 +159,8 @@ impl Database {
     fn context(&self, positions: Option<&str>) -> Result<SessionContext> {
         let config = SessionConfig::new().with_target_partitions(tessera::exec::cores().clamp(1, 2));
         let ctx = SessionContext::new_with_config(config);
-        for (key, table) in &self.tables {
+        let views = self.views.iter().map(|(key, view)| (key, &view.contents));
+        for (key, table) in self.tables.iter().chain(views) {
             let with_positions = positions == Some(key.as_str());
             let batches = table.batches(with_positions)?;
             let schema = match batches.first() {
@@ -136,24 +182,31 @@ impl Database {
         Ok(ctx)
     }
 
-    fn run(&self, ctx: &SessionContext, statement: ast::Statement) -> Result<Vec<RecordBatch>> {
+    /// The columns and rows of `statement`, planned and run by DataFusion.
+    fn run(
+        &self,
+        ctx: &SessionContext,
+        statement: ast::Statement,
+    ) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
         self.runtime.block_on(async {
             let plan = ctx
                 .state()
                 .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(statement)))
                 .await?;
-            Ok(ctx.execute_logical_plan(plan).await?.collect().await?)
+            let frame = ctx.execute_logical_plan(plan).await?;
+            let schema = Arc::new(frame.schema().as_arrow().clone());
+            Ok((schema, frame.collect().await?))
         })
     }
 
     fn create_table(&mut self, create: &ast::CreateTable) -> Result<Outcome> {
         let name = object_name(&create.name)?;
         let key = name.to_lowercase();
-        if self.tables.contains_key(&key) {
+        if self.tables.contains_key(&key) || self.views.contains_key(&key) {
             if create.if_not_exists {
                 return Ok(Outcome::Done);
             }
-            return Err(TesseraError::Plan(format!("table `{name}` already exists")));
+            return Err(TesseraError::Plan(format!("`{name}` already exists")));
         }
         let mut primary_key = Vec::new();
         let mut fields = Vec::new();
@@ -324,7 +377,7 @@ impl Database {
             .map_err(|e| TesseraError::Internal(format!("cannot parse {sql}: {e}")))?;
         let statement = statements.pop().ok_or_else(|| TesseraError::Internal(format!("no statement in {sql}")))?;
         let ctx = self.context(Some(key))?;
-        let batches = self.run(&ctx, statement)?;
+        let (_, batches) = self.run(&ctx, statement)?;
         Ok(batches
             .into_iter()
             .map(|batch| {
@@ -378,6 +431,84 @@ impl Database {
         };
         self.commit(&key, edit)?;
         Ok(Outcome::Changed { rows: count })
+    }
+
+    fn create_view(&mut self, create: &ast::CreateView) -> Result<Outcome> {
+        let name = object_name(&create.name)?;
+        let key = name.to_lowercase();
+        if self.tables.contains_key(&key) || self.views.contains_key(&key) {
+            if create.if_not_exists {
+                return Ok(Outcome::Done);
+            }
+            return Err(TesseraError::Plan(format!("`{name}` already exists")));
+        }
+        let (view, rows) = self.compute_view(&name, &create.query)?;
+        self.save_view(key, view, rows)?;
+        Ok(Outcome::Done)
+    }
+
+    /// `REFRESH MATERIALIZED VIEW`: its query computed again over the tables as they are.
+    fn refresh(&mut self, name: &ast::ObjectName) -> Result<Outcome> {
+        let key = object_name(name)?.to_lowercase();
+        let view = self.views.get(&key).ok_or_else(|| TesseraError::Plan(format!("no materialized view `{name}`")))?;
+        let (fresh, rows) = self.compute_view(&view.contents.name, &view.query.clone())?;
+        let count = rows.num_rows() as u64;
+        self.save_view(key, fresh, rows)?;
+        Ok(Outcome::Changed { rows: count })
+    }
+
+    /// A view named `name`, empty, and the rows of `query` now, which it is to hold.
+    fn compute_view(&self, name: &str, query: &ast::Query) -> Result<(View, RecordBatch)> {
+        let (schema, batches) = self.query_with_columns(query)?;
+        let fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+        let contents = Table::new(name, fields, &[])?;
+        let rows = batches.iter().map(|b| contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
+        let rows = arrow::compute::concat_batches(&contents.schema, &rows)?;
+        Ok((View { query: query.clone(), contents, refreshed_at: self.manifest.sequence }, rows))
+    }
+
+    /// Writes `rows` as the contents of `view` and replaces the manifest with it in.
+    fn save_view(&mut self, key: String, mut view: View, rows: RecordBatch) -> Result<()> {
+        let mut manifest = self.manifest.clone();
+        manifest.sequence += 1;
+        let edit = Edit { inserted: Some(rows), ..Edit::default() };
+        view.contents.check(&edit)?;
+        view.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
+        manifest.views.insert(
+            key.clone(),
+            storage::ViewEntry {
+                query: view.query.to_string(),
+                contents: view.contents.entry(),
+                refreshed_at: view.refreshed_at,
+            },
+        );
+        self.storage.commit(&manifest)?;
+        self.manifest = manifest;
+        self.views.insert(key, view);
+        Ok(())
+    }
+
+    fn drop_views(&mut self, names: &[ast::ObjectName], if_exists: bool) -> Result<Outcome> {
+        let mut keys = Vec::new();
+        for name in names {
+            let key = object_name(name)?.to_lowercase();
+            if self.views.contains_key(&key) {
+                keys.push(key);
+            } else if !if_exists {
+                return Err(TesseraError::Plan(format!("no materialized view `{name}`")));
+            }
+        }
+        let mut manifest = self.manifest.clone();
+        manifest.sequence += 1;
+        for key in &keys {
+            manifest.views.remove(key);
+        }
+        self.storage.commit(&manifest)?;
+        self.manifest = manifest;
+        for key in keys {
+            self.views.remove(&key);
+        }
+        Ok(Outcome::Done)
     }
 
     fn drop_tables(&mut self, names: &[ast::ObjectName], if_exists: bool) -> Result<Outcome> {

@@ -1,5 +1,6 @@
-//! The statements of the database: SQL as sqlparser reads it, and `COPY table FROM 'file'
-//! [WITH (name = value, ...)]`, read here because its options (`op_column`) are tessera's.
+//! The statements of the database: SQL as sqlparser reads it, `COPY table FROM 'file'
+//! [WITH (name = value, ...)]`, read here because its options (`op_column`) are tessera's, and
+//! `REFRESH MATERIALIZED VIEW`, which sqlparser does not read.
 //! Errors point at the line and column, with a caret under the spot.
 
 use std::path::PathBuf;
@@ -21,6 +22,10 @@ pub enum Statement {
         path: PathBuf,
         options: Vec<(String, String)>,
     },
+    /// `REFRESH MATERIALIZED VIEW view`.
+    Refresh {
+        view: ast::ObjectName,
+    },
 }
 
 /// The statements of `sql`, in order.
@@ -35,7 +40,9 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
         if parser.peek_token().token == Token::EOF {
             break;
         }
-        let statement = if parser.parse_keyword(Keyword::COPY) {
+        let statement = if parser.parse_keywords(&[Keyword::REFRESH, Keyword::MATERIALIZED, Keyword::VIEW]) {
+            Statement::Refresh { view: parser.parse_object_name(false).map_err(error)? }
+        } else if parser.parse_keyword(Keyword::COPY) {
             let table = parser.parse_object_name(false).map_err(error)?;
             parser.expect_keyword(Keyword::FROM).map_err(error)?;
             let path = PathBuf::from(parser.parse_literal_string().map_err(error)?);

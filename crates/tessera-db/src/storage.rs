@@ -41,6 +41,18 @@ pub struct Manifest {
     /// The number the next data file gets.
     pub next_file: u64,
     pub tables: BTreeMap<String, TableEntry>,
+    /// Materialized views by lower-case name.
+    #[serde(default)]
+    pub views: BTreeMap<String, ViewEntry>,
+}
+
+/// A materialized view: its query, its contents as of its last refresh, and the sequence
+/// number of the last statement that refresh saw.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ViewEntry {
+    pub query: String,
+    pub contents: TableEntry,
+    pub refreshed_at: u64,
 }
 
 /// A table: its columns, its key, and the files of its rows.
@@ -243,7 +255,8 @@ pub fn new_manifest() -> Manifest {
 
 fn named_files(manifest: &Manifest) -> BTreeSet<&str> {
     let mut named = BTreeSet::new();
-    for table in manifest.tables.values() {
+    let views = manifest.views.values().map(|v| &v.contents);
+    for table in manifest.tables.values().chain(views) {
         for segment in &table.segments {
             named.insert(segment.file.as_str());
             named.extend(segment.deleted.as_deref());

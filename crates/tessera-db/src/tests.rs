@@ -334,3 +334,50 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_materialized_view_is_stale_until_refreshed_and_kept_in_the_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut db = Database::open(&path).unwrap();
+    db.execute(
+        "CREATE TABLE video (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE);
+         CREATE TABLE log (session_id BIGINT PRIMARY KEY, video_id BIGINT);
+         INSERT INTO video VALUES (1, 10, 3.5), (2, 20, 60.0);
+         INSERT INTO log VALUES (100, 1), (101, 1), (102, 2);
+         CREATE MATERIALIZED VIEW visit_view AS
+             SELECT video_id, owner_id, duration, COUNT(*) AS visit_count
+             FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration;",
+    )
+    .unwrap();
+    let counts = "SELECT video_id, visit_count FROM visit_view";
+    assert_eq!(query(&mut db, counts), ["1|2", "2|1"]);
+    // Changes leave the view as it was until it is refreshed.
+    db.execute("INSERT INTO log VALUES (103, 2), (104, 2); DELETE FROM log WHERE session_id = 100;").unwrap();
+    assert_eq!(query(&mut db, counts), ["1|2", "2|1"]);
+    let refreshed_before = db.view("visit_view").unwrap().refreshed_at;
+    db.execute("REFRESH MATERIALIZED VIEW visit_view").unwrap();
+    assert_eq!(query(&mut db, counts), ["1|1", "2|3"]);
+    assert!(db.view("visit_view").unwrap().refreshed_at > refreshed_before);
+    // A view answers joins with tables, and is kept with its query.
+    drop(db);
+    let mut db = Database::open(&path).unwrap();
+    assert_eq!(
+        query(
+            &mut db,
+            "SELECT v.owner_id, SUM(visit_count) FROM visit_view v JOIN video USING (video_id) GROUP BY v.owner_id"
+        ),
+        ["10|1", "20|3"]
+    );
+    db.execute("INSERT INTO log VALUES (105, 1); REFRESH MATERIALIZED VIEW visit_view;").unwrap();
+    assert_eq!(query(&mut db, counts), ["1|2", "2|3"]);
+    let err = db.execute("CREATE TABLE visit_view (a BIGINT)").unwrap_err().to_string();
+    assert!(err.contains("`visit_view` already exists"), "{err}");
+    let err = db.execute("REFRESH MATERIALIZED VIEW nothing").unwrap_err().to_string();
+    assert!(err.contains("no materialized view `nothing`"), "{err}");
+    db.execute("DROP MATERIALIZED VIEW visit_view").unwrap();
+    assert!(db.execute(counts).is_err());
+    drop(db);
+    let db = Database::open(&path).unwrap();
+    assert!(db.view("visit_view").is_none());
+}
