@@ -18,6 +18,16 @@ pub struct SqlArgs {
     /// Run these statements and exit.
     #[arg(short = 'c', value_name = "SQL")]
     command: Option<String>,
+    /// How query rows are printed: aligned tables, or CSV with a header row for tools (what
+    /// other statements changed then goes to stderr).
+    #[arg(long, value_enum, default_value = "table")]
+    format: RowFormat,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowFormat {
+    Table,
+    Csv,
 }
 
 pub fn sql(args: &SqlArgs) -> Result<(), TesseraError> {
@@ -27,12 +37,12 @@ pub fn sql(args: &SqlArgs) -> Result<(), TesseraError> {
     };
     if let Some(command) = &args.command {
         for statement in tessera_db::parse(command)? {
-            print_outcome(&db.execute_statement(&statement)?)?;
+            print_outcome(&db.execute_statement(&statement)?, args.format)?;
         }
         return Ok(());
     }
     if std::io::stdin().is_terminal() {
-        interactive(&mut db)
+        interactive(&mut db, args.format)
     } else {
         // Piped statements run as a script: the first failure stops it.
         let mut text = String::new();
@@ -41,13 +51,13 @@ pub fn sql(args: &SqlArgs) -> Result<(), TesseraError> {
             text.push('\n');
         }
         for statement in tessera_db::parse(&text)? {
-            print_outcome(&db.execute_statement(&statement)?)?;
+            print_outcome(&db.execute_statement(&statement)?, args.format)?;
         }
         Ok(())
     }
 }
 
-fn interactive(db: &mut Database) -> Result<(), TesseraError> {
+fn interactive(db: &mut Database, format: RowFormat) -> Result<(), TesseraError> {
     let mut editor =
         rustyline::DefaultEditor::new().map_err(|e| TesseraError::Option(format!("no line editor: {e}")))?;
     let history = std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".tessera_history"));
@@ -75,7 +85,7 @@ fn interactive(db: &mut Database) -> Result<(), TesseraError> {
         let _ = editor.add_history_entry(text.trim());
         let started = Instant::now();
         let result = tessera_db::parse(&text).and_then(|statements| {
-            statements.iter().try_for_each(|statement| print_outcome(&db.execute_statement(statement)?))
+            statements.iter().try_for_each(|statement| print_outcome(&db.execute_statement(statement)?, format))
         });
         match result {
             Ok(()) => println!("({:.1} ms)", started.elapsed().as_secs_f64() * 1e3),
@@ -88,15 +98,30 @@ fn interactive(db: &mut Database) -> Result<(), TesseraError> {
     Ok(())
 }
 
-fn print_outcome(outcome: &Outcome) -> Result<(), TesseraError> {
-    match outcome {
-        Outcome::Rows(batches) => {
+fn print_outcome(outcome: &Outcome, format: RowFormat) -> Result<(), TesseraError> {
+    match (outcome, format) {
+        (Outcome::Rows { schema, batches }, RowFormat::Csv) => {
+            let mut writer = tessera::connectors::csv_writer::CsvWriter::new(std::io::stdout().lock(), true);
+            // The header row even without rows.
+            writer.write(&arrow::record_batch::RecordBatch::new_empty(schema.clone()))?;
+            for batch in batches {
+                writer.write(batch)?;
+            }
+            writer.flush()?;
+        }
+        (Outcome::Changed { rows }, RowFormat::Csv) => {
+            eprintln!("{rows} row{} changed", if *rows == 1 { "" } else { "s" })
+        }
+        (Outcome::Done, RowFormat::Csv) => {}
+        (Outcome::Rows { schema, batches }, RowFormat::Table) => {
             let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-            println!("{}", arrow::util::pretty::pretty_format_batches(batches)?);
+            println!("{}", arrow::util::pretty::pretty_format_batches_with_schema(schema.clone(), batches)?);
             println!("{rows} row{}", if rows == 1 { "" } else { "s" });
         }
-        Outcome::Changed { rows } => println!("{rows} row{} changed", if *rows == 1 { "" } else { "s" }),
-        Outcome::Done => println!("OK"),
+        (Outcome::Changed { rows }, RowFormat::Table) => {
+            println!("{rows} row{} changed", if *rows == 1 { "" } else { "s" })
+        }
+        (Outcome::Done, RowFormat::Table) => println!("OK"),
     }
     Ok(())
 }

@@ -52,7 +52,7 @@ pub struct View {
 /// What a statement gives back: the rows of a query, or how many rows it changed.
 #[derive(Debug)]
 pub enum Outcome {
-    Rows(Vec<RecordBatch>),
+    Rows { schema: arrow::datatypes::SchemaRef, batches: Vec<RecordBatch> },
     Changed { rows: u64 },
     Done,
 }
@@ -127,7 +127,10 @@ impl Database {
 
     fn execute_sql(&mut self, statement: &ast::Statement) -> Result<Outcome> {
         match statement {
-            ast::Statement::Query(query) => Ok(Outcome::Rows(self.query(query)?)),
+            ast::Statement::Query(query) => {
+                let (schema, batches) = self.query_with_columns(query)?;
+                Ok(Outcome::Rows { schema, batches })
+            }
             ast::Statement::CreateTable(create) => self.create_table(create),
             ast::Statement::Insert(insert) => self.insert(insert),
             ast::Statement::Delete(delete) => self.delete(delete),

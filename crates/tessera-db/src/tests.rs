@@ -2,7 +2,7 @@ use super::*;
 
 /// The rows of a query's outcome, sorted, as text.
 fn rows(outcome: &Outcome) -> Vec<String> {
-    let Outcome::Rows(batches) = outcome else { panic!("no rows: {outcome:?}") };
+    let Outcome::Rows { batches, .. } = outcome else { panic!("no rows: {outcome:?}") };
     let mut lines = Vec::new();
     for batch in batches {
         for row in 0..batch.num_rows() {
