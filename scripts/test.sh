@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit and integration tests (property, sqllogictest,
-# CLI and fuzz-smoke suites), then the differential tests against DuckDB (installed from PyPI
+# CLI and fuzz-smoke suites), then the differential tests against DuckDB of windowed aggregates
+# and of tables, statements and views (DuckDB installed from PyPI
 # into .venv by scripts/python-env.sh) and of the Flink SQL emitter against a local Flink
 # (PyFlink from PyPI, into .venv-flink by scripts/python-env.sh; it runs on the machine's Java 17).
 set -euo pipefail
@@ -12,5 +13,6 @@ cargo test --workspace
 cargo build --quiet
 PY=$(scripts/python-env.sh | tail -1)
 "$PY" scripts/duckdb_diff.py --tessera "$CARGO_TARGET_DIR/debug/tessera"
+"$PY" scripts/duckdb_tables_diff.py --tessera "$CARGO_TARGET_DIR/debug/tessera"
 FLINK_PY=$(scripts/python-env.sh .venv-flink apache-flink==1.20.1 pyflink | tail -1)
 "$FLINK_PY" scripts/flink_diff.py --tessera "$CARGO_TARGET_DIR/debug/tessera"
