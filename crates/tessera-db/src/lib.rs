@@ -6,6 +6,7 @@
 //! nothing. Every table records what each statement inserted and deleted ([`table::ChangeSet`]),
 //! the change relations that maintain views incrementally.
 
+mod maintain;
 mod statement;
 pub mod storage;
 pub mod table;
@@ -44,6 +45,9 @@ pub struct Database {
 /// queries read them as they are).
 pub struct View {
     pub query: ast::Query,
+    /// How a refresh brings it up to date (and what its contents hold: an incrementally
+    /// maintained view stores each group's counts and sums, see [`maintain`]).
+    pub maintenance: maintain::Maintenance,
     pub contents: Table,
     /// The sequence number of the last statement its contents reflect.
     pub refreshed_at: u64,
@@ -98,7 +102,8 @@ impl Database {
                     }
                 };
                 let contents = Table::load(&entry.contents, &storage)?;
-                Ok((key.clone(), View { query, contents, refreshed_at: entry.refreshed_at }))
+                let maintenance = maintain::plan(&query, |name| manifest.tables.contains_key(&name.to_lowercase()));
+                Ok((key.clone(), View { query, maintenance, contents, refreshed_at: entry.refreshed_at }))
             })
             .collect::<Result<_>>()?;
         Ok(Database { storage, manifest, tables, views, runtime })
@@ -162,28 +167,25 @@ impl Database {
     fn context(&self, positions: Option<&str>) -> Result<SessionContext> {
         let config = SessionConfig::new().with_target_partitions(tessera::exec::cores().clamp(1, 2));
         let ctx = SessionContext::new_with_config(config);
-        let views = self.views.iter().map(|(key, view)| (key, &view.contents));
-        for (key, table) in self.tables.iter().chain(views) {
-            let with_positions = positions == Some(key.as_str());
-            let batches = table.batches(with_positions)?;
-            let schema = match batches.first() {
-                Some(batch) => batch.schema(),
-                None if with_positions => {
-                    let mut fields: Vec<Field> = table.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-                    fields.push(Field::new(POSITION, arrow::datatypes::DataType::Int64, false));
-                    Arc::new(arrow::datatypes::Schema::new(fields))
+        for (key, table) in &self.tables {
+            register(&ctx, key, table, positions == Some(key.as_str()))?;
+        }
+        for (key, view) in &self.views {
+            match &view.maintenance {
+                maintain::Maintenance::Recompute(_) => register(&ctx, key, &view.contents, false)?,
+                maintain::Maintenance::Incremental(aggregation) => {
+                    // Its stored counts and sums under a name of their own; users see its
+                    // columns computed from them.
+                    let stored = format!("__stored_{key}");
+                    register(&ctx, &stored, &view.contents, false)?;
+                    let sql = format!("CREATE VIEW {} AS SELECT {} FROM {}", quoted(key), aggregation.visible(), quoted(&stored));
+                    self.runtime.block_on(ctx.sql(&sql))?;
                 }
-                None => Arc::clone(&table.schema),
-            };
-            // Two partitions, one a core.
-            let mut partitions = vec![Vec::new(), Vec::new()];
-            for (i, batch) in batches.into_iter().enumerate() {
-                partitions[i % 2].push(batch);
             }
-            ctx.register_table(key.as_str(), Arc::new(MemTable::try_new(schema, partitions)?))?;
         }
         Ok(ctx)
     }
+
 
     /// The columns and rows of `statement`, planned and run by DataFusion.
     fn run(
@@ -376,11 +378,7 @@ impl Database {
         if let Some(selection) = selection {
             sql.push_str(&format!(" WHERE {selection}"));
         }
-        let mut statements = Parser::parse_sql(&GenericDialect {}, &sql)
-            .map_err(|e| TesseraError::Internal(format!("cannot parse {sql}: {e}")))?;
-        let statement = statements.pop().ok_or_else(|| TesseraError::Internal(format!("no statement in {sql}")))?;
-        let ctx = self.context(Some(key))?;
-        let (_, batches) = self.run(&ctx, statement)?;
+        let (_, batches) = self.sql(&sql, Some(key))?;
         Ok(batches
             .into_iter()
             .map(|batch| {
@@ -436,6 +434,59 @@ impl Database {
         Ok(Outcome::Changed { rows: count })
     }
 
+    /// The stored rows of `view` brought up to date from the tables' changes since its last
+    /// refresh (see [`maintain`]).
+    fn maintained_rows(&self, view: &View, aggregation: &maintain::Aggregation) -> Result<RecordBatch> {
+        let stored = &view.contents.schema;
+        let ctx = self.context(None)?;
+        let mut changed = Vec::new();
+        for (i, relation) in aggregation.relations.iter().enumerate() {
+            let table = &self.tables[&relation.table];
+            let since: Vec<&table::ChangeSet> = table.changes().iter().filter(|c| c.sequence > view.refreshed_at).collect();
+            let declared = |rows: &RecordBatch| rows.project(&(0..table.schema.fields().len()).collect::<Vec<_>>());
+            let mut inserted = Vec::new();
+            let mut deleted = Vec::new();
+            for change in &since {
+                inserted.extend(change.inserted.as_ref().map(declared).transpose()?);
+                deleted.extend(change.deleted.as_ref().map(declared).transpose()?);
+            }
+            let counted = |parts: &[RecordBatch], count: i64| with_count(parts, count, i, &table.schema);
+            let mut delta = counted(&inserted, 1)?;
+            delta.extend(counted(&deleted, -1)?);
+            if !delta.is_empty() {
+                changed.push(i);
+            }
+            let schema = count_schema(&table.schema, i);
+            register_batches(&ctx, &format!("__delta{i}"), Arc::clone(&schema), delta)?;
+            let mut old = counted(&table.batches(false)?, 1)?;
+            old.extend(counted(&inserted, -1)?);
+            old.extend(counted(&deleted, 1)?);
+            register_batches(&ctx, &format!("__old{i}"), schema, old)?;
+        }
+        if changed.is_empty() {
+            return Ok(arrow::compute::concat_batches(stored, &view.contents.batches(false)?)?);
+        }
+        let (schema, change) = self.sql_in(&ctx, &aggregation.delta_query(&changed))?;
+        register_batches(&ctx, "__change", schema, change)?;
+        register(&ctx, "__stored", &view.contents, false)?;
+        let (_, merged) = self.sql_in(&ctx, &aggregation.merge_query())?;
+        let rows = merged.iter().map(|b| view.contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
+        Ok(arrow::compute::concat_batches(stored, &rows)?)
+    }
+
+    /// The columns and rows of query `sql` over the tables and views.
+    fn sql(&self, sql: &str, positions: Option<&str>) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+        let ctx = self.context(positions)?;
+        self.sql_in(&ctx, sql)
+    }
+
+    fn sql_in(&self, ctx: &SessionContext, sql: &str) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+        let mut statements = Parser::parse_sql(&GenericDialect {}, sql)
+            .map_err(|e| TesseraError::Internal(format!("cannot parse {sql}: {e}")))?;
+        let statement = statements.pop().ok_or_else(|| TesseraError::Internal(format!("no statement in {sql}")))?;
+        self.run(ctx, statement)
+    }
+
     fn create_view(&mut self, create: &ast::CreateView) -> Result<Outcome> {
         let name = object_name(&create.name)?;
         let key = name.to_lowercase();
@@ -454,7 +505,20 @@ impl Database {
     fn refresh(&mut self, name: &ast::ObjectName) -> Result<Outcome> {
         let key = object_name(name)?.to_lowercase();
         let view = self.views.get(&key).ok_or_else(|| TesseraError::Plan(format!("no materialized view `{name}`")))?;
-        let (fresh, rows) = self.compute_view(&view.contents.name, &view.query.clone())?;
+        let (fresh, rows) = match &view.maintenance {
+            maintain::Maintenance::Incremental(aggregation) => {
+                let rows = self.maintained_rows(view, aggregation)?;
+                let contents = Table::new(&view.contents.name, view.contents.schema.fields().iter().map(|f| f.as_ref().clone()).collect(), &[])?;
+                let fresh = View {
+                    query: view.query.clone(),
+                    maintenance: view.maintenance.clone(),
+                    contents,
+                    refreshed_at: self.manifest.sequence,
+                };
+                (fresh, rows)
+            }
+            maintain::Maintenance::Recompute(_) => self.compute_view(&view.contents.name, &view.query.clone())?,
+        };
         let count = rows.num_rows() as u64;
         self.save_view(key, fresh, rows)?;
         Ok(Outcome::Changed { rows: count })
@@ -462,12 +526,16 @@ impl Database {
 
     /// A view named `name`, empty, and the rows of `query` now, which it is to hold.
     fn compute_view(&self, name: &str, query: &ast::Query) -> Result<(View, RecordBatch)> {
-        let (schema, batches) = self.query_with_columns(query)?;
+        let maintenance = maintain::plan(query, |name| self.tables.contains_key(&name.to_lowercase()));
+        let (schema, batches) = match &maintenance {
+            maintain::Maintenance::Recompute(_) => self.query_with_columns(query)?,
+            maintain::Maintenance::Incremental(aggregation) => self.sql(&aggregation.stored_query(), None)?,
+        };
         let fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
         let contents = Table::new(name, fields, &[])?;
         let rows = batches.iter().map(|b| contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
         let rows = arrow::compute::concat_batches(&contents.schema, &rows)?;
-        Ok((View { query: query.clone(), contents, refreshed_at: self.manifest.sequence }, rows))
+        Ok((View { query: query.clone(), maintenance, contents, refreshed_at: self.manifest.sequence }, rows))
     }
 
     /// Writes `rows` as the contents of `view` and replaces the manifest with it in.
@@ -548,11 +616,63 @@ impl Database {
     }
 }
 
+/// Registers the live rows of `table` as `name` (`with_positions`: and their positions, see
+/// [`Table::batches`]).
+fn register(ctx: &SessionContext, name: &str, table: &Table, with_positions: bool) -> Result<()> {
+    let batches = table.batches(with_positions)?;
+    let schema = match batches.first() {
+        Some(batch) => batch.schema(),
+        None if with_positions => {
+            let mut fields: Vec<Field> = table.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new(POSITION, arrow::datatypes::DataType::Int64, false));
+            Arc::new(arrow::datatypes::Schema::new(fields))
+        }
+        None => Arc::clone(&table.schema),
+    };
+    register_batches(ctx, name, schema, batches)
+}
+
+/// Registers `batches` as table `name`, in two partitions (one a core).
+fn register_batches(
+    ctx: &SessionContext,
+    name: &str,
+    schema: arrow::datatypes::SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<()> {
+    let mut partitions = vec![Vec::new(), Vec::new()];
+    for (i, batch) in batches.into_iter().enumerate() {
+        partitions[i % 2].push(batch);
+    }
+    ctx.register_table(name, Arc::new(MemTable::try_new(schema, partitions)?))?;
+    Ok(())
+}
+
 fn object_name(name: &ast::ObjectName) -> Result<String> {
     match name.0.as_slice() {
         [part] => Ok(part.as_ident().map_or_else(|| part.to_string(), |i| i.value.clone())),
         _ => Err(TesseraError::Plan(format!("`{name}`: tables are named by one name, not a path"))),
     }
+}
+
+/// The schema of a table's rows with a count column `__m{i}`.
+fn count_schema(schema: &arrow::datatypes::SchemaRef, i: usize) -> arrow::datatypes::SchemaRef {
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(format!("__m{i}"), arrow::datatypes::DataType::Int64, false));
+    Arc::new(arrow::datatypes::Schema::new(fields))
+}
+
+/// `parts` with a count column `__m{i}` of `count` for every row.
+fn with_count(parts: &[RecordBatch], count: i64, i: usize, schema: &arrow::datatypes::SchemaRef) -> Result<Vec<RecordBatch>> {
+    let counted = count_schema(schema, i);
+    parts
+        .iter()
+        .filter(|p| p.num_rows() > 0)
+        .map(|p| {
+            let mut columns = p.columns().to_vec();
+            columns.push(Arc::new(arrow::array::Int64Array::from(vec![count; p.num_rows()])));
+            Ok(RecordBatch::try_new(Arc::clone(&counted), columns)?)
+        })
+        .collect()
 }
 
 /// `name` as an identifier DataFusion reads as written.
