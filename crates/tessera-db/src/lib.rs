@@ -127,6 +127,7 @@ impl Database {
             Statement::Sql(statement) => self.execute_sql(statement),
             Statement::Copy { table, path, options } => self.copy(table, path, options),
             Statement::Refresh { view } => self.refresh(view),
+            Statement::ExplainRefresh { view } => self.explain_refresh(view),
         }
     }
 
@@ -178,14 +179,18 @@ impl Database {
                     // columns computed from them.
                     let stored = format!("__stored_{key}");
                     register(&ctx, &stored, &view.contents, false)?;
-                    let sql = format!("CREATE VIEW {} AS SELECT {} FROM {}", quoted(key), aggregation.visible(), quoted(&stored));
+                    let sql = format!(
+                        "CREATE VIEW {} AS SELECT {} FROM {}",
+                        quoted(key),
+                        aggregation.visible(),
+                        quoted(&stored)
+                    );
                     self.runtime.block_on(ctx.sql(&sql))?;
                 }
             }
         }
         Ok(ctx)
     }
-
 
     /// The columns and rows of `statement`, planned and run by DataFusion.
     fn run(
@@ -442,7 +447,8 @@ impl Database {
         let mut changed = Vec::new();
         for (i, relation) in aggregation.relations.iter().enumerate() {
             let table = &self.tables[&relation.table];
-            let since: Vec<&table::ChangeSet> = table.changes().iter().filter(|c| c.sequence > view.refreshed_at).collect();
+            let since: Vec<&table::ChangeSet> =
+                table.changes().iter().filter(|c| c.sequence > view.refreshed_at).collect();
             let declared = |rows: &RecordBatch| rows.project(&(0..table.schema.fields().len()).collect::<Vec<_>>());
             let mut inserted = Vec::new();
             let mut deleted = Vec::new();
@@ -508,7 +514,11 @@ impl Database {
         let (fresh, rows) = match &view.maintenance {
             maintain::Maintenance::Incremental(aggregation) => {
                 let rows = self.maintained_rows(view, aggregation)?;
-                let contents = Table::new(&view.contents.name, view.contents.schema.fields().iter().map(|f| f.as_ref().clone()).collect(), &[])?;
+                let contents = Table::new(
+                    &view.contents.name,
+                    view.contents.schema.fields().iter().map(|f| f.as_ref().clone()).collect(),
+                    &[],
+                )?;
                 let fresh = View {
                     query: view.query.clone(),
                     maintenance: view.maintenance.clone(),
@@ -522,6 +532,61 @@ impl Database {
         let count = rows.num_rows() as u64;
         self.save_view(key, fresh, rows)?;
         Ok(Outcome::Changed { rows: count })
+    }
+
+    /// How `REFRESH` would bring the view up to date: one row per item (the strategy and why,
+    /// the view's key, the changes waiting, the queries it runs).
+    fn explain_refresh(&self, name: &ast::ObjectName) -> Result<Outcome> {
+        let key = object_name(name)?.to_lowercase();
+        let view = self.views.get(&key).ok_or_else(|| TesseraError::Plan(format!("no materialized view `{name}`")))?;
+        let mut items: Vec<(String, String)> = vec![("view".into(), view.contents.name.clone())];
+        match &view.maintenance {
+            maintain::Maintenance::Recompute(why) => {
+                items.push(("refresh".into(), "recompute: the query runs again over the tables".into()));
+                items.push(("why".into(), why.clone()));
+                items.push(("key".into(), "the rows themselves (none derived for this query)".into()));
+            }
+            maintain::Maintenance::Incremental(aggregation) => {
+                items.push((
+                    "refresh".into(),
+                    "incremental: the join's change since the last refresh, aggregated and added to the stored groups"
+                        .into(),
+                ));
+                items.push(("key".into(), aggregation.key()));
+                let mut changed = Vec::new();
+                for (i, relation) in aggregation.relations.iter().enumerate() {
+                    let since =
+                        self.tables[&relation.table].changes().iter().filter(|c| c.sequence > view.refreshed_at);
+                    let (inserted, deleted) = since.fold((0, 0), |(i, d), c| {
+                        (
+                            i + c.inserted.as_ref().map_or(0, |r| r.num_rows()),
+                            d + c.deleted.as_ref().map_or(0, |r| r.num_rows()),
+                        )
+                    });
+                    items.push((
+                        format!("changes of {}", relation.alias),
+                        format!("{inserted} rows inserted, {deleted} deleted since statement {}", view.refreshed_at),
+                    ));
+                    if inserted + deleted > 0 {
+                        changed.push(i);
+                    }
+                }
+                if !changed.is_empty() {
+                    items.push(("change query".into(), aggregation.delta_query(&changed)));
+                    items.push(("merge query".into(), aggregation.merge_query()));
+                }
+            }
+        }
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            Field::new("item", arrow::datatypes::DataType::Utf8, false),
+            Field::new("value", arrow::datatypes::DataType::Utf8, false),
+        ]));
+        let (names, values): (Vec<String>, Vec<String>) = items.into_iter().unzip();
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(arrow::array::StringArray::from(names)), Arc::new(arrow::array::StringArray::from(values))],
+        )?;
+        Ok(Outcome::Rows { schema, batches: vec![batch] })
     }
 
     /// A view named `name`, empty, and the rows of `query` now, which it is to hold.
@@ -662,7 +727,12 @@ fn count_schema(schema: &arrow::datatypes::SchemaRef, i: usize) -> arrow::dataty
 }
 
 /// `parts` with a count column `__m{i}` of `count` for every row.
-fn with_count(parts: &[RecordBatch], count: i64, i: usize, schema: &arrow::datatypes::SchemaRef) -> Result<Vec<RecordBatch>> {
+fn with_count(
+    parts: &[RecordBatch],
+    count: i64,
+    i: usize,
+    schema: &arrow::datatypes::SchemaRef,
+) -> Result<Vec<RecordBatch>> {
     let counted = count_schema(schema, i);
     parts
         .iter()

@@ -121,7 +121,11 @@ fn aggregation(query: &ast::Query, is_table: &impl Fn(&str) -> bool) -> Result<A
     Ok(Aggregation { select: (**select).clone(), relations, groups, values, visible, columns })
 }
 
-fn relation(factor: &ast::TableFactor, is_table: &impl Fn(&str) -> bool, out: &mut Vec<Relation>) -> Result<(), String> {
+fn relation(
+    factor: &ast::TableFactor,
+    is_table: &impl Fn(&str) -> bool,
+    out: &mut Vec<Relation>,
+) -> Result<(), String> {
     let ast::TableFactor::Table { name, alias, args: None, .. } = factor else {
         return Err(format!("`{factor}` is not a table (subqueries and views are recomputed)"));
     };
@@ -162,6 +166,11 @@ impl Aggregation {
         self.grouped(&self.from(&[]), "1")
     }
 
+    /// The view's key (SVC's Definition 2: a grouped aggregate's is its group key).
+    pub fn key(&self) -> String {
+        format!("({})", self.groups.join(", "))
+    }
+
     /// The columns users see, computed from the stored ones (a SELECT list over them).
     pub fn visible(&self) -> String {
         self.visible.join(", ")
@@ -181,16 +190,23 @@ impl Aggregation {
             })
             .collect();
         let groups = (0..self.groups.len()).map(|g| format!("__g{g}")).collect::<Vec<_>>().join(", ");
-        let sums = (0..self.values.len()).map(|j| format!(", SUM(__s{j}) AS __s{j}, SUM(__c{j}) AS __c{j}")).collect::<String>();
-        format!("SELECT {groups}, SUM(__n) AS __n{sums} FROM ({}) AS terms GROUP BY {groups}", terms.join(" UNION ALL "))
+        let sums = (0..self.values.len())
+            .map(|j| format!(", SUM(__s{j}) AS __s{j}, SUM(__c{j}) AS __c{j}"))
+            .collect::<String>();
+        format!(
+            "SELECT {groups}, SUM(__n) AS __n{sums} FROM ({}) AS terms GROUP BY {groups}",
+            terms.join(" UNION ALL ")
+        )
     }
 
     /// The stored rows after a refresh: those of `__stored` plus the change in `__change`,
     /// groups left without rows dropped.
     pub fn merge_query(&self) -> String {
-        let groups: Vec<String> =
-            (0..self.groups.len()).map(|g| format!("CASE WHEN o.__n IS NULL THEN d.__g{g} ELSE o.__g{g} END AS __g{g}")).collect();
-        let on: Vec<String> = (0..self.groups.len()).map(|g| format!("(o.__g{g} IS NOT DISTINCT FROM d.__g{g})")).collect();
+        let groups: Vec<String> = (0..self.groups.len())
+            .map(|g| format!("CASE WHEN o.__n IS NULL THEN d.__g{g} ELSE o.__g{g} END AS __g{g}"))
+            .collect();
+        let on: Vec<String> =
+            (0..self.groups.len()).map(|g| format!("(o.__g{g} IS NOT DISTINCT FROM d.__g{g})")).collect();
         let sums: String = (0..self.values.len())
             .map(|j| format!(", COALESCE(o.__s{j}, 0) + COALESCE(d.__s{j}, 0) AS __s{j}, COALESCE(o.__c{j}, 0) + COALESCE(d.__c{j}, 0) AS __c{j}"))
             .collect();
@@ -238,17 +254,14 @@ impl Aggregation {
                 format!(", SUM(({v}) * ({count})) AS __s{j}, SUM(CASE WHEN ({v}) IS NOT NULL THEN {count} ELSE 0 END) AS __c{j}")
             })
             .collect();
-        format!(
-            "SELECT {}, SUM({count}) AS __n{values} {from} GROUP BY {}",
-            groups.join(", "),
-            self.groups.join(", ")
-        )
+        format!("SELECT {}, SUM({count}) AS __n{values} {from} GROUP BY {}", groups.join(", "), self.groups.join(", "))
     }
 }
 
 /// `text` (`name AS alias`) as a FROM item.
 fn table_factor(text: &str) -> ast::TableFactor {
     let dialect = datafusion_sql::sqlparser::dialect::GenericDialect {};
-    let mut parser = datafusion_sql::sqlparser::parser::Parser::new(&dialect).try_with_sql(text).expect("a table name parses");
+    let mut parser =
+        datafusion_sql::sqlparser::parser::Parser::new(&dialect).try_with_sql(text).expect("a table name parses");
     parser.parse_table_factor().expect("a table name parses")
 }

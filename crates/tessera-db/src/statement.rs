@@ -26,6 +26,10 @@ pub enum Statement {
     Refresh {
         view: ast::ObjectName,
     },
+    /// `EXPLAIN REFRESH MATERIALIZED VIEW view`: how a refresh would bring it up to date.
+    ExplainRefresh {
+        view: ast::ObjectName,
+    },
 }
 
 /// The statements of `sql`, in order.
@@ -40,39 +44,44 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
         if parser.peek_token().token == Token::EOF {
             break;
         }
-        let statement = if parser.parse_keywords(&[Keyword::REFRESH, Keyword::MATERIALIZED, Keyword::VIEW]) {
-            Statement::Refresh { view: parser.parse_object_name(false).map_err(error)? }
-        } else if parser.parse_keyword(Keyword::COPY) {
-            let table = parser.parse_object_name(false).map_err(error)?;
-            parser.expect_keyword(Keyword::FROM).map_err(error)?;
-            let path = PathBuf::from(parser.parse_literal_string().map_err(error)?);
-            let mut options = Vec::new();
-            if parser.parse_keyword(Keyword::WITH) {
-                parser.expect_token(&Token::LParen).map_err(error)?;
-                loop {
-                    let name = parser.parse_identifier().map_err(error)?;
-                    parser.expect_token(&Token::Eq).map_err(error)?;
-                    let token = parser.next_token();
-                    let value = match token.token {
-                        Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => s,
-                        Token::Number(n, _) => n,
-                        Token::Word(w) => w.value,
-                        other => {
-                            return Err(script
-                                .at_span(format!("expected a value for {}, found `{other}`", name.value), token.span))
+        let statement =
+            if parser.parse_keywords(&[Keyword::EXPLAIN, Keyword::REFRESH, Keyword::MATERIALIZED, Keyword::VIEW]) {
+                Statement::ExplainRefresh { view: parser.parse_object_name(false).map_err(error)? }
+            } else if parser.parse_keywords(&[Keyword::REFRESH, Keyword::MATERIALIZED, Keyword::VIEW]) {
+                Statement::Refresh { view: parser.parse_object_name(false).map_err(error)? }
+            } else if parser.parse_keyword(Keyword::COPY) {
+                let table = parser.parse_object_name(false).map_err(error)?;
+                parser.expect_keyword(Keyword::FROM).map_err(error)?;
+                let path = PathBuf::from(parser.parse_literal_string().map_err(error)?);
+                let mut options = Vec::new();
+                if parser.parse_keyword(Keyword::WITH) {
+                    parser.expect_token(&Token::LParen).map_err(error)?;
+                    loop {
+                        let name = parser.parse_identifier().map_err(error)?;
+                        parser.expect_token(&Token::Eq).map_err(error)?;
+                        let token = parser.next_token();
+                        let value = match token.token {
+                            Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => s,
+                            Token::Number(n, _) => n,
+                            Token::Word(w) => w.value,
+                            other => {
+                                return Err(script.at_span(
+                                    format!("expected a value for {}, found `{other}`", name.value),
+                                    token.span,
+                                ))
+                            }
+                        };
+                        options.push((name.value.to_lowercase(), value));
+                        if !parser.consume_token(&Token::Comma) {
+                            break;
                         }
-                    };
-                    options.push((name.value.to_lowercase(), value));
-                    if !parser.consume_token(&Token::Comma) {
-                        break;
                     }
+                    parser.expect_token(&Token::RParen).map_err(error)?;
                 }
-                parser.expect_token(&Token::RParen).map_err(error)?;
-            }
-            Statement::Copy { table, path, options }
-        } else {
-            Statement::Sql(Box::new(parser.parse_statement().map_err(error)?))
-        };
+                Statement::Copy { table, path, options }
+            } else {
+                Statement::Sql(Box::new(parser.parse_statement().map_err(error)?))
+            };
         statements.push(statement);
         let end = parser.peek_token();
         if end.token != Token::EOF && end.token != Token::SemiColon {
