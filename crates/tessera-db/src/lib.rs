@@ -406,6 +406,7 @@ impl Database {
         let mut manifest = self.manifest.clone();
         manifest.sequence += 1;
         table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
+        forget_unneeded_changes(table, self.views.values());
         manifest.tables.insert(key.to_string(), table.entry());
         self.storage.commit(&manifest)?;
         self.manifest = manifest;
@@ -446,7 +447,9 @@ impl Database {
         let ctx = self.context(None)?;
         let mut changed = Vec::new();
         for (i, relation) in aggregation.relations.iter().enumerate() {
-            let table = &self.tables[&relation.table];
+            let table = self.tables.get(&relation.table).ok_or_else(|| {
+                TesseraError::Plan(format!("the view reads `{}`, which is no longer a table", relation.table))
+            })?;
             let since: Vec<&table::ChangeSet> =
                 table.changes().iter().filter(|c| c.sequence > view.refreshed_at).collect();
             let declared = |rows: &RecordBatch| rows.project(&(0..table.schema.fields().len()).collect::<Vec<_>>());
@@ -555,8 +558,12 @@ impl Database {
                 items.push(("key".into(), aggregation.key()));
                 let mut changed = Vec::new();
                 for (i, relation) in aggregation.relations.iter().enumerate() {
-                    let since =
-                        self.tables[&relation.table].changes().iter().filter(|c| c.sequence > view.refreshed_at);
+                    let since = self
+                        .tables
+                        .get(&relation.table)
+                        .map_or(&[][..], |t| t.changes())
+                        .iter()
+                        .filter(|c| c.sequence > view.refreshed_at);
                     let (inserted, deleted) = since.fold((0, 0), |(i, d), c| {
                         (
                             i + c.inserted.as_ref().map_or(0, |r| r.num_rows()),
@@ -610,6 +617,17 @@ impl Database {
         let edit = Edit { inserted: Some(rows), ..Edit::default() };
         view.contents.check(&edit)?;
         view.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
+        // The tables it reads keep only the changes a view still needs.
+        if let maintain::Maintenance::Incremental(aggregation) = &view.maintenance {
+            let others = self.views.iter().filter(|(k, _)| **k != key).map(|(_, v)| v);
+            let needing: Vec<&View> = others.chain(std::iter::once(&view)).collect();
+            for relation in &aggregation.relations {
+                if let Some(table) = self.tables.get_mut(&relation.table) {
+                    forget_unneeded_changes(table, needing.iter().copied());
+                    manifest.tables.insert(relation.table.clone(), table.entry());
+                }
+            }
+        }
         manifest.views.insert(
             key.clone(),
             storage::ViewEntry {
@@ -656,6 +674,17 @@ impl Database {
                 Err(e) => return Err(e),
             }
         }
+        // A view maintained from a table's changes needs the table.
+        for (view, key) in self.views.iter().flat_map(|(v, view)| match &view.maintenance {
+            maintain::Maintenance::Incremental(a) => a.relations.iter().map(|r| (v.clone(), r.table.clone())).collect(),
+            maintain::Maintenance::Recompute(_) => Vec::new(),
+        }) {
+            if keys.contains(&key) {
+                return Err(TesseraError::Plan(format!(
+                    "materialized view `{view}` reads table `{key}`: drop the view first"
+                )));
+            }
+        }
         let mut manifest = self.manifest.clone();
         manifest.sequence += 1;
         for key in &keys {
@@ -679,6 +708,21 @@ impl Database {
             Err(TesseraError::Plan(format!("no table `{name}`")))
         }
     }
+}
+
+/// Drops the change sets of `table` that none of `views` needs: those up to the oldest refresh
+/// of the incrementally maintained views reading it, all of them when none does.
+fn forget_unneeded_changes<'a>(table: &mut Table, views: impl Iterator<Item = &'a View>) {
+    let key = table.name.to_lowercase();
+    let needed_after = views
+        .filter_map(|view| match &view.maintenance {
+            maintain::Maintenance::Incremental(a) if a.relations.iter().any(|r| r.table == key) => {
+                Some(view.refreshed_at)
+            }
+            _ => None,
+        })
+        .min();
+    table.forget_changes_through(needed_after.unwrap_or(u64::MAX));
 }
 
 /// Registers the live rows of `table` as `name` (`with_positions`: and their positions, see

@@ -468,6 +468,11 @@ impl Table {
         Ok(())
     }
 
+    /// Forgets the change sets of statements up to `sequence` (no view needs them).
+    pub fn forget_changes_through(&mut self, sequence: u64) {
+        self.changes.retain(|c| c.sequence > sequence);
+    }
+
     /// Rows of the declared columns with the hidden row id added, if the table has one.
     fn with_key(&mut self, rows: RecordBatch) -> Result<RecordBatch> {
         if !self.hidden_row_id {

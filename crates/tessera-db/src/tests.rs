@@ -26,6 +26,7 @@ fn tables_take_inserts_updates_and_deletes_and_answer_joins() {
     db.execute(
         "CREATE TABLE video (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE);
          CREATE TABLE log (session_id BIGINT PRIMARY KEY, video_id BIGINT);
+         CREATE MATERIALIZED VIEW owners AS SELECT owner_id, COUNT(*) AS videos FROM video GROUP BY owner_id;
          INSERT INTO video VALUES (1, 10, 3.5), (2, 10, 60.0), (3, 20, 12.25);
          INSERT INTO log VALUES (100, 1), (101, 1), (102, 2), (103, 3), (104, 3), (105, 3);",
     )
@@ -49,6 +50,12 @@ fn tables_take_inserts_updates_and_deletes_and_answer_joins() {
         .collect();
     assert_eq!(counts, [(3, 0), (2, 2), (1, 0)]);
     assert!(changes.windows(2).all(|w| w[0].sequence < w[1].sequence));
+    // Kept while a view needs them: `log` is read by none, and a refresh takes `video`'s.
+    assert!(db.table("log").unwrap().changes().is_empty());
+    db.execute("REFRESH MATERIALIZED VIEW owners").unwrap();
+    assert!(db.table("video").unwrap().changes().is_empty());
+    let err = db.execute("DROP TABLE video").unwrap_err().to_string();
+    assert!(err.contains("materialized view `owners` reads table `video`: drop the view first"), "{err}");
 }
 
 #[test]
@@ -86,6 +93,7 @@ fn a_folder_keeps_the_database_and_refuses_what_is_not_one() {
         let mut db = Database::open(&path).unwrap();
         db.execute(
             "CREATE TABLE t (k BIGINT PRIMARY KEY, v DOUBLE);
+             CREATE MATERIALIZED VIEW total AS SELECT k % 2 AS odd, SUM(v) AS v FROM t GROUP BY k % 2;
              INSERT INTO t VALUES (1, 1.0), (2, 2.0), (3, 3.0);
              DELETE FROM t WHERE k = 2;
              UPDATE t SET v = 30.0 WHERE k = 3;",
@@ -97,7 +105,7 @@ fn a_folder_keeps_the_database_and_refuses_what_is_not_one() {
     assert_eq!(db.table("t").unwrap().changes().len(), 3);
     let err = db.execute("INSERT INTO t VALUES (3, 0.0)").unwrap_err().to_string();
     assert!(err.contains("(k) = (3)"), "the key index is rebuilt on open: {err}");
-    db.execute("DROP TABLE t").unwrap();
+    db.execute("DROP MATERIALIZED VIEW total; DROP TABLE t;").unwrap();
     drop(db);
     assert_eq!(std::fs::read_dir(path.join("data")).unwrap().count(), 0, "a dropped table's files go");
 
@@ -162,7 +170,11 @@ fn copy_inserts_a_file_or_applies_its_operations() {
         path.display().to_string()
     };
     let mut db = Database::in_memory().unwrap();
-    db.execute("CREATE TABLE t (k BIGINT PRIMARY KEY, v DOUBLE, note VARCHAR)").unwrap();
+    db.execute(
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, v DOUBLE, note VARCHAR);
+         CREATE MATERIALIZED VIEW notes AS SELECT note, COUNT(*) AS n FROM t GROUP BY note;",
+    )
+    .unwrap();
     // Columns by name, in any order; a column the file lacks is NULL.
     let first = file("first.csv", "v,k\n1.5,1\n2.5,2\n3.5,3\n");
     db.execute(&format!("COPY t FROM '{first}'")).unwrap();
