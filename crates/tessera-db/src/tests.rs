@@ -465,3 +465,64 @@ proptest::proptest! {
         }
     }
 }
+
+/// A statement of the kinds tables take, possibly mangled: characters cut out or put in.
+fn mangled_statement() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let statements = vec![
+        "INSERT INTO t VALUES (1, 2.5, 'a'), (2, NULL, 'b')",
+        "INSERT INTO t (k, note) SELECT k + 10, note FROM t WHERE v > 0",
+        "UPDATE t SET v = v * 2, note = 'x' WHERE k < 3",
+        "UPDATE t SET k = k + 1",
+        "DELETE FROM t WHERE note = 'a' OR v IS NULL",
+        "SELECT k, SUM(v) FROM t GROUP BY k HAVING COUNT(*) > 0 ORDER BY 1 LIMIT 2",
+        "CREATE MATERIALIZED VIEW m AS SELECT note, COUNT(*) AS n FROM t GROUP BY note",
+        "REFRESH MATERIALIZED VIEW m",
+        "COPY t FROM 'ops.csv' WITH (op_column = 'op')",
+        "DROP TABLE t",
+    ];
+    (
+        proptest::sample::select(statements),
+        proptest::collection::vec((0usize..80, proptest::option::of(any::<char>())), 0..3),
+    )
+        .prop_map(|(statement, edits)| {
+            let mut chars: Vec<char> = statement.chars().collect();
+            for (at, insert) in edits {
+                let at = at.min(chars.len());
+                match insert {
+                    Some(c) => chars.insert(at, c),
+                    None if at < chars.len() => {
+                        chars.remove(at);
+                    }
+                    None => {}
+                }
+            }
+            chars.into_iter().collect()
+        })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+    /// Mangled statements and COPY files of random bytes never panic, and a statement that
+    /// fails changes nothing.
+    #[test]
+    fn bad_statements_and_files_change_nothing(
+        statements in proptest::collection::vec(mangled_statement(), 1..6),
+        file in proptest::collection::vec(proptest::sample::select(b"0123456789,.-\n\"'IUDxn ko\xff".to_vec()), 0..60),
+        header in proptest::sample::select(vec!["k,v,note,op\n", "k,op\n", "op,k\n", "", "k,v\n"]),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ops.csv"), [header.as_bytes(), &file].concat()).unwrap();
+        let mut db = Database::in_memory().unwrap();
+        db.execute("CREATE TABLE t (k BIGINT PRIMARY KEY, v DOUBLE, note VARCHAR); INSERT INTO t VALUES (1, 1.5, 'a'), (5, NULL, 'c');")
+            .unwrap();
+        for statement in statements {
+            let statement = statement.replace("'ops.csv'", &format!("'{}'", dir.path().join("ops.csv").display()));
+            let before = db.table("t").is_some().then(|| query(&mut db, "SELECT * FROM t"));
+            if db.execute(&statement).is_err() {
+                let after = db.table("t").is_some().then(|| query(&mut db, "SELECT * FROM t"));
+                proptest::prop_assert_eq!(before, after, "{} failed and changed the table", statement);
+            }
+        }
+    }
+}
