@@ -1121,9 +1121,9 @@ fn copy_folder(from: &Path, to: &Path) {
     }
 }
 
-/// `tessera sql` killed (SIGKILL) at 20 random points of a COPY with operations and of an
-/// UPDATE, each from the same database: every time the database opens as it was before the
-/// statement or as it is after it, never between.
+/// `tessera sql` killed (SIGKILL) at 20 random points of a COPY with operations, of an UPDATE
+/// and of an incremental REFRESH, each from the same database: every time the database opens
+/// as it was before the statement or as it is after it, never between.
 #[test]
 fn killed_statements_leave_the_database_before_or_after() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -1147,14 +1147,22 @@ fn killed_statements_leave_the_database_before_or_after() {
             "--db",
             "pristine",
             "-c",
-            "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT) WITH (path = 'initial.csv')",
+            "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT) WITH (path = 'initial.csv');
+             CREATE MATERIALIZED VIEW m AS SELECT v % 10 AS bucket, COUNT(*) AS n, SUM(k) AS keys FROM t GROUP BY v % 10;
+             DELETE FROM t WHERE k % 2 = 1 AND k % 7 = 0;",
         ],
         dir.path(),
     );
     assert!(created.status.success(), "{}", text(&created.stderr));
     let summary = |db: &str| {
         let out = tessera(
-            &["sql", "--db", db, "-c", "SELECT COUNT(*) AS n, SUM(k) AS keys, SUM(v) AS vs FROM t"],
+            &[
+                "sql",
+                "--db",
+                db,
+                "-c",
+                "SELECT COUNT(*) AS n, SUM(k) AS keys, SUM(v) AS vs FROM t; SELECT SUM(n) AS n, SUM(keys) AS keys FROM m",
+            ],
             dir.path(),
         );
         assert!(out.status.success(), "{db}: {}", text(&out.stderr));
@@ -1163,9 +1171,12 @@ fn killed_statements_leave_the_database_before_or_after() {
     let before = summary("pristine");
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as u64;
     let mut rng = seed | 1;
-    for statement in
-        ["COPY t FROM 'ops.csv' WITH (op_column = 'op')", "UPDATE t SET v = v + k % 7, k = k + 1000000 WHERE k % 3 = 0"]
-    {
+    let statements = [
+        "COPY t FROM 'ops.csv' WITH (op_column = 'op')",
+        "UPDATE t SET v = v + k % 7, k = k + 1000000 WHERE k % 3 = 0",
+        "REFRESH MATERIALIZED VIEW m",
+    ];
+    for statement in statements {
         // The statement uninterrupted: the state after it, and how long it takes.
         copy_folder(&pristine, &dir.path().join("whole"));
         let started = std::time::Instant::now();
