@@ -219,8 +219,13 @@ fn main() -> ExitCode {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// The SQL script (CREATE SOURCE, SET, SELECT ...).
+    /// The SQL script (CREATE SOURCE, SET, SELECT ...; or CREATE TABLE, INSERT, COPY,
+    /// CREATE MATERIALIZED VIEW, REFRESH, SELECT ... over tables).
     script: PathBuf,
+    /// Run a script of table statements against the database in this folder (created if
+    /// absent); without it such a script's database lives in memory for the run.
+    #[arg(long)]
+    db: Option<PathBuf>,
     /// Write results here instead of stdout.
     #[arg(long, short)]
     output: Option<PathBuf>,
@@ -262,6 +267,21 @@ struct RunArgs {
 
 /// Compiles a script and applies the settings given on the command line; a script without
 /// queries (empty, comments only, or only sources and settings) is refused.
+/// The statements of a script of table statements (with `--db`, or changing or creating
+/// tables or views), or `None` for a script of streams.
+fn database_script(args: &RunArgs) -> Result<Option<Vec<tessera_db::Statement>>, TesseraError> {
+    let text = std::fs::read_to_string(&args.script)
+        .map_err(|e| TesseraError::io(format!("cannot read {}", args.script.display()), e))?;
+    match tessera_db::parse(&text) {
+        Ok(statements) if args.db.is_some() || statements.iter().any(tessera_db::Statement::changes_the_database) => {
+            Ok(Some(statements))
+        }
+        Ok(_) => Ok(None),
+        Err(e) if args.db.is_some() => Err(e),
+        Err(_) => Ok(None),
+    }
+}
+
 pub fn load_script(path: &std::path::Path, settings: &[String]) -> Result<Script, TesseraError> {
     let mut script = Script::from_file(path)?;
     if script.queries.is_empty() {
@@ -275,6 +295,15 @@ pub fn load_script(path: &std::path::Path, settings: &[String]) -> Result<Script
 }
 
 fn run(args: RunArgs) -> Result<(), TesseraError> {
+    if let Some(statements) = database_script(&args)? {
+        return shell::run_statements(
+            &args.script,
+            args.db.as_deref(),
+            args.output.as_deref(),
+            &statements,
+            args.quiet,
+        );
+    }
     let script = load_script(&args.script, &args.settings)?;
     let parallelism = parallelism(args.parallelism);
     let format = match args.format {

@@ -125,3 +125,55 @@ fn print_outcome(outcome: &Outcome, format: RowFormat) -> Result<(), TesseraErro
     }
     Ok(())
 }
+
+/// `tessera run [--db DIR] FILE.sql` for a script of table statements: each statement in order,
+/// paths relative to the script's folder, the rows of every query as CSV (a header row each)
+/// to `output` or stdout, what other statements changed to stderr (unless `quiet`); the first
+/// failure stops the script.
+pub fn run_statements(
+    script: &std::path::Path,
+    db: Option<&std::path::Path>,
+    output: Option<&std::path::Path>,
+    statements: &[tessera_db::Statement],
+    quiet: bool,
+) -> Result<(), TesseraError> {
+    let mut database = match db {
+        Some(dir) => Database::open(dir)?,
+        None => Database::in_memory()?,
+    };
+    database.set_base_dir(script.parent().unwrap_or_else(|| std::path::Path::new(".")));
+    let out: Box<dyn std::io::Write> = match output {
+        Some(path) => Box::new(
+            std::fs::File::create(path)
+                .map_err(|e| TesseraError::io(format!("cannot create {}", path.display()), e))?,
+        ),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let started = Instant::now();
+    let mut writer = tessera::connectors::csv_writer::CsvWriter::new(out, true);
+    let mut rows_out = 0;
+    for statement in statements {
+        match database.execute_statement(statement)? {
+            Outcome::Rows { schema, batches } => {
+                // Every query's rows under a header row of their own.
+                writer = tessera::connectors::csv_writer::CsvWriter::new(writer.into_inner()?, true);
+                writer.write(&arrow::record_batch::RecordBatch::new_empty(schema))?;
+                for batch in &batches {
+                    rows_out += batch.num_rows();
+                    writer.write(batch)?;
+                }
+            }
+            Outcome::Changed { rows } if !quiet => eprintln!("{rows} row{} changed", if rows == 1 { "" } else { "s" }),
+            Outcome::Changed { .. } | Outcome::Done => {}
+        }
+    }
+    writer.flush()?;
+    if !quiet {
+        eprintln!(
+            "tessera: {} statements in {:.2} s, {rows_out} rows out",
+            statements.len(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}

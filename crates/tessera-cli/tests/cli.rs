@@ -1216,3 +1216,25 @@ fn killed_statements_leave_the_database_before_or_after() {
         eprintln!("{statement}: {saw_before} kills left it before, {saw_after} after ({took} ms uninterrupted)");
     }
 }
+
+/// A script of table statements runs with `tessera run` (its database in memory, or in the
+/// folder `--db` names), paths relative to the script: the example's view, stale and then
+/// refreshed incrementally.
+#[test]
+fn run_takes_a_script_of_tables_and_views() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tables/visits.sql");
+    let out = tessera(&["run", example.to_str().expect("path"), "-q"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("video_id,visit_count\n1,2\n2,1\n3,3\n"), "stale first: {stdout}");
+    assert!(stdout.contains("refresh,\"incremental:"), "{stdout}");
+    assert!(stdout.ends_with("video_id,visit_count\n1,2\n2,3\n3,2\n"), "fresh last: {stdout}");
+    let kept = tessera(&["run", "--db", "shop", example.to_str().expect("path"), "-q"], dir.path());
+    assert!(kept.status.success(), "{}", text(&kept.stderr));
+    let again = tessera(
+        &["sql", "--db", "shop", "--format", "csv", "-c", "SELECT SUM(visit_count) AS n FROM visit_view"],
+        dir.path(),
+    );
+    assert_eq!(text(&again.stdout), "n\n7\n");
+}

@@ -39,6 +39,8 @@ pub struct Database {
     tables: BTreeMap<String, Table>,
     views: BTreeMap<String, View>,
     runtime: tokio::runtime::Runtime,
+    /// What relative paths in statements are relative to.
+    base_dir: std::path::PathBuf,
 }
 
 /// A materialized view: its query, and its contents as of its last refresh (stale in between:
@@ -106,7 +108,13 @@ impl Database {
                 Ok((key.clone(), View { query, maintenance, contents, refreshed_at: entry.refreshed_at }))
             })
             .collect::<Result<_>>()?;
-        Ok(Database { storage, manifest, tables, views, runtime })
+        Ok(Database { storage, manifest, tables, views, runtime, base_dir: ".".into() })
+    }
+
+    /// Makes relative paths in statements (a table's initial contents, COPY's file) relative to
+    /// `dir` (a script's folder) instead of the working directory.
+    pub fn set_base_dir(&mut self, dir: &Path) {
+        self.base_dir = dir.to_path_buf();
     }
 
     pub fn table(&self, name: &str) -> Option<&Table> {
@@ -258,7 +266,7 @@ impl Database {
         manifest.sequence += 1;
         if let Some(path) = option_value(options, "path")? {
             let format = option_value(options, "format")?;
-            let (rows, _) = read_file(Path::new(&path), format.as_deref(), &table, None)?;
+            let (rows, _) = read_file(&self.base_dir.join(&path), format.as_deref(), &table, None)?;
             let edit = Edit { inserted: Some(rows), ..Edit::default() };
             table.check(&edit)?;
             table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
@@ -430,7 +438,7 @@ impl Database {
             }
         }
         let table = &self.tables[&key];
-        let (rows, ops) = read_file(path, format, table, op_column)?;
+        let (rows, ops) = read_file(&self.base_dir.join(path), format, table, op_column)?;
         let count = rows.num_rows() as u64;
         let edit = match (ops, op_column) {
             (Some(ops), Some(op_column)) => table.edit_from_ops(rows, &ops, op_column)?,

@@ -32,6 +32,17 @@ pub enum Statement {
     },
 }
 
+impl Statement {
+    /// Whether it creates, changes, refreshes or drops tables or views (a script with one is a
+    /// database script, not a script of streams).
+    pub fn changes_the_database(&self) -> bool {
+        match self {
+            Statement::Sql(statement) => !matches!(**statement, ast::Statement::Query(_)),
+            Statement::Copy { .. } | Statement::Refresh { .. } | Statement::ExplainRefresh { .. } => true,
+        }
+    }
+}
+
 /// The statements of `sql`, in order.
 pub fn parse(sql: &str) -> Result<Vec<Statement>> {
     let script = ScriptText::new(sql);
