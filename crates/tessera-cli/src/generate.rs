@@ -22,9 +22,16 @@ const MAX_START: i64 = 1_000_000_000_000_000;
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {
-    /// Output file: `.csv` or `.parquet`.
+    /// Output file: `.csv` or `.parquet` (with --tpch, a folder).
     #[arg(long, short)]
     output: PathBuf,
+    /// Write these TPC-H tables instead (comma-separated: lineitem, orders, customer, part,
+    /// partsupp, supplier, nation, region), each as `<table>.csv` with a header row.
+    #[arg(long, value_delimiter = ',')]
+    tpch: Vec<String>,
+    /// The TPC-H scale factor (1: lineitem's 6 million rows), 0.001 to 1000.
+    #[arg(long, default_value_t = 1.0, value_parser = between(0.001, 1000.0))]
+    scale: f64,
     /// Number of events, at most 10^10.
     #[arg(long, default_value_t = 1_000_000, value_parser = between(0u64, 10_000_000_000))]
     events: u64,
@@ -63,6 +70,9 @@ impl SplitMix {
 }
 
 pub fn generate(args: &GenerateArgs) -> Result<(), TesseraError> {
+    if !args.tpch.is_empty() {
+        return crate::tpch::generate(&args.tpch, args.scale, &args.output);
+    }
     let schema = Arc::new(Schema::new(vec![
         Field::new("device_id", DataType::Int64, false),
         Field::new("temperature", DataType::Float64, true),

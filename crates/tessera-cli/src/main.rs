@@ -12,6 +12,7 @@ mod bench_slide;
 mod bench_wcg;
 mod generate;
 mod shell;
+mod tpch;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

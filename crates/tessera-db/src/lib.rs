@@ -229,7 +229,7 @@ impl Database {
         let mut primary_key = Vec::new();
         let mut fields = Vec::new();
         for column in &create.columns {
-            let data_type = tessera::sql::arrow_type(&column.data_type).ok_or_else(|| {
+            let data_type = column_type(&column.data_type).ok_or_else(|| {
                 TesseraError::Plan(format!(
                     "column `{}`: type {} is not supported",
                     column.name.value, column.data_type
@@ -715,6 +715,25 @@ impl Database {
         } else {
             Err(TesseraError::Plan(format!("no table `{name}`")))
         }
+    }
+}
+
+/// The Arrow type of a table column declared in SQL: a source column's types, and DECIMAL
+/// (NUMERIC) with its precision and scale (38 and 10 where not given, at most 38 digits).
+fn column_type(sql: &ast::DataType) -> Option<arrow::datatypes::DataType> {
+    use ast::{DataType as S, ExactNumberInfo as N};
+    match sql {
+        S::Decimal(info) | S::Numeric(info) | S::Dec(info) => {
+            let (precision, scale) = match *info {
+                N::None => (38, 10),
+                N::Precision(p) => (p, 0),
+                N::PrecisionAndScale(p, s) => (p, s),
+            };
+            let precision = u8::try_from(precision).ok().filter(|p| (1..=38).contains(p))?;
+            let scale = i8::try_from(scale).ok().filter(|s| (0..=precision as i8).contains(s))?;
+            Some(arrow::datatypes::DataType::Decimal128(precision, scale))
+        }
+        other => tessera::sql::arrow_type(other),
     }
 }
 
