@@ -22,6 +22,10 @@ pub struct SqlArgs {
     /// other statements changed then goes to stderr).
     #[arg(long, value_enum, default_value = "table")]
     format: RowFormat,
+    /// Print the time each statement took to stderr (`-c` and piped statements; the shell
+    /// always shows it).
+    #[arg(long)]
+    timer: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,10 +40,7 @@ pub fn sql(args: &SqlArgs) -> Result<(), TesseraError> {
         None => Database::in_memory()?,
     };
     if let Some(command) = &args.command {
-        for statement in tessera_db::parse(command)? {
-            print_outcome(&db.execute_statement(&statement)?, args.format)?;
-        }
-        return Ok(());
+        return run_each(&mut db, command, args);
     }
     if std::io::stdin().is_terminal() {
         interactive(&mut db, args.format)
@@ -50,11 +51,21 @@ pub fn sql(args: &SqlArgs) -> Result<(), TesseraError> {
             text.push_str(&line.map_err(|e| TesseraError::io("cannot read stdin", e))?);
             text.push('\n');
         }
-        for statement in tessera_db::parse(&text)? {
-            print_outcome(&db.execute_statement(&statement)?, args.format)?;
-        }
-        Ok(())
+        run_each(&mut db, &text, args)
     }
+}
+
+/// Runs the statements of `text` in order, the first failure stopping them.
+fn run_each(db: &mut Database, text: &str, args: &SqlArgs) -> Result<(), TesseraError> {
+    for statement in tessera_db::parse(text)? {
+        let started = Instant::now();
+        let outcome = db.execute_statement(&statement)?;
+        if args.timer {
+            eprintln!("time: {:.3} s", started.elapsed().as_secs_f64());
+        }
+        print_outcome(&outcome, args.format)?;
+    }
+    Ok(())
 }
 
 fn interactive(db: &mut Database, format: RowFormat) -> Result<(), TesseraError> {

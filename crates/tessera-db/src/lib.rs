@@ -167,19 +167,26 @@ impl Database {
 
     /// The columns and rows of `query`.
     fn query_with_columns(&self, query: &ast::Query) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
-        let ctx = self.context(None)?;
-        self.run(&ctx, ast::Statement::Query(Box::new(query.clone())))
+        let statement = ast::Statement::Query(Box::new(query.clone()));
+        let ctx = self.context(&[&statement], None)?;
+        self.run(&ctx, statement)
     }
 
-    /// A DataFusion session with every table registered (`positions`: that one with its rows'
-    /// positions as a last column).
-    fn context(&self, positions: Option<&str>) -> Result<SessionContext> {
+    /// A DataFusion session with the tables and views `reads` name registered (`positions`:
+    /// that one with its rows' positions as a last column). Only those: registering a table
+    /// whose segments had rows deleted copies its live rows.
+    fn context(&self, reads: &[&ast::Statement], positions: Option<&str>) -> Result<SessionContext> {
         let config = SessionConfig::new().with_target_partitions(tessera::exec::cores().clamp(1, 2));
         let ctx = SessionContext::new_with_config(config);
-        for (key, table) in &self.tables {
+        let mut named = std::collections::BTreeSet::new();
+        for statement in reads {
+            let statement = datafusion::sql::parser::Statement::Statement(Box::new((*statement).clone()));
+            named.extend(ctx.state().resolve_table_references(&statement)?.iter().map(|r| r.table().to_lowercase()));
+        }
+        for (key, table) in self.tables.iter().filter(|(key, _)| named.contains(key.as_str())) {
             register(&ctx, key, table, positions == Some(key.as_str()))?;
         }
-        for (key, view) in &self.views {
+        for (key, view) in self.views.iter().filter(|(key, _)| named.contains(key.as_str())) {
             match &view.maintenance {
                 maintain::Maintenance::Recompute(_) => register(&ctx, key, &view.contents, false)?,
                 maintain::Maintenance::Incremental(aggregation) => {
@@ -452,9 +459,9 @@ impl Database {
     /// refresh (see [`maintain`]).
     fn maintained_rows(&self, view: &View, aggregation: &maintain::Aggregation) -> Result<RecordBatch> {
         let stored = &view.contents.schema;
-        let ctx = self.context(None)?;
-        let mut changed = Vec::new();
-        for (i, relation) in aggregation.relations.iter().enumerate() {
+        // Each relation's rows inserted and deleted since the last refresh.
+        let mut changes = Vec::new();
+        for relation in &aggregation.relations {
             let table = self.tables.get(&relation.table).ok_or_else(|| {
                 TesseraError::Plan(format!("the view reads `{}`, which is no longer a table", relation.table))
             })?;
@@ -467,41 +474,46 @@ impl Database {
                 inserted.extend(change.inserted.as_ref().map(declared).transpose()?);
                 deleted.extend(change.deleted.as_ref().map(declared).transpose()?);
             }
-            let counted = |parts: &[RecordBatch], count: i64| with_count(parts, count, i, &table.schema);
-            let mut delta = counted(&inserted, 1)?;
-            delta.extend(counted(&deleted, -1)?);
-            if !delta.is_empty() {
-                changed.push(i);
-            }
-            let schema = count_schema(&table.schema, i);
-            register_batches(&ctx, &format!("__delta{i}"), Arc::clone(&schema), delta)?;
-            let mut old = counted(&table.batches(false)?, 1)?;
-            old.extend(counted(&inserted, -1)?);
-            old.extend(counted(&deleted, 1)?);
-            register_batches(&ctx, &format!("__old{i}"), schema, old)?;
+            changes.push((table, inserted, deleted));
         }
-        if changed.is_empty() {
+        let changed: Vec<usize> = (0..changes.len())
+            .filter(|&i| changes[i].1.iter().chain(&changes[i].2).any(|b| b.num_rows() > 0))
+            .collect();
+        let Some(&first) = changed.first() else {
             return Ok(arrow::compute::concat_batches(stored, &view.contents.batches(false)?)?);
+        };
+        let delta_query = parse_one(&aggregation.delta_query(&changed))?;
+        let merge_query = parse_one(&aggregation.merge_query())?;
+        let ctx = self.context(&[&delta_query], None)?;
+        for (i, (table, inserted, deleted)) in changes.iter().enumerate() {
+            let counted = |parts: &[RecordBatch], count: i64| with_count(parts, count, i, &table.schema);
+            let schema = count_schema(&table.schema, i);
+            if changed.contains(&i) {
+                let mut delta = counted(inserted, 1)?;
+                delta.extend(counted(deleted, -1)?);
+                register_batches(&ctx, &format!("__delta{i}"), Arc::clone(&schema), delta)?;
+            }
+            // A relation after a changed one is read as it was at the last refresh.
+            if i > first {
+                let mut old = counted(&table.batches(false)?, 1)?;
+                old.extend(counted(inserted, -1)?);
+                old.extend(counted(deleted, 1)?);
+                register_batches(&ctx, &format!("__old{i}"), schema, old)?;
+            }
         }
-        let (schema, change) = self.sql_in(&ctx, &aggregation.delta_query(&changed))?;
+        let (schema, change) = self.run(&ctx, delta_query)?;
         register_batches(&ctx, "__change", schema, change)?;
         register(&ctx, "__stored", &view.contents, false)?;
-        let (_, merged) = self.sql_in(&ctx, &aggregation.merge_query())?;
+        let (_, merged) = self.run(&ctx, merge_query)?;
         let rows = merged.iter().map(|b| view.contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
         Ok(arrow::compute::concat_batches(stored, &rows)?)
     }
 
     /// The columns and rows of query `sql` over the tables and views.
     fn sql(&self, sql: &str, positions: Option<&str>) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
-        let ctx = self.context(positions)?;
-        self.sql_in(&ctx, sql)
-    }
-
-    fn sql_in(&self, ctx: &SessionContext, sql: &str) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
-        let mut statements = Parser::parse_sql(&GenericDialect {}, sql)
-            .map_err(|e| TesseraError::Internal(format!("cannot parse {sql}: {e}")))?;
-        let statement = statements.pop().ok_or_else(|| TesseraError::Internal(format!("no statement in {sql}")))?;
-        self.run(ctx, statement)
+        let statement = parse_one(sql)?;
+        let ctx = self.context(&[&statement], positions)?;
+        self.run(&ctx, statement)
     }
 
     fn create_view(&mut self, create: &ast::CreateView) -> Result<Outcome> {
@@ -788,6 +800,13 @@ fn object_name(name: &ast::ObjectName) -> Result<String> {
         [part] => Ok(part.as_ident().map_or_else(|| part.to_string(), |i| i.value.clone())),
         _ => Err(TesseraError::Plan(format!("`{name}`: tables are named by one name, not a path"))),
     }
+}
+
+/// The one statement of `sql`, which tessera wrote.
+fn parse_one(sql: &str) -> Result<ast::Statement> {
+    let mut statements = Parser::parse_sql(&GenericDialect {}, sql)
+        .map_err(|e| TesseraError::Internal(format!("cannot parse {sql}: {e}")))?;
+    statements.pop().ok_or_else(|| TesseraError::Internal(format!("no statement in {sql}")))
 }
 
 /// The schema of a table's rows with a count column `__m{i}`.
