@@ -672,17 +672,7 @@ impl Database {
                 return Err(TesseraError::Plan(format!("no materialized view `{name}`")));
             }
         }
-        let mut manifest = self.manifest.clone();
-        manifest.sequence += 1;
-        for key in &keys {
-            manifest.views.remove(key);
-        }
-        self.storage.commit(&manifest)?;
-        self.manifest = manifest;
-        for key in keys {
-            self.views.remove(&key);
-        }
-        Ok(Outcome::Done)
+        self.remove(&[], &keys)
     }
 
     fn drop_tables(&mut self, names: &[ast::ObjectName], if_exists: bool) -> Result<Outcome> {
@@ -705,16 +695,19 @@ impl Database {
                 )));
             }
         }
+        self.remove(&keys, &[])
+    }
+
+    /// Drops `tables` and `views` in one statement: the manifest without them, then memory.
+    fn remove(&mut self, tables: &[String], views: &[String]) -> Result<Outcome> {
         let mut manifest = self.manifest.clone();
         manifest.sequence += 1;
-        for key in &keys {
-            manifest.tables.remove(key);
-        }
+        tables.iter().for_each(|key| drop(manifest.tables.remove(key)));
+        views.iter().for_each(|key| drop(manifest.views.remove(key)));
         self.storage.commit(&manifest)?;
         self.manifest = manifest;
-        for key in keys {
-            self.tables.remove(&key);
-        }
+        tables.iter().for_each(|key| drop(self.tables.remove(key)));
+        views.iter().for_each(|key| drop(self.views.remove(key)));
         Ok(Outcome::Done)
     }
 
