@@ -224,15 +224,22 @@ impl Database {
         })
     }
 
-    fn create_table(&mut self, create: &ast::CreateTable) -> Result<Outcome> {
-        let name = object_name(&create.name)?;
+    /// The name and key of a table or view to create, or `None` if one exists already and the
+    /// statement says IF NOT EXISTS.
+    fn new_name(&self, name: &ast::ObjectName, if_not_exists: bool) -> Result<Option<(String, String)>> {
+        let name = object_name(name)?;
         let key = name.to_lowercase();
-        if self.tables.contains_key(&key) || self.views.contains_key(&key) {
-            if create.if_not_exists {
-                return Ok(Outcome::Done);
-            }
-            return Err(TesseraError::Plan(format!("`{name}` already exists")));
+        if !self.tables.contains_key(&key) && !self.views.contains_key(&key) {
+            Ok(Some((name, key)))
+        } else if if_not_exists {
+            Ok(None)
+        } else {
+            Err(TesseraError::Plan(format!("`{name}` already exists")))
         }
+    }
+
+    fn create_table(&mut self, create: &ast::CreateTable) -> Result<Outcome> {
+        let Some((name, key)) = self.new_name(&create.name, create.if_not_exists)? else { return Ok(Outcome::Done) };
         let mut primary_key = Vec::new();
         let mut fields = Vec::new();
         for column in &create.columns {
@@ -517,14 +524,7 @@ impl Database {
     }
 
     fn create_view(&mut self, create: &ast::CreateView) -> Result<Outcome> {
-        let name = object_name(&create.name)?;
-        let key = name.to_lowercase();
-        if self.tables.contains_key(&key) || self.views.contains_key(&key) {
-            if create.if_not_exists {
-                return Ok(Outcome::Done);
-            }
-            return Err(TesseraError::Plan(format!("`{name}` already exists")));
-        }
+        let Some((name, key)) = self.new_name(&create.name, create.if_not_exists)? else { return Ok(Outcome::Done) };
         let (view, rows) = self.compute_view(&name, &create.query)?;
         self.save_view(key, view, rows)?;
         Ok(Outcome::Done)
