@@ -37,7 +37,15 @@ impl Statement {
     /// database script, not a script of streams).
     pub fn changes_the_database(&self) -> bool {
         match self {
-            Statement::Sql(statement) => !matches!(**statement, ast::Statement::Query(_)),
+            Statement::Sql(statement) => matches!(
+                **statement,
+                ast::Statement::CreateTable(_)
+                    | ast::Statement::Insert(_)
+                    | ast::Statement::Update(_)
+                    | ast::Statement::Delete(_)
+                    | ast::Statement::CreateView(_)
+                    | ast::Statement::Drop { .. }
+            ),
             Statement::Copy { .. } | Statement::Refresh { .. } | Statement::ExplainRefresh { .. } => true,
         }
     }
