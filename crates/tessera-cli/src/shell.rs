@@ -112,13 +112,9 @@ fn interactive(db: &mut Database, format: RowFormat) -> Result<(), TesseraError>
 fn print_outcome(outcome: &Outcome, format: RowFormat) -> Result<(), TesseraError> {
     match (outcome, format) {
         (Outcome::Rows { schema, batches }, RowFormat::Csv) => {
-            let mut writer = tessera::connectors::csv_writer::CsvWriter::new(std::io::stdout().lock(), true);
-            // The header row even without rows.
-            writer.write(&arrow::record_batch::RecordBatch::new_empty(schema.clone()))?;
-            for batch in batches {
-                writer.write(batch)?;
-            }
-            writer.flush()?;
+            let mut out = std::io::stdout().lock();
+            write_csv(&mut out, schema, batches)?;
+            std::io::Write::flush(&mut out).map_err(|e| TesseraError::io("cannot write results", e))?;
         }
         (Outcome::Changed { rows }, RowFormat::Csv) => {
             eprintln!("{rows} row{} changed", if *rows == 1 { "" } else { "s" })
@@ -161,24 +157,19 @@ pub fn run_statements(
         None => Box::new(std::io::stdout().lock()),
     };
     let started = Instant::now();
-    let mut writer = tessera::connectors::csv_writer::CsvWriter::new(out, true);
+    let mut out = std::io::BufWriter::new(out);
     let mut rows_out = 0;
     for statement in statements {
         match database.execute_statement(statement)? {
             Outcome::Rows { schema, batches } => {
-                // Every query's rows under a header row of their own.
-                writer = tessera::connectors::csv_writer::CsvWriter::new(writer.into_inner()?, true);
-                writer.write(&arrow::record_batch::RecordBatch::new_empty(schema))?;
-                for batch in &batches {
-                    rows_out += batch.num_rows();
-                    writer.write(batch)?;
-                }
+                rows_out += batches.iter().map(|b| b.num_rows()).sum::<usize>();
+                write_csv(&mut out, &schema, &batches)?;
             }
             Outcome::Changed { rows } if !quiet => eprintln!("{rows} row{} changed", if rows == 1 { "" } else { "s" }),
             Outcome::Changed { .. } | Outcome::Done => {}
         }
     }
-    writer.flush()?;
+    std::io::Write::flush(&mut out).map_err(|e| TesseraError::io("cannot write results", e))?;
     if !quiet {
         eprintln!(
             "tessera: {} statements in {:.2} s, {rows_out} rows out",
@@ -186,5 +177,20 @@ pub fn run_statements(
             started.elapsed().as_secs_f64()
         );
     }
+    Ok(())
+}
+
+/// A query's rows as CSV under a header row of their own (the header even without rows).
+fn write_csv(
+    out: &mut dyn std::io::Write,
+    schema: &arrow::datatypes::SchemaRef,
+    batches: &[arrow::record_batch::RecordBatch],
+) -> Result<(), TesseraError> {
+    let mut writer = tessera::connectors::csv_writer::CsvWriter::new(out, true);
+    writer.write(&arrow::record_batch::RecordBatch::new_empty(schema.clone()))?;
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    writer.into_inner()?;
     Ok(())
 }

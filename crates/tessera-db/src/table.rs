@@ -172,7 +172,15 @@ impl Table {
             });
         }
         for change in &entry.changes {
-            let read = |file: &Option<String>| file.as_ref().map(|f| storage.read(f, &table.stored)).transpose();
+            // A change set's inserted rows are a segment's file: its rows are read already.
+            let read = |file: &Option<String>| {
+                file.as_ref()
+                    .map(|f| match table.segments.iter().find(|s| s.file == *f) {
+                        Some(segment) => Ok(segment.rows.clone()),
+                        None => storage.read(f, &table.stored),
+                    })
+                    .transpose()
+            };
             table.changes.push(ChangeSet {
                 sequence: change.sequence,
                 inserted: read(&change.inserted)?,
