@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{Field, Int64Type};
-use datafusion::datasource::MemTable;
+use datafusion::common::Column;
+use datafusion::datasource::{provider_as_source, MemTable, ViewTable};
+use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
@@ -55,6 +57,16 @@ pub struct View {
     pub refreshed_at: u64,
 }
 
+impl View {
+    /// The columns users see.
+    fn schema(&self) -> arrow::datatypes::SchemaRef {
+        match &self.maintenance {
+            maintain::Maintenance::Incremental(incremental) => Arc::clone(&incremental.schema),
+            maintain::Maintenance::Recompute(_) => Arc::clone(&self.contents.schema),
+        }
+    }
+}
+
 /// What a statement gives back: the rows of a query, or how many rows it changed.
 #[derive(Debug)]
 pub enum Outcome {
@@ -86,29 +98,70 @@ impl Database {
             .iter()
             .map(|(key, entry)| Ok((key.clone(), Table::load(entry, &storage)?)))
             .collect::<Result<_>>()?;
-        let views = manifest
-            .views
-            .iter()
-            .map(|(key, entry)| {
-                let query = match statement::parse(&entry.query)?.pop() {
-                    Some(Statement::Sql(statement)) => match *statement {
-                        ast::Statement::Query(query) => *query,
-                        _ => {
-                            return Err(TesseraError::Option(format!(
-                                "the view `{key}` is damaged: its query is not one"
-                            )))
-                        }
-                    },
-                    _ => {
-                        return Err(TesseraError::Option(format!("the view `{key}` is damaged: its query is not one")))
-                    }
-                };
-                let contents = Table::load(&entry.contents, &storage)?;
-                let maintenance = maintain::plan(&query, |name| manifest.tables.contains_key(&name.to_lowercase()));
-                Ok((key.clone(), View { query, maintenance, contents, refreshed_at: entry.refreshed_at }))
-            })
-            .collect::<Result<_>>()?;
-        Ok(Database { storage, manifest, tables, views, runtime, base_dir: ".".into() })
+        let mut database =
+            Database { storage, manifest, tables, views: BTreeMap::new(), runtime, base_dir: ".".into() };
+        database.load_views()?;
+        Ok(database)
+    }
+
+    /// Loads the views of the manifest, each after the views it reads.
+    fn load_views(&mut self) -> Result<()> {
+        let mut pending: Vec<(String, ast::Query)> = Vec::new();
+        for (key, entry) in &self.manifest.views {
+            let damaged = || TesseraError::Option(format!("the view `{key}` is damaged: its query is not one"));
+            let query = match statement::parse(&entry.query)?.pop() {
+                Some(Statement::Sql(statement)) => match *statement {
+                    ast::Statement::Query(query) => *query,
+                    _ => return Err(damaged()),
+                },
+                _ => return Err(damaged()),
+            };
+            pending.push((key.clone(), query));
+        }
+        while !pending.is_empty() {
+            let ready = pending.iter().position(|(_, query)| {
+                self.references(query).is_ok_and(|names| {
+                    names.iter().all(|n| !self.manifest.views.contains_key(n) || self.views.contains_key(n))
+                })
+            });
+            let Some(ready) = ready else {
+                let names: Vec<&str> = pending.iter().map(|(k, _)| k.as_str()).collect();
+                return Err(TesseraError::Option(format!("the views {names:?} read each other")));
+            };
+            let (key, query) = pending.remove(ready);
+            let entry = &self.manifest.views[&key];
+            let contents = Table::load(&entry.contents, &self.storage)?;
+            let maintenance = self.plan_view(&query)?;
+            let refreshed_at = entry.refreshed_at;
+            self.views.insert(key, View { query, maintenance, contents, refreshed_at });
+        }
+        Ok(())
+    }
+
+    /// The lower-case names of the tables and views `query` reads.
+    fn references(&self, query: &ast::Query) -> Result<Vec<String>> {
+        let statement =
+            datafusion::sql::parser::Statement::Statement(Box::new(ast::Statement::Query(Box::new(query.clone()))));
+        let ctx = SessionContext::new();
+        Ok(ctx.state().resolve_table_references(&statement)?.iter().map(|r| r.table().to_lowercase()).collect())
+    }
+
+    /// How the view with `query` is maintained, planned over the tables and views as they are.
+    fn plan_view(&self, query: &ast::Query) -> Result<maintain::Maintenance> {
+        // Planned over empty tables of the same columns: the plan keeps no rows alive.
+        let ctx = SessionContext::new();
+        for name in self.references(query)? {
+            let schema = match (self.tables.get(&name), self.views.get(&name)) {
+                (Some(table), _) => Arc::clone(&table.schema),
+                (None, Some(view)) => view.schema(),
+                (None, None) => continue,
+            };
+            register_batches(&ctx, &name, schema, Vec::new())?;
+        }
+        let statement =
+            datafusion::sql::parser::Statement::Statement(Box::new(ast::Statement::Query(Box::new(query.clone()))));
+        let plan = self.runtime.block_on(ctx.state().statement_to_plan(statement))?;
+        Ok(maintain::plan(&plan, &Sources { db: self, since: 0, planning: true }))
     }
 
     /// Makes relative paths in statements (a table's initial contents, COPY's file) relative to
@@ -176,8 +229,7 @@ impl Database {
     /// that one with its rows' positions as a last column). Only those: registering a table
     /// whose segments had rows deleted copies its live rows.
     fn context(&self, reads: &[&ast::Statement], positions: Option<&str>) -> Result<SessionContext> {
-        let config = SessionConfig::new().with_target_partitions(tessera::exec::cores().clamp(1, 2));
-        let ctx = SessionContext::new_with_config(config);
+        let ctx = self.plain_context();
         let mut named = std::collections::BTreeSet::new();
         for statement in reads {
             let statement = datafusion::sql::parser::Statement::Statement(Box::new((*statement).clone()));
@@ -189,18 +241,19 @@ impl Database {
         for (key, view) in self.views.iter().filter(|(key, _)| named.contains(key.as_str())) {
             match &view.maintenance {
                 maintain::Maintenance::Recompute(_) => register(&ctx, key, &view.contents, false)?,
-                maintain::Maintenance::Incremental(aggregation) => {
-                    // Its stored counts and sums under a name of their own; users see its
-                    // columns computed from them.
-                    let stored = format!("__stored_{key}");
-                    register(&ctx, &stored, &view.contents, false)?;
-                    let sql = format!(
-                        "CREATE VIEW {} AS SELECT {} FROM {}",
-                        quoted(key),
-                        aggregation.visible(),
-                        quoted(&stored)
-                    );
-                    self.runtime.block_on(ctx.sql(&sql))?;
+                maintain::Maintenance::Incremental(incremental) => {
+                    // Users see its columns computed from the stored ones.
+                    let stored = LogicalPlanBuilder::scan(
+                        format!("__stored_{key}"),
+                        provider_as_source(mem_table(
+                            Arc::clone(&view.contents.schema),
+                            view.contents.batches(false)?,
+                        )?),
+                        None,
+                    )?
+                    .build()?;
+                    let visible = incremental.visible(stored).map_err(TesseraError::Internal)?;
+                    ctx.register_table(key.as_str(), Arc::new(ViewTable::new(visible, None)))?;
                 }
             }
         }
@@ -222,6 +275,20 @@ impl Database {
             let schema = Arc::new(frame.schema().as_arrow().clone());
             Ok((schema, frame.collect().await?))
         })
+    }
+
+    /// The columns and rows of logical plan `plan`.
+    fn run_plan(&self, plan: LogicalPlan) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+        self.runtime.block_on(async {
+            let frame = self.plain_context().execute_logical_plan(plan).await?;
+            let schema = Arc::new(frame.schema().as_arrow().clone());
+            Ok((schema, frame.collect().await?))
+        })
+    }
+
+    /// A DataFusion session with nothing registered.
+    fn plain_context(&self) -> SessionContext {
+        SessionContext::new_with_config(SessionConfig::new().with_target_partitions(tessera::exec::cores().clamp(1, 2)))
     }
 
     /// The name and key of a table or view to create, or `None` if one exists already and the
@@ -464,55 +531,47 @@ impl Database {
 
     /// The stored rows of `view` brought up to date from the tables' changes since its last
     /// refresh (see [`maintain`]).
-    fn maintained_rows(&self, view: &View, aggregation: &maintain::Aggregation) -> Result<RecordBatch> {
+    fn maintained_rows(&self, view: &View, incremental: &maintain::Incremental) -> Result<RecordBatch> {
         let stored = &view.contents.schema;
-        // Each relation's rows inserted and deleted since the last refresh.
-        let mut changes = Vec::new();
-        for relation in &aggregation.relations {
-            let table = self.tables.get(&relation.table).ok_or_else(|| {
-                TesseraError::Plan(format!("the view reads `{}`, which is no longer a table", relation.table))
-            })?;
-            let since: Vec<&table::ChangeSet> =
-                table.changes().iter().filter(|c| c.sequence > view.refreshed_at).collect();
-            let declared = |rows: &RecordBatch| rows.project(&(0..table.schema.fields().len()).collect::<Vec<_>>());
-            let mut inserted = Vec::new();
-            let mut deleted = Vec::new();
-            for change in &since {
-                inserted.extend(change.inserted.as_ref().map(declared).transpose()?);
-                deleted.extend(change.deleted.as_ref().map(declared).transpose()?);
-            }
-            changes.push((table, inserted, deleted));
-        }
-        let changed: Vec<usize> = (0..changes.len())
-            .filter(|&i| changes[i].1.iter().chain(&changes[i].2).any(|b| b.num_rows() > 0))
-            .collect();
-        let Some(&first) = changed.first() else {
+        let sources = Sources { db: self, since: view.refreshed_at, planning: false };
+        let Some(change) = incremental.change(&sources).map_err(TesseraError::Internal)? else {
             return Ok(arrow::compute::concat_batches(stored, &view.contents.batches(false)?)?);
         };
-        let delta_query = parse_one(&aggregation.delta_query(&changed))?;
-        let merge_query = parse_one(&aggregation.merge_query())?;
-        let ctx = self.context(&[&delta_query], None)?;
-        for (i, (table, inserted, deleted)) in changes.iter().enumerate() {
-            let counted = |parts: &[RecordBatch], count: i64| with_count(parts, count, i, &table.schema);
-            let schema = count_schema(&table.schema, i);
-            if changed.contains(&i) {
-                let mut delta = counted(inserted, 1)?;
-                delta.extend(counted(deleted, -1)?);
-                register_batches(&ctx, &format!("__delta{i}"), Arc::clone(&schema), delta)?;
-            }
-            // A relation after a changed one is read as it was at the last refresh.
-            if i > first {
-                let mut old = counted(&table.batches(false)?, 1)?;
-                old.extend(counted(inserted, -1)?);
-                old.extend(counted(deleted, 1)?);
-                register_batches(&ctx, &format!("__old{i}"), schema, old)?;
-            }
-        }
-        let (schema, change) = self.run(&ctx, delta_query)?;
+        let (schema, change) = self.run_plan(change)?;
+        let ctx = self.plain_context();
         register_batches(&ctx, "__change", schema, change)?;
         register(&ctx, "__stored", &view.contents, false)?;
-        let (_, merged) = self.run(&ctx, merge_query)?;
-        let rows = merged.iter().map(|b| view.contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
+        let (_, merged) = self.run(&ctx, parse_one(&incremental.merge_query())?)?;
+        let mut rows = Vec::new();
+        let mut dirty = Vec::new();
+        for batch in merged {
+            let width = stored.fields().len();
+            let mut columns = batch.columns().to_vec();
+            // A grouped view's last column says which groups are computed again.
+            if let maintain::Root::Grouped { .. } = incremental.root {
+                let flags = batch.column(width).as_boolean().clone();
+                columns.truncate(width);
+                let kept = view.contents.conform(columns)?;
+                dirty.push(arrow::compute::filter_record_batch(&kept, &flags)?);
+                rows.push(arrow::compute::filter_record_batch(&kept, &arrow::compute::not(&flags)?)?);
+            } else {
+                rows.push(view.contents.conform(columns)?);
+            }
+        }
+        let dirty: Vec<RecordBatch> = dirty.into_iter().filter(|b| b.num_rows() > 0).collect();
+        if !dirty.is_empty() {
+            let maintain::Root::Grouped { groups, .. } = &incremental.root else { unreachable!("grouped") };
+            let keys: Vec<usize> = (0..groups.len()).collect();
+            let keys = dirty.iter().map(|b| b.project(&keys)).collect::<std::result::Result<Vec<_>, _>>()?;
+            let schema = keys[0].schema();
+            let groups =
+                LogicalPlanBuilder::scan("__dirty", provider_as_source(mem_table(schema, keys)?), None)?.build()?;
+            let plan = incremental.regrouped(&sources, groups).map_err(TesseraError::Internal)?;
+            let (_, again) = self.run_plan(plan)?;
+            for batch in again {
+                rows.push(view.contents.conform(batch.columns().to_vec())?);
+            }
+        }
         Ok(arrow::compute::concat_batches(stored, &rows)?)
     }
 
@@ -535,8 +594,8 @@ impl Database {
         let key = object_name(name)?.to_lowercase();
         let view = self.views.get(&key).ok_or_else(|| TesseraError::Plan(format!("no materialized view `{name}`")))?;
         let (fresh, rows) = match &view.maintenance {
-            maintain::Maintenance::Incremental(aggregation) => {
-                let rows = self.maintained_rows(view, aggregation)?;
+            maintain::Maintenance::Incremental(incremental) => {
+                let rows = self.maintained_rows(view, incremental)?;
                 let contents = Table::new(
                     &view.contents.name,
                     view.contents.schema.fields().iter().map(|f| f.as_ref().clone()).collect(),
@@ -569,18 +628,13 @@ impl Database {
                 items.push(("why".into(), why.clone()));
                 items.push(("key".into(), "the rows themselves (none derived for this query)".into()));
             }
-            maintain::Maintenance::Incremental(aggregation) => {
-                items.push((
-                    "refresh".into(),
-                    "incremental: the join's change since the last refresh, aggregated and added to the stored groups"
-                        .into(),
-                ));
-                items.push(("key".into(), aggregation.key()));
-                let mut changed = Vec::new();
-                for (i, relation) in aggregation.relations.iter().enumerate() {
+            maintain::Maintenance::Incremental(incremental) => {
+                items.push(("refresh".into(), incremental.strategy().into()));
+                items.push(("key".into(), incremental.key()));
+                for table in &incremental.tables {
                     let since = self
                         .tables
-                        .get(&relation.table)
+                        .get(table)
                         .map_or(&[][..], |t| t.changes())
                         .iter()
                         .filter(|c| c.sequence > view.refreshed_at);
@@ -591,16 +645,15 @@ impl Database {
                         )
                     });
                     items.push((
-                        format!("changes of {}", relation.alias),
+                        format!("changes of {table}"),
                         format!("{inserted} rows inserted, {deleted} deleted since statement {}", view.refreshed_at),
                     ));
-                    if inserted + deleted > 0 {
-                        changed.push(i);
-                    }
                 }
-                if !changed.is_empty() {
-                    items.push(("change query".into(), aggregation.delta_query(&changed)));
-                    items.push(("merge query".into(), aggregation.merge_query()));
+                let sources = Sources { db: self, since: view.refreshed_at, planning: false };
+                if let Some(change) = incremental.change(&sources).map_err(TesseraError::Internal)? {
+                    let optimized = self.plain_context().state().optimize(&change)?;
+                    items.push(("change plan".into(), optimized.display_indent().to_string()));
+                    items.push(("merge query".into(), incremental.merge_query()));
                 }
             }
         }
@@ -618,10 +671,13 @@ impl Database {
 
     /// A view named `name`, empty, and the rows of `query` now, which it is to hold.
     fn compute_view(&self, name: &str, query: &ast::Query) -> Result<(View, RecordBatch)> {
-        let maintenance = maintain::plan(query, |name| self.tables.contains_key(&name.to_lowercase()));
+        let maintenance = self.plan_view(query)?;
         let (schema, batches) = match &maintenance {
             maintain::Maintenance::Recompute(_) => self.query_with_columns(query)?,
-            maintain::Maintenance::Incremental(aggregation) => self.sql(&aggregation.stored_query(), None)?,
+            maintain::Maintenance::Incremental(incremental) => {
+                let sources = Sources { db: self, since: self.manifest.sequence, planning: false };
+                self.run_plan(incremental.stored(&sources).map_err(TesseraError::Internal)?)?
+            }
         };
         let fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
         let contents = Table::new(name, fields, &[])?;
@@ -638,13 +694,13 @@ impl Database {
         view.contents.check(&edit)?;
         view.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
         // The tables it reads keep only the changes a view still needs.
-        if let maintain::Maintenance::Incremental(aggregation) = &view.maintenance {
+        if let maintain::Maintenance::Incremental(incremental) = &view.maintenance {
             let others = self.views.iter().filter(|(k, _)| **k != key).map(|(_, v)| v);
             let needing: Vec<&View> = others.chain(std::iter::once(&view)).collect();
-            for relation in &aggregation.relations {
-                if let Some(table) = self.tables.get_mut(&relation.table) {
+            for name in &incremental.tables {
+                if let Some(table) = self.tables.get_mut(name) {
                     forget_unneeded_changes(table, needing.iter().copied());
-                    manifest.tables.insert(relation.table.clone(), table.entry());
+                    manifest.tables.insert(name.clone(), table.entry());
                 }
             }
         }
@@ -686,7 +742,7 @@ impl Database {
         }
         // A view maintained from a table's changes needs the table.
         for (view, key) in self.views.iter().flat_map(|(v, view)| match &view.maintenance {
-            maintain::Maintenance::Incremental(a) => a.relations.iter().map(|r| (v.clone(), r.table.clone())).collect(),
+            maintain::Maintenance::Incremental(i) => i.tables.iter().map(|t| (v.clone(), t.clone())).collect(),
             maintain::Maintenance::Recompute(_) => Vec::new(),
         }) {
             if keys.contains(&key) {
@@ -748,9 +804,7 @@ fn forget_unneeded_changes<'a>(table: &mut Table, views: impl Iterator<Item = &'
     let key = table.name.to_lowercase();
     let needed_after = views
         .filter_map(|view| match &view.maintenance {
-            maintain::Maintenance::Incremental(a) if a.relations.iter().any(|r| r.table == key) => {
-                Some(view.refreshed_at)
-            }
+            maintain::Maintenance::Incremental(i) if i.tables.contains(&key) => Some(view.refreshed_at),
             _ => None,
         })
         .min();
@@ -780,12 +834,108 @@ fn register_batches(
     schema: arrow::datatypes::SchemaRef,
     batches: Vec<RecordBatch>,
 ) -> Result<()> {
+    ctx.register_table(name, mem_table(schema, batches)?)?;
+    Ok(())
+}
+
+/// `batches` as a table in two partitions (one a core).
+fn mem_table(schema: arrow::datatypes::SchemaRef, batches: Vec<RecordBatch>) -> Result<Arc<MemTable>> {
     let mut partitions = vec![Vec::new(), Vec::new()];
     for (i, batch) in batches.into_iter().enumerate() {
         partitions[i % 2].push(batch);
     }
-    ctx.register_table(name, Arc::new(MemTable::try_new(schema, partitions)?))?;
-    Ok(())
+    Ok(Arc::new(MemTable::try_new(schema, partitions)?))
+}
+
+/// The tables of the database in the versions a view's maintenance plans read (see
+/// [`maintain::Relations`]): their changes since statement `since`; without rows if
+/// `planning`.
+struct Sources<'a> {
+    db: &'a Database,
+    since: u64,
+    planning: bool,
+}
+
+impl Sources<'_> {
+    fn table(&self, name: &str) -> std::result::Result<&Table, String> {
+        self.db.tables.get(name).ok_or_else(|| {
+            if self.db.views.contains_key(name) {
+                format!("it reads the view `{name}` (a view over a view is recomputed)")
+            } else {
+                format!("it reads `{name}`, which is not a table")
+            }
+        })
+    }
+
+    /// The change sets of `table` since the view's last refresh.
+    fn changes<'t>(&self, table: &'t Table) -> impl Iterator<Item = &'t table::ChangeSet> {
+        let since = self.since;
+        table.changes().iter().filter(move |c| c.sequence > since)
+    }
+}
+
+impl maintain::Relations for Sources<'_> {
+    fn scan(&self, name: &str, version: maintain::Version) -> std::result::Result<LogicalPlan, String> {
+        use maintain::Version;
+        let table = self.table(name)?;
+        let error = |e: TesseraError| e.to_string();
+        let schema = Arc::clone(table.keyed_schema());
+        let mut counted_fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        counted_fields.push(Field::new("__m", arrow::datatypes::DataType::Int64, false));
+        let counted = Arc::new(arrow::datatypes::Schema::new(counted_fields));
+        // `parts` with every row counted `count`.
+        let with_count = |parts: Vec<RecordBatch>, count: i64| -> Vec<RecordBatch> {
+            parts
+                .into_iter()
+                .filter(|p| p.num_rows() > 0)
+                .filter_map(|p| {
+                    let mut columns = p.columns().to_vec();
+                    columns.push(Arc::new(arrow::array::Int64Array::from(vec![count; p.num_rows()])));
+                    RecordBatch::try_new(Arc::clone(&counted), columns).ok()
+                })
+                .collect()
+        };
+        let inserted = || self.changes(table).filter_map(|c| c.inserted.clone()).collect::<Vec<_>>();
+        let deleted = || self.changes(table).filter_map(|c| c.deleted.clone()).collect::<Vec<_>>();
+        let rows = || if self.planning { Ok(Vec::new()) } else { table.keyed_batches().map_err(error) };
+        let scan = |label: &str, schema, batches| {
+            LogicalPlanBuilder::scan(
+                format!("__{label}_{name}"),
+                provider_as_source(mem_table(schema, batches).map_err(error)?),
+                None,
+            )
+            .map_err(|e| e.to_string())
+        };
+        let builder = match version {
+            // Every row counted once: a column of ones added by the plan, not stored.
+            Version::New => {
+                let mut exprs: Vec<Expr> =
+                    schema.fields().iter().map(|f| col(Column::new_unqualified(f.name()))).collect();
+                exprs.push(lit(1i64).alias("__m"));
+                scan("new", schema, rows()?)?.project(exprs).map_err(|e| e.to_string())?
+            }
+            Version::Old => {
+                let mut batches = with_count(rows()?, 1);
+                batches.extend(with_count(inserted(), -1));
+                batches.extend(with_count(deleted(), 1));
+                scan("old", Arc::clone(&counted), batches)?
+            }
+            Version::Delta => {
+                let mut batches = with_count(inserted(), 1);
+                batches.extend(with_count(deleted(), -1));
+                scan("delta", Arc::clone(&counted), batches)?
+            }
+        };
+        builder.build().map_err(|e| e.to_string())
+    }
+
+    fn key(&self, name: &str) -> Vec<String> {
+        self.db.tables.get(name).map(Table::key_names).unwrap_or_default()
+    }
+
+    fn changed(&self, name: &str) -> bool {
+        self.db.tables.get(name).is_some_and(|t| self.changes(t).next().is_some())
+    }
 }
 
 fn object_name(name: &ast::ObjectName) -> Result<String> {
@@ -800,32 +950,6 @@ fn parse_one(sql: &str) -> Result<ast::Statement> {
     let mut statements = Parser::parse_sql(&GenericDialect {}, sql)
         .map_err(|e| TesseraError::Internal(format!("cannot parse {sql}: {e}")))?;
     statements.pop().ok_or_else(|| TesseraError::Internal(format!("no statement in {sql}")))
-}
-
-/// The schema of a table's rows with a count column `__m{i}`.
-fn count_schema(schema: &arrow::datatypes::SchemaRef, i: usize) -> arrow::datatypes::SchemaRef {
-    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-    fields.push(Field::new(format!("__m{i}"), arrow::datatypes::DataType::Int64, false));
-    Arc::new(arrow::datatypes::Schema::new(fields))
-}
-
-/// `parts` with a count column `__m{i}` of `count` for every row.
-fn with_count(
-    parts: &[RecordBatch],
-    count: i64,
-    i: usize,
-    schema: &arrow::datatypes::SchemaRef,
-) -> Result<Vec<RecordBatch>> {
-    let counted = count_schema(schema, i);
-    parts
-        .iter()
-        .filter(|p| p.num_rows() > 0)
-        .map(|p| {
-            let mut columns = p.columns().to_vec();
-            columns.push(Arc::new(arrow::array::Int64Array::from(vec![count; p.num_rows()])));
-            Ok(RecordBatch::try_new(Arc::clone(&counted), columns)?)
-        })
-        .collect()
 }
 
 /// `name` as an identifier DataFusion reads as written.

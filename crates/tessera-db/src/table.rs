@@ -112,7 +112,7 @@ impl Table {
                 .iter()
                 .map(|f| (f.name().clone(), f.data_type().to_string(), f.is_nullable()))
                 .collect(),
-            key: self.key.iter().map(|&i| self.stored.field(i).name().clone()).collect(),
+            key: self.key_names(),
             hidden_row_id: self.hidden_row_id,
             next_row_id: self.next_row_id,
             segments: self
@@ -248,6 +248,33 @@ impl Table {
             }
         }
         Ok(batches)
+    }
+
+    /// The live rows with the declared columns and the hidden row id, if the table has one:
+    /// its rows with their key.
+    pub fn keyed_batches(&self) -> Result<Vec<RecordBatch>> {
+        let mut batches = Vec::with_capacity(self.segments.len());
+        for segment in &self.segments {
+            let batch = if segment.deleted_count == 0 {
+                segment.rows.clone()
+            } else {
+                filter_record_batch(&segment.rows, &BooleanArray::from_iter(segment.deleted.iter().map(|d| Some(!d))))?
+            };
+            if batch.num_rows() > 0 {
+                batches.push(batch);
+            }
+        }
+        Ok(batches)
+    }
+
+    /// The columns of [`Table::keyed_batches`] and of the change sets' rows.
+    pub fn keyed_schema(&self) -> &SchemaRef {
+        &self.stored
+    }
+
+    /// The names of the key columns: the primary key's, or the hidden row id.
+    pub fn key_names(&self) -> Vec<String> {
+        self.key.iter().map(|&i| self.stored.field(i).name().clone()).collect()
     }
 
     /// The number of live rows.
