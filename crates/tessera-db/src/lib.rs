@@ -495,7 +495,7 @@ impl Database {
         let mut manifest = self.manifest.clone();
         manifest.sequence += 1;
         table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
-        forget_unneeded_changes(table, self.views.values());
+        table.forget_changes_through(changes_needed_after(key, self.views.values()));
         manifest.tables.insert(key.to_string(), table.entry());
         self.storage.commit(&manifest)?;
         self.manifest = manifest;
@@ -529,50 +529,46 @@ impl Database {
         Ok(Outcome::Changed { rows: count })
     }
 
-    /// The stored rows of `view` brought up to date from the tables' changes since its last
-    /// refresh (see [`maintain`]).
-    fn maintained_rows(&self, view: &View, incremental: &maintain::Incremental) -> Result<RecordBatch> {
-        let stored = &view.contents.schema;
+    /// The edit that brings the stored rows of `view` up to date from the tables' changes
+    /// since its last refresh (see [`maintain`]).
+    fn maintained_edit(&self, view: &View, incremental: &maintain::Incremental) -> Result<Edit> {
         let sources = Sources { db: self, since: view.refreshed_at, planning: false };
         let Some(change) = incremental.change(&sources).map_err(TesseraError::Internal)? else {
-            return Ok(arrow::compute::concat_batches(stored, &view.contents.batches(false)?)?);
+            return Ok(Edit::default());
         };
         let (schema, change) = self.run_plan(change)?;
         let ctx = self.plain_context();
         register_batches(&ctx, "__change", schema, change)?;
-        register(&ctx, "__stored", &view.contents, false)?;
+        register(&ctx, "__stored", &view.contents, true)?;
         let (_, merged) = self.run(&ctx, parse_one(&incremental.merge_query())?)?;
-        let mut rows = Vec::new();
+        let width = view.contents.schema.fields().len();
+        let mut edit = Edit::default();
+        let mut inserted = Vec::new();
         let mut dirty = Vec::new();
         for batch in merged {
-            let width = stored.fields().len();
-            let mut columns = batch.columns().to_vec();
-            // A grouped view's last column says which groups are computed again.
-            if let maintain::Root::Grouped { .. } = incremental.root {
-                let flags = batch.column(width).as_boolean().clone();
-                columns.truncate(width);
-                let kept = view.contents.conform(columns)?;
-                dirty.push(arrow::compute::filter_record_batch(&kept, &flags)?);
-                rows.push(arrow::compute::filter_record_batch(&kept, &arrow::compute::not(&flags)?)?);
-            } else {
-                rows.push(view.contents.conform(columns)?);
-            }
+            let insert = batch.column(width).as_boolean();
+            let again = batch.column(width + 1).as_boolean();
+            let positions = batch.column(width + 2).as_primitive::<Int64Type>();
+            edit.deleted.extend(positions.iter().flatten().map(table::position));
+            let rows = view.contents.conform(batch.columns()[..width].to_vec())?;
+            inserted.push(arrow::compute::filter_record_batch(&rows, insert)?);
+            dirty.push(arrow::compute::filter_record_batch(&rows, again)?);
         }
         let dirty: Vec<RecordBatch> = dirty.into_iter().filter(|b| b.num_rows() > 0).collect();
-        if !dirty.is_empty() {
-            let maintain::Root::Grouped { groups, .. } = &incremental.root else { unreachable!("grouped") };
+        if let (Some(first), maintain::Root::Grouped { groups, .. }) = (dirty.first(), &incremental.root) {
+            // The groups whose extreme was deleted, computed again from their rows.
             let keys: Vec<usize> = (0..groups.len()).collect();
+            let schema = Arc::new(first.schema().project(&keys)?);
             let keys = dirty.iter().map(|b| b.project(&keys)).collect::<std::result::Result<Vec<_>, _>>()?;
-            let schema = keys[0].schema();
             let groups =
                 LogicalPlanBuilder::scan("__dirty", provider_as_source(mem_table(schema, keys)?), None)?.build()?;
             let plan = incremental.regrouped(&sources, groups).map_err(TesseraError::Internal)?;
-            let (_, again) = self.run_plan(plan)?;
-            for batch in again {
-                rows.push(view.contents.conform(batch.columns().to_vec())?);
+            for batch in self.run_plan(plan)?.1 {
+                inserted.push(view.contents.conform(batch.columns().to_vec())?);
             }
         }
-        Ok(arrow::compute::concat_batches(stored, &rows)?)
+        edit.inserted = Some(arrow::compute::concat_batches(&view.contents.schema, &inserted)?);
+        Ok(edit)
     }
 
     /// The columns and rows of query `sql` over the tables and views.
@@ -585,34 +581,42 @@ impl Database {
     fn create_view(&mut self, create: &ast::CreateView) -> Result<Outcome> {
         let Some((name, key)) = self.new_name(&create.name, create.if_not_exists)? else { return Ok(Outcome::Done) };
         let (view, rows) = self.compute_view(&name, &create.query)?;
-        self.save_view(key, view, rows)?;
+        self.save_view(key, view, Edit { inserted: Some(rows), ..Edit::default() })?;
         Ok(Outcome::Done)
     }
 
     /// `REFRESH MATERIALIZED VIEW`: its query computed again over the tables as they are.
     fn refresh(&mut self, name: &ast::ObjectName) -> Result<Outcome> {
         let key = object_name(name)?.to_lowercase();
-        let view = self.views.get(&key).ok_or_else(|| TesseraError::Plan(format!("no materialized view `{name}`")))?;
-        let (fresh, rows) = match &view.maintenance {
-            maintain::Maintenance::Incremental(incremental) => {
-                let rows = self.maintained_rows(view, incremental)?;
-                let contents = Table::new(
-                    &view.contents.name,
-                    view.contents.schema.fields().iter().map(|f| f.as_ref().clone()).collect(),
-                    &[],
-                )?;
-                let fresh = View {
-                    query: view.query.clone(),
-                    maintenance: view.maintenance.clone(),
-                    contents,
-                    refreshed_at: self.manifest.sequence,
-                };
-                (fresh, rows)
+        self.refresh_view(&key).map_err(|e| match e {
+            TesseraError::Internal(m) if m == "no view" => TesseraError::Plan(format!("no materialized view `{name}`")),
+            other => other,
+        })
+    }
+
+    /// Refreshes view `key`, after the views it reads (so a view over a view is maintained
+    /// from its input's fresh contents and their change).
+    fn refresh_view(&mut self, key: &str) -> Result<Outcome> {
+        let view = self.views.get(key).ok_or_else(|| TesseraError::Internal("no view".into()))?;
+        for read in self.references(&view.query.clone())? {
+            if self.views.contains_key(&read) {
+                self.refresh_view(&read)?;
             }
-            maintain::Maintenance::Recompute(_) => self.compute_view(&view.contents.name, &view.query.clone())?,
+        }
+        let key = key.to_string();
+        let view = &self.views[&key];
+        let edit = match &view.maintenance {
+            maintain::Maintenance::Incremental(incremental) => self.maintained_edit(view, incremental)?,
+            maintain::Maintenance::Recompute(_) => {
+                // Every row replaced, so that the contents' change is their whole change.
+                let (_, rows) = self.compute_view(&view.contents.name, &view.query.clone())?;
+                Edit { deleted: view.contents.positions(), inserted: Some(rows) }
+            }
         };
-        let count = rows.num_rows() as u64;
-        self.save_view(key, fresh, rows)?;
+        let count = (edit.deleted.len() + edit.inserted.as_ref().map_or(0, |r| r.num_rows())) as u64;
+        let mut view = self.views.remove(&key).expect("the view exists");
+        view.refreshed_at = self.manifest.sequence;
+        self.save_view(key, view, edit)?;
         Ok(Outcome::Changed { rows: count })
     }
 
@@ -687,23 +691,29 @@ impl Database {
     }
 
     /// Writes `rows` as the contents of `view` and replaces the manifest with it in.
-    fn save_view(&mut self, key: String, mut view: View, rows: RecordBatch) -> Result<()> {
+    fn save_view(&mut self, key: String, mut view: View, edit: Edit) -> Result<()> {
         let mut manifest = self.manifest.clone();
         manifest.sequence += 1;
-        let edit = Edit { inserted: Some(rows), ..Edit::default() };
         view.contents.check(&edit)?;
         view.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
-        // The tables it reads keep only the changes a view still needs.
+        // The tables and views it reads keep only the changes a view still needs; so do its
+        // own contents.
         if let maintain::Maintenance::Incremental(incremental) = &view.maintenance {
-            let others = self.views.iter().filter(|(k, _)| **k != key).map(|(_, v)| v);
-            let needing: Vec<&View> = others.chain(std::iter::once(&view)).collect();
             for name in &incremental.tables {
+                let needing = self.views.values().chain(std::iter::once(&view));
+                let needed = changes_needed_after(name, needing);
                 if let Some(table) = self.tables.get_mut(name) {
-                    forget_unneeded_changes(table, needing.iter().copied());
+                    table.forget_changes_through(needed);
                     manifest.tables.insert(name.clone(), table.entry());
+                } else if let Some(read) = self.views.get_mut(name) {
+                    read.contents.forget_changes_through(needed);
+                    if let Some(entry) = manifest.views.get_mut(name) {
+                        entry.contents = read.contents.entry();
+                    }
                 }
             }
         }
+        view.contents.forget_changes_through(changes_needed_after(&key, self.views.values()));
         manifest.views.insert(
             key.clone(),
             storage::ViewEntry {
@@ -728,6 +738,7 @@ impl Database {
                 return Err(TesseraError::Plan(format!("no materialized view `{name}`")));
             }
         }
+        self.refuse_dropping_what_views_read(&keys)?;
         self.remove(&[], &keys)
     }
 
@@ -740,18 +751,20 @@ impl Database {
                 Err(e) => return Err(e),
             }
         }
-        // A view maintained from a table's changes needs the table.
-        for (view, key) in self.views.iter().flat_map(|(v, view)| match &view.maintenance {
-            maintain::Maintenance::Incremental(i) => i.tables.iter().map(|t| (v.clone(), t.clone())).collect(),
-            maintain::Maintenance::Recompute(_) => Vec::new(),
-        }) {
-            if keys.contains(&key) {
+        self.refuse_dropping_what_views_read(&keys)?;
+        self.remove(&keys, &[])
+    }
+
+    /// An error if a view other than those of `dropped` reads one of them.
+    fn refuse_dropping_what_views_read(&self, dropped: &[String]) -> Result<()> {
+        for (name, view) in self.views.iter().filter(|(name, _)| !dropped.contains(name)) {
+            if let Some(read) = self.references(&view.query)?.into_iter().find(|r| dropped.contains(r)) {
                 return Err(TesseraError::Plan(format!(
-                    "materialized view `{view}` reads table `{key}`: drop the view first"
+                    "materialized view `{name}` reads `{read}`: drop the view first"
                 )));
             }
         }
-        self.remove(&keys, &[])
+        Ok(())
     }
 
     /// Drops `tables` and `views` in one statement: the manifest without them, then memory.
@@ -798,17 +811,16 @@ fn column_type(sql: &ast::DataType) -> Option<arrow::datatypes::DataType> {
     }
 }
 
-/// Drops the change sets of `table` that none of `views` needs: those up to the oldest refresh
-/// of the incrementally maintained views reading it, all of them when none does.
-fn forget_unneeded_changes<'a>(table: &mut Table, views: impl Iterator<Item = &'a View>) {
-    let key = table.name.to_lowercase();
-    let needed_after = views
+/// The sequence number after which the changes of table or view `name` are needed: the oldest
+/// refresh of the incrementally maintained `views` reading it (`u64::MAX` if none does).
+fn changes_needed_after<'a>(name: &str, views: impl Iterator<Item = &'a View>) -> u64 {
+    views
         .filter_map(|view| match &view.maintenance {
-            maintain::Maintenance::Incremental(i) if i.tables.contains(&key) => Some(view.refreshed_at),
+            maintain::Maintenance::Incremental(i) if i.tables.contains(name) => Some(view.refreshed_at),
             _ => None,
         })
-        .min();
-    table.forget_changes_through(needed_after.unwrap_or(u64::MAX));
+        .min()
+        .unwrap_or(u64::MAX)
 }
 
 /// Registers the live rows of `table` as `name` (`with_positions`: and their positions, see
@@ -857,14 +869,17 @@ struct Sources<'a> {
 }
 
 impl Sources<'_> {
-    fn table(&self, name: &str) -> std::result::Result<&Table, String> {
-        self.db.tables.get(name).ok_or_else(|| {
-            if self.db.views.contains_key(name) {
-                format!("it reads the view `{name}` (a view over a view is recomputed)")
-            } else {
-                format!("it reads `{name}`, which is not a table")
-            }
-        })
+    /// The rows of table or view `name` (a view's stored rows), and how users see a view's
+    /// stored rows if they are not its columns.
+    fn relation(&self, name: &str) -> std::result::Result<(&Table, Option<&maintain::Incremental>), String> {
+        if let Some(table) = self.db.tables.get(name) {
+            return Ok((table, None));
+        }
+        let view = self.db.views.get(name).ok_or_else(|| format!("it reads `{name}`, which is not a table"))?;
+        match &view.maintenance {
+            maintain::Maintenance::Incremental(incremental) => Ok((&view.contents, Some(incremental))),
+            maintain::Maintenance::Recompute(_) => Ok((&view.contents, None)),
+        }
     }
 
     /// The change sets of `table` since the view's last refresh.
@@ -877,7 +892,7 @@ impl Sources<'_> {
 impl maintain::Relations for Sources<'_> {
     fn scan(&self, name: &str, version: maintain::Version) -> std::result::Result<LogicalPlan, String> {
         use maintain::Version;
-        let table = self.table(name)?;
+        let (table, visible) = self.relation(name)?;
         let error = |e: TesseraError| e.to_string();
         let schema = Arc::clone(table.keyed_schema());
         let mut counted_fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
@@ -926,15 +941,20 @@ impl maintain::Relations for Sources<'_> {
                 scan("delta", Arc::clone(&counted), batches)?
             }
         };
-        builder.build().map_err(|e| e.to_string())
+        let plan = builder.build().map_err(|e| e.to_string())?;
+        match visible {
+            // A view's columns computed from its stored ones, each row with its count and key.
+            Some(incremental) => incremental.visible_counted(plan, &table.key_names()),
+            None => Ok(plan),
+        }
     }
 
     fn key(&self, name: &str) -> Vec<String> {
-        self.db.tables.get(name).map(Table::key_names).unwrap_or_default()
+        self.relation(name).map(|(table, _)| table.key_names()).unwrap_or_default()
     }
 
     fn changed(&self, name: &str) -> bool {
-        self.db.tables.get(name).is_some_and(|t| self.changes(t).next().is_some())
+        self.relation(name).is_ok_and(|(table, _)| self.changes(table).next().is_some())
     }
 }
 

@@ -34,6 +34,7 @@ use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::table::POSITION;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, NullEquality, ScalarValue};
@@ -406,16 +407,18 @@ impl Incremental {
         plan.and_then(LogicalPlanBuilder::build).map_err(|e| e.to_string())
     }
 
-    /// The stored rows after a refresh, from those in `__stored` and the change in
-    /// `__change`. A grouped view's rows have a last column `__dirty`, true for the groups
-    /// whose extreme was deleted (to be computed again with [`Incremental::regrouped`]).
+    /// How the change in `__change` edits the stored rows in `__stored` (with their
+    /// positions): rows of the stored columns, then `__insert` (the row is to be inserted),
+    /// `__dirty` (its group's extreme was deleted: the group is to be computed again with
+    /// [`Incremental::regrouped`]) and `__position` (the stored row it replaces or deletes).
     pub fn merge_query(&self) -> String {
         match &self.root {
             Root::Grouped { groups, states } => {
                 let g: Vec<String> = (0..groups.len()).map(|g| format!("__g{g}")).collect();
                 let mut select: Vec<String> =
                     g.iter().map(|g| format!("CASE WHEN o.__n IS NULL THEN d.{g} ELSE o.{g} END AS {g}")).collect();
-                select.push("COALESCE(o.__n, 0) + COALESCE(d.__n, 0) AS __n".into());
+                let rows = "COALESCE(o.__n, 0) + COALESCE(d.__n, 0)";
+                select.push(format!("{rows} AS __n"));
                 let mut dirty = Vec::new();
                 for (j, state) in states.iter().enumerate() {
                     let s = &state.name;
@@ -433,15 +436,14 @@ impl Incremental {
                         }
                     });
                 }
-                select.push(if dirty.is_empty() {
-                    "false AS __dirty".into()
-                } else {
-                    format!("{} AS __dirty", dirty.join(" OR "))
-                });
+                let dirty = if dirty.is_empty() { "false".to_string() } else { format!("({})", dirty.join(" OR ")) };
+                select.push(format!("{rows} > 0 AND NOT {dirty} AS __insert"));
+                select.push(format!("{rows} > 0 AND {dirty} AS __dirty"));
+                select.push(format!("o.{POSITION} AS __position"));
                 let on: Vec<String> = g.iter().map(|g| format!("(o.{g} IS NOT DISTINCT FROM d.{g})")).collect();
+                // Only the groups the change touches.
                 format!(
-                    "SELECT {} FROM __stored AS o FULL OUTER JOIN __change AS d ON {} \
-                     WHERE COALESCE(o.__n, 0) + COALESCE(d.__n, 0) > 0",
+                    "SELECT {} FROM __change AS d LEFT JOIN __stored AS o ON {}",
                     select.join(", "),
                     on.join(" AND ")
                 )
@@ -451,12 +453,12 @@ impl Incremental {
                 let k: Vec<String> = (0..keys.len()).map(|i| format!("__k{i}")).collect();
                 let all = v.iter().chain(&k).cloned().collect::<Vec<_>>().join(", ");
                 let on = k.iter().map(|k| format!("(s.{k} IS NOT DISTINCT FROM g.{k})")).collect::<Vec<_>>();
-                let kept = v.iter().chain(&k).map(|c| format!("s.{c}")).collect::<Vec<_>>().join(", ");
+                let stored = v.iter().chain(&k).map(|c| format!("s.{c}")).collect::<Vec<_>>().join(", ");
                 format!(
                     "WITH c AS (SELECT {all}, SUM(__m) AS __m FROM __change GROUP BY {all}), \
-                     gone AS (SELECT DISTINCT {}, 1 AS __gone FROM c WHERE __m < 0) \
-                     SELECT {kept} FROM __stored AS s LEFT JOIN gone AS g ON {} WHERE g.__gone IS NULL \
-                     UNION ALL SELECT {all} FROM c WHERE __m > 0",
+                     gone AS (SELECT DISTINCT {} FROM c WHERE __m < 0) \
+                     SELECT {all}, true AS __insert, false AS __dirty, CAST(NULL AS BIGINT) AS __position FROM c WHERE __m > 0 \
+                     UNION ALL SELECT {stored}, false, false, s.{POSITION} FROM __stored AS s JOIN gone AS g ON {}",
                     k.join(", "),
                     if on.is_empty() { "true".into() } else { on.join(" AND ") }
                 )
@@ -484,6 +486,18 @@ impl Incremental {
                 "incremental: the query's change since the last refresh; rows taken away deleted by key, rows added inserted"
             }
         }
+    }
+
+    /// The columns users see over counted stored rows `stored`, with their count `__m` and
+    /// key columns `keys`.
+    pub fn visible_counted(&self, stored: LogicalPlan, keys: &[String]) -> Result<LogicalPlan> {
+        let mut builder = LogicalPlanBuilder::from(stored);
+        if let Some(having) = &self.having {
+            builder = builder.filter(having.clone()).map_err(plan_error)?;
+        }
+        let mut exprs = self.visible.clone();
+        exprs.extend(keys.iter().chain(std::iter::once(&"__m".to_string())).map(|k| col(Column::new_unqualified(k))));
+        builder.project(exprs).and_then(LogicalPlanBuilder::build).map_err(plan_error)
     }
 
     /// The columns users see, over the stored rows read by `stored`.

@@ -277,6 +277,16 @@ impl Table {
         self.key.iter().map(|&i| self.stored.field(i).name().clone()).collect()
     }
 
+    /// The positions of the live rows.
+    pub fn positions(&self) -> Vec<(u32, u32)> {
+        let mut positions = Vec::with_capacity(self.rows());
+        for (s, segment) in self.segments.iter().enumerate() {
+            let live = segment.deleted.iter().enumerate().filter(|(_, d)| !**d);
+            positions.extend(live.map(|(r, _)| (s as u32, r as u32)));
+        }
+        positions
+    }
+
     /// The number of live rows.
     pub fn rows(&self) -> usize {
         self.segments.iter().map(|s| s.rows.num_rows() - s.deleted_count).sum()
