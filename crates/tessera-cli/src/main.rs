@@ -266,8 +266,6 @@ struct RunArgs {
     settings: Vec<String>,
 }
 
-/// Compiles a script and applies the settings given on the command line; a script without
-/// queries (empty, comments only, or only sources and settings) is refused.
 /// The statements of a script of table statements (with `--db`, or changing or creating
 /// tables or views), or `None` for a script of streams.
 fn database_script(args: &RunArgs) -> Result<Option<Vec<tessera_db::Statement>>, TesseraError> {
@@ -283,6 +281,8 @@ fn database_script(args: &RunArgs) -> Result<Option<Vec<tessera_db::Statement>>,
     }
 }
 
+/// Compiles a script and applies the settings given on the command line; a script without
+/// queries (empty, comments only, or only sources and settings) is refused.
 pub fn load_script(path: &std::path::Path, settings: &[String]) -> Result<Script, TesseraError> {
     let mut script = Script::from_file(path)?;
     if script.queries.is_empty() {

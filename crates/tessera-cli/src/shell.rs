@@ -171,8 +171,14 @@ pub fn run_statements(
     }
     std::io::Write::flush(&mut out).map_err(|e| TesseraError::io("cannot write results", e))?;
     if !quiet {
+        let streams = database.stream_totals();
+        let read = if streams.events > 0 {
+            format!(", {} events read from streams, {} late", streams.events, streams.late_events)
+        } else {
+            String::new()
+        };
         eprintln!(
-            "tessera: {} statements in {:.2} s, {rows_out} rows out",
+            "tessera: {} statements in {:.2} s, {rows_out} rows out{read}",
             statements.len(),
             started.elapsed().as_secs_f64()
         );

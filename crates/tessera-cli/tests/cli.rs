@@ -1238,3 +1238,21 @@ fn run_takes_a_script_of_tables_and_views() {
     );
     assert_eq!(text(&again.stdout), "n\n7\n");
 }
+
+/// A script that fills a table from a window query over a stream and keeps a view over it:
+/// the example's view before and after two devices move (figures as DuckDB computes them over
+/// the readings file), and the events read in the summary.
+#[test]
+fn run_fills_a_table_from_a_stream_and_maintains_a_view_over_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/iot/sites.sql");
+    let out = tessera(&["run", example.to_str().expect("path")], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("site,low,high,readings\nnorth,12.15,31.53,10036\nsouth,12.01,31.99,9964\n"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("site,low,high,readings\nnorth,12.36,31.53,8035\nsouth,12.01,31.99,11965\n"), "{stdout}");
+    assert!(text(&out.stderr).contains("20000 events read from streams, 0 late"), "{}", text(&out.stderr));
+}

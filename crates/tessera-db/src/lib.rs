@@ -24,6 +24,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 use datafusion_sql::sqlparser::parser::Parser;
+use datafusion_sql::sqlparser::tokenizer::Location;
 pub use statement::{parse, Statement};
 
 use storage::{Manifest, Storage};
@@ -43,6 +44,19 @@ pub struct Database {
     runtime: tokio::runtime::Runtime,
     /// What relative paths in statements are relative to.
     base_dir: std::path::PathBuf,
+    /// The streams (`CREATE SOURCE`) of the script being run, by lower-case name, as their
+    /// text: queries that read them run on the streaming engine.
+    sources: BTreeMap<String, String>,
+    /// What the queries over those streams read, summed over the queries run.
+    stream_totals: std::cell::Cell<StreamTotals>,
+}
+
+/// The events queries over streams read, and the late ones among them (older than their
+/// source's watermark when they arrived: counted, not aggregated).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StreamTotals {
+    pub events: u64,
+    pub late_events: u64,
 }
 
 /// A materialized view: its query, and its contents as of its last refresh (stale in between:
@@ -98,8 +112,16 @@ impl Database {
             .iter()
             .map(|(key, entry)| Ok((key.clone(), Table::load(entry, &storage)?)))
             .collect::<Result<_>>()?;
-        let mut database =
-            Database { storage, manifest, tables, views: BTreeMap::new(), runtime, base_dir: ".".into() };
+        let mut database = Database {
+            storage,
+            manifest,
+            tables,
+            views: BTreeMap::new(),
+            runtime,
+            base_dir: ".".into(),
+            sources: BTreeMap::new(),
+            stream_totals: Default::default(),
+        };
         database.load_views()?;
         Ok(database)
     }
@@ -110,7 +132,7 @@ impl Database {
         for (key, entry) in &self.manifest.views {
             let damaged = || TesseraError::Option(format!("the view `{key}` is damaged: its query is not one"));
             let query = match statement::parse(&entry.query)?.pop() {
-                Some(Statement::Sql(statement)) => match *statement {
+                Some(Statement::Sql { statement, .. }) => match *statement {
                     ast::Statement::Query(query) => *query,
                     _ => return Err(damaged()),
                 },
@@ -170,6 +192,11 @@ impl Database {
         self.base_dir = dir.to_path_buf();
     }
 
+    /// What the queries over streams run so far read.
+    pub fn stream_totals(&self) -> StreamTotals {
+        self.stream_totals.get()
+    }
+
     pub fn table(&self, name: &str) -> Option<&Table> {
         self.tables.get(&name.to_lowercase())
     }
@@ -185,21 +212,23 @@ impl Database {
 
     pub fn execute_statement(&mut self, statement: &Statement) -> Result<Outcome> {
         match statement {
-            Statement::Sql(statement) => self.execute_sql(statement),
+            Statement::Sql { statement, script } => self.execute_sql(statement, script),
             Statement::Copy { table, path, options } => self.copy(table, path, options),
             Statement::Refresh { view } => self.refresh(view),
             Statement::ExplainRefresh { view } => self.explain_refresh(view),
+            Statement::Source { name, text, start, script } => self.create_source(name, text, *start, script),
         }
     }
 
-    fn execute_sql(&mut self, statement: &ast::Statement) -> Result<Outcome> {
+    /// Runs `statement` of `script`.
+    fn execute_sql(&mut self, statement: &ast::Statement, script: &str) -> Result<Outcome> {
         match statement {
             ast::Statement::Query(query) => {
-                let (schema, batches) = self.query_with_columns(query)?;
+                let (schema, batches) = self.query_with_columns(query, Some(script))?;
                 Ok(Outcome::Rows { schema, batches })
             }
             ast::Statement::CreateTable(create) => self.create_table(create),
-            ast::Statement::Insert(insert) => self.insert(insert),
+            ast::Statement::Insert(insert) => self.insert(insert, script),
             ast::Statement::Delete(delete) => self.delete(delete),
             ast::Statement::Update(update) => self.update(update),
             ast::Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, .. } => {
@@ -213,16 +242,105 @@ impl Database {
         }
     }
 
-    /// The rows of `query` over the tables and views.
-    pub fn query(&self, query: &ast::Query) -> Result<Vec<RecordBatch>> {
-        Ok(self.query_with_columns(query)?.1)
-    }
-
-    /// The columns and rows of `query`.
-    fn query_with_columns(&self, query: &ast::Query) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+    /// The columns and rows of `query` (of `script`, where errors point) over the tables, the
+    /// views and the streams.
+    fn query_with_columns(
+        &self,
+        query: &ast::Query,
+        script: Option<&str>,
+    ) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+        if self.reads_a_stream(query) {
+            return self.stream_query(query, script);
+        }
         let statement = ast::Statement::Query(Box::new(query.clone()));
         let ctx = self.context(&[&statement], None)?;
         self.run(&ctx, statement)
+    }
+
+    /// `CREATE SOURCE`: checked by compiling it after the sources before it.
+    fn create_source(&mut self, name: &str, text: &str, start: Location, script: &str) -> Result<Outcome> {
+        let key = name.to_lowercase();
+        if self.exists(&key) {
+            return Err(TesseraError::Plan(format!("`{name}` already exists")));
+        }
+        self.compile_stream(text, start, script)?;
+        self.sources.insert(key, text.to_string());
+        Ok(Outcome::Done)
+    }
+
+    /// The script's sources and then `text`, which starts at `start` in `script`, compiled
+    /// for the streaming engine; errors in `text` point into `script`.
+    fn compile_stream(&self, text: &str, start: Location, script: &str) -> Result<tessera::engine::Script> {
+        let mut compiled: String = self.sources.values().map(|source| format!("{source};\n")).collect();
+        let first_line = compiled.matches('\n').count() as u64 + 1;
+        compiled.push_str(text);
+        compiled.push_str(";\n");
+        tessera::engine::Script::compile(&compiled, &self.base_dir).map_err(|error| {
+            let TesseraError::Sql(diagnostic) = error else { return error };
+            match diagnostic.location.filter(|at| at.line >= first_line) {
+                Some(at) => {
+                    let line = at.line - first_line + start.line;
+                    let column = if at.line == first_line { at.column + start.column - 1 } else { at.column };
+                    tessera::sql::ScriptText::new(script).error_with_help(
+                        diagnostic.message,
+                        Some(tessera::error::Location { line, column }),
+                        diagnostic.help,
+                    )
+                }
+                None => TesseraError::Sql(diagnostic),
+            }
+        })
+    }
+
+    /// Whether `query` reads a stream: a source of the script, or a window over one.
+    fn reads_a_stream(&self, query: &ast::Query) -> bool {
+        use datafusion_sql::sqlparser::ast::visit_relations;
+        let mut found = false;
+        let _ = visit_relations(query, |name| {
+            let name = name.to_string().to_lowercase();
+            found |=
+                self.sources.contains_key(&name) || ["tumble", "hop", "session", "windows"].contains(&name.as_str());
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        found
+    }
+
+    /// The rows of window query `query` (of `script`) over the script's streams, run by the
+    /// streaming engine to the end of its input.
+    fn stream_query(
+        &self,
+        query: &ast::Query,
+        script: Option<&str>,
+    ) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+        use datafusion_sql::sqlparser::ast::Spanned;
+        let span = query.span();
+        let script = match script {
+            Some(script) if span.start.line > 0 => {
+                let text = &script[statement::offset(script, span.start)..statement::offset(script, span.end)];
+                self.compile_stream(text, span.start, script)?
+            }
+            _ => {
+                let text = query.to_string();
+                self.compile_stream(&text, Location { line: 1, column: 1 }, &text)?
+            }
+        };
+        let options = tessera::engine::RunOptions {
+            parallelism: tessera::exec::pipeline::Parallelism::Auto(tessera::exec::cores()),
+            ..tessera::engine::RunOptions::default()
+        };
+        let mut sink = tessera::connectors::sink::MemorySink::default();
+        let stats = tessera::engine::run_script(&script, &options, &mut sink)?;
+        let totals = self.stream_totals.get();
+        self.stream_totals.set(StreamTotals {
+            events: totals.events + stats.events_in,
+            late_events: totals.late_events + stats.late_events,
+        });
+        let schema = script
+            .queries
+            .first()
+            .map(|q| Arc::clone(&q.output_schema))
+            .ok_or_else(|| TesseraError::Internal("a window query compiled to no query".into()))?;
+        Ok((schema, sink.rows.into_iter().next().unwrap_or_default()))
     }
 
     /// A DataFusion session with the tables and views `reads` name registered (`positions`:
@@ -293,10 +411,15 @@ impl Database {
 
     /// The name and key of a table or view to create, or `None` if one exists already and the
     /// statement says IF NOT EXISTS.
+    /// Whether a table, view or stream is called `key` (lower case).
+    fn exists(&self, key: &str) -> bool {
+        self.tables.contains_key(key) || self.views.contains_key(key) || self.sources.contains_key(key)
+    }
+
     fn new_name(&self, name: &ast::ObjectName, if_not_exists: bool) -> Result<Option<(String, String)>> {
         let name = object_name(name)?;
         let key = name.to_lowercase();
-        if !self.tables.contains_key(&key) && !self.views.contains_key(&key) {
+        if !self.exists(&key) {
             Ok(Some((name, key)))
         } else if if_not_exists {
             Ok(None)
@@ -359,14 +482,14 @@ impl Database {
         Ok(Outcome::Done)
     }
 
-    fn insert(&mut self, insert: &ast::Insert) -> Result<Outcome> {
+    fn insert(&mut self, insert: &ast::Insert, script: &str) -> Result<Outcome> {
         let ast::TableObject::TableName(name) = &insert.table else {
             return Err(TesseraError::Plan("INSERT INTO a table function is not supported".into()));
         };
         let key = self.existing(name)?;
         let source =
             insert.source.as_ref().ok_or_else(|| TesseraError::Plan("INSERT needs VALUES or a query".into()))?;
-        let given = self.query(source)?;
+        let given = self.query_with_columns(source, Some(script))?.1;
         let table = &self.tables[&key];
         let declared = table.schema.fields();
         // The column each given column fills.
@@ -580,6 +703,12 @@ impl Database {
 
     fn create_view(&mut self, create: &ast::CreateView) -> Result<Outcome> {
         let Some((name, key)) = self.new_name(&create.name, create.if_not_exists)? else { return Ok(Outcome::Done) };
+        if self.reads_a_stream(&create.query) {
+            return Err(TesseraError::Plan(format!(
+                "materialized view `{name}` reads a stream: its changes are not recorded; insert the window \
+                 query's rows into a table (INSERT INTO t SELECT ... FROM TUMBLE(...)) and define the view over it"
+            )));
+        }
         let (view, rows) = self.compute_view(&name, &create.query)?;
         self.save_view(key, view, Edit { inserted: Some(rows), ..Edit::default() })?;
         Ok(Outcome::Done)
@@ -677,7 +806,7 @@ impl Database {
     fn compute_view(&self, name: &str, query: &ast::Query) -> Result<(View, RecordBatch)> {
         let maintenance = self.plan_view(query)?;
         let (schema, batches) = match &maintenance {
-            maintain::Maintenance::Recompute(_) => self.query_with_columns(query)?,
+            maintain::Maintenance::Recompute(_) => self.query_with_columns(query, None)?,
             maintain::Maintenance::Incremental(incremental) => {
                 let sources = Sources { db: self, since: self.manifest.sequence, planning: false };
                 self.run_plan(incremental.stored(&sources).map_err(TesseraError::Internal)?)?

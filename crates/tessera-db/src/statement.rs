@@ -4,32 +4,29 @@
 //! Errors point at the line and column, with a caret under the spot.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 use datafusion_sql::sqlparser::keywords::Keyword;
 use datafusion_sql::sqlparser::parser::Parser;
-use datafusion_sql::sqlparser::tokenizer::Token;
+use datafusion_sql::sqlparser::tokenizer::{Location, Token};
 use tessera::error::Result;
 use tessera::sql::ScriptText;
 
 #[derive(Debug, Clone)]
 pub enum Statement {
-    Sql(Box<ast::Statement>),
+    /// A statement sqlparser reads, with the script it came from (its spans point into it).
+    Sql { statement: Box<ast::Statement>, script: Arc<str> },
     /// `COPY table FROM 'path' WITH (...)`: options by lower-case name.
-    Copy {
-        table: ast::ObjectName,
-        path: PathBuf,
-        options: Vec<(String, String)>,
-    },
+    Copy { table: ast::ObjectName, path: PathBuf, options: Vec<(String, String)> },
     /// `REFRESH MATERIALIZED VIEW view`.
-    Refresh {
-        view: ast::ObjectName,
-    },
+    Refresh { view: ast::ObjectName },
     /// `EXPLAIN REFRESH MATERIALIZED VIEW view`: how a refresh would bring it up to date.
-    ExplainRefresh {
-        view: ast::ObjectName,
-    },
+    ExplainRefresh { view: ast::ObjectName },
+    /// `CREATE SOURCE name (...) WITH (...)`: a stream, as its text, for the streaming engine
+    /// to read when a query reads it, and where that text starts in `script`.
+    Source { name: String, text: String, start: Location, script: Arc<str> },
 }
 
 impl Statement {
@@ -37,7 +34,7 @@ impl Statement {
     /// database script, not a script of streams).
     pub fn changes_the_database(&self) -> bool {
         match self {
-            Statement::Sql(statement) => matches!(
+            Statement::Sql { statement, .. } => matches!(
                 **statement,
                 ast::Statement::CreateTable(_)
                     | ast::Statement::Insert(_)
@@ -47,12 +44,14 @@ impl Statement {
                     | ast::Statement::Drop { .. }
             ),
             Statement::Copy { .. } | Statement::Refresh { .. } | Statement::ExplainRefresh { .. } => true,
+            Statement::Source { .. } => false,
         }
     }
 }
 
 /// The statements of `sql`, in order.
 pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+    let text: Arc<str> = sql.into();
     let script = ScriptText::new(sql);
     let error = |e| script.parser_error(e);
     let dialect = GenericDialect {};
@@ -98,8 +97,40 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
                     parser.expect_token(&Token::RParen).map_err(error)?;
                 }
                 Statement::Copy { table, path, options }
+            } else if starts_create_source(&parser) {
+                let start_location = parser.peek_token().span.start;
+                let start = offset(sql, start_location);
+                parser.next_token();
+                parser.next_token();
+                let name = parser.parse_identifier().map_err(error)?.value;
+                // To the end of the statement, over its parentheses.
+                let mut depth = 0i32;
+                loop {
+                    let token = parser.peek_token();
+                    match token.token {
+                        Token::EOF => break,
+                        Token::SemiColon if depth == 0 => break,
+                        Token::LParen => depth += 1,
+                        Token::RParen => depth -= 1,
+                        _ => {}
+                    }
+                    parser.next_token();
+                }
+                let end = match parser.peek_token() {
+                    token if token.token == Token::EOF => sql.len(),
+                    token => offset(sql, token.span.start),
+                };
+                Statement::Source {
+                    name,
+                    text: sql[start..end].to_string(),
+                    start: start_location,
+                    script: Arc::clone(&text),
+                }
             } else {
-                Statement::Sql(Box::new(parser.parse_statement().map_err(error)?))
+                Statement::Sql {
+                    statement: Box::new(parser.parse_statement().map_err(error)?),
+                    script: Arc::clone(&text),
+                }
             };
         statements.push(statement);
         let end = parser.peek_token();
@@ -108,4 +139,20 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
         }
     }
     Ok(statements)
+}
+
+/// Whether the parser is at `CREATE SOURCE`.
+fn starts_create_source(parser: &Parser) -> bool {
+    let word = |n: usize, expected: &str| matches!(parser.peek_nth_token(n).token, Token::Word(ref w) if w.value.eq_ignore_ascii_case(expected));
+    word(0, "create") && word(1, "source")
+}
+
+/// The byte offset in `text` of a parser location (lines and columns from 1, columns in
+/// characters).
+pub fn offset(text: &str, location: Location) -> usize {
+    let mut lines = text.split_inclusive('\n');
+    let before: usize = lines.by_ref().take((location.line as usize).saturating_sub(1)).map(str::len).sum();
+    let line = lines.next().unwrap_or("");
+    let within: usize = line.chars().take((location.column as usize).saturating_sub(1)).map(char::len_utf8).sum();
+    before + within
 }

@@ -590,3 +590,63 @@ fn a_view_over_a_view_is_refreshed_after_it_and_reopens_with_it() {
     let err = db.execute("DROP MATERIALIZED VIEW per_video").unwrap_err().to_string();
     assert!(err.contains("`popular` reads"), "{err}");
 }
+
+#[test]
+fn a_window_query_fills_a_table_that_a_view_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two devices; device 1 twice in the first minute, out of order; device 2 once per minute;
+    // a last reading at 3 s, late for its minute (the watermark is at 70 by then: counted, not
+    // aggregated) but not for its hour.
+    std::fs::write(
+        dir.path().join("readings.csv"),
+        "device_id,temperature,ts\n1,20.5,10\n2,7.0,15\n1,19.0,5\n2,9.5,70\n1,30.0,75\n2,1.0,3\n",
+    )
+    .unwrap();
+    let mut db = Database::in_memory().unwrap();
+    db.set_base_dir(dir.path());
+    db.execute(
+        "CREATE SOURCE readings (device_id BIGINT, temperature DOUBLE, ts BIGINT,
+             WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+             WITH (connector = 'file', path = 'readings.csv', format = 'csv', time_unit = 's');
+         CREATE TABLE per_minute (device_id BIGINT, window_start TIMESTAMP, low DOUBLE, n BIGINT);
+         INSERT INTO per_minute
+             SELECT device_id, window_start, MIN(temperature), COUNT(*)
+             FROM TUMBLE(readings, ts, INTERVAL '1' MINUTE) GROUP BY device_id, window_start, window_end;
+         CREATE MATERIALIZED VIEW coldest AS SELECT device_id, MIN(low) AS low, SUM(n) AS n FROM per_minute GROUP BY device_id;",
+    )
+    .unwrap();
+    assert_eq!(
+        query(&mut db, "SELECT device_id, low, n FROM per_minute"),
+        ["1|19.0|2", "1|30.0|1", "2|7.0|1", "2|9.5|1"]
+    );
+    assert_eq!(query(&mut db, "SELECT * FROM coldest"), ["1|19.0|3", "2|7.0|2"]);
+    // The stream answers queries too, and a second run appends its rows.
+    assert_eq!(
+        query(&mut db, "SELECT device_id, COUNT(*) AS n FROM TUMBLE(readings, ts, INTERVAL '1' HOUR) GROUP BY device_id, window_start, window_end"),
+        ["1|3", "2|3"]
+    );
+    db.execute(
+        "INSERT INTO per_minute SELECT device_id, window_start, MAX(temperature), 1
+             FROM TUMBLE(readings, ts, INTERVAL '1' HOUR) GROUP BY device_id, window_start, window_end;
+         REFRESH MATERIALIZED VIEW coldest;",
+    )
+    .unwrap();
+    assert_eq!(query(&mut db, "SELECT * FROM coldest"), ["1|19.0|4", "2|7.0|3"]);
+    assert_eq!(db.stream_totals(), crate::StreamTotals { events: 18, late_events: 1 });
+    for taken in [
+        "CREATE SOURCE readings (a BIGINT) WITH (connector = 'file', path = 'x.csv')",
+        "CREATE TABLE readings (a BIGINT)",
+    ] {
+        let err = db.execute(taken).unwrap_err();
+        assert!(err.to_string().contains("`readings` already exists"), "{err}");
+    }
+    let err = db
+        .execute("CREATE MATERIALIZED VIEW live AS SELECT device_id, COUNT(*) AS n FROM readings GROUP BY device_id")
+        .unwrap_err();
+    assert!(err.to_string().contains("`live` reads a stream"), "{err}");
+    // Errors of a window query point into the statement as written.
+    let err = db
+        .execute("INSERT INTO per_minute\n  SELECT device_id, window_start, MIN(temprature), 1\n  FROM TUMBLE(readings, ts, INTERVAL '1' MINUTE) GROUP BY device_id, window_start, window_end")
+        .unwrap_err();
+    assert!(err.to_string().contains("unknown column `temprature` at line 2, column 39"), "{err}");
+}
