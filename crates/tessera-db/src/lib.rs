@@ -6,6 +6,7 @@
 //! nothing. Every table records what each statement inserted and deleted ([`table::ChangeSet`]),
 //! the change relations that maintain views incrementally.
 
+mod key_index;
 mod maintain;
 mod statement;
 pub mod storage;

@@ -6,14 +6,15 @@
 //! A statement's edit is checked first ([`Table::check`]: nothing changes when a key is
 //! violated), its files written next, and only then applied in memory.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, UInt32Array};
 use arrow::compute::{filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
+use hashbrown::HashMap;
 
+use crate::key_index::KeyIndex;
 use crate::storage::{ChangeEntry, Manifest, SegmentEntry, Storage, TableEntry};
 use tessera::error::{Result, TesseraError};
 
@@ -31,8 +32,8 @@ pub struct Table {
     hidden_row_id: bool,
     next_row_id: u64,
     segments: Vec<Segment>,
-    /// Key (in arrow's row format) to (segment, row), for declared primary keys.
-    index: HashMap<Box<[u8]>, (u32, u32)>,
+    /// Key to (segment, row), for declared primary keys.
+    index: KeyIndex,
     changes: Vec<ChangeSet>,
 }
 
@@ -97,7 +98,7 @@ impl Table {
             hidden_row_id,
             next_row_id: 0,
             segments: Vec::new(),
-            index: HashMap::new(),
+            index: KeyIndex::default(),
             changes: Vec::new(),
         })
     }
@@ -198,16 +199,11 @@ impl Table {
             return Ok(());
         }
         let converter = self.key_converter()?;
-        for (s, segment) in self.segments.iter().enumerate() {
+        for segment in &self.segments {
             let keys = converter.convert_columns(&self.key_columns(&segment.rows))?;
-            for row in (0..segment.rows.num_rows()).filter(|&r| !segment.deleted[r]) {
-                if self.index.insert(keys.row(row).as_ref().into(), (s as u32, row as u32)).is_some() {
-                    return Err(TesseraError::Option(format!(
-                        "the table `{}` is damaged: a key is held twice",
-                        self.name
-                    )));
-                }
-            }
+            self.index.add_segment(keys, |r| !segment.deleted[r]).map_err(|_| {
+                TesseraError::Option(format!("the table `{}` is damaged: a key is held twice", self.name))
+            })?;
         }
         Ok(())
     }
@@ -343,11 +339,11 @@ impl Table {
         }
         let converter = self.key_converter()?;
         let keys = converter.convert_columns(&self.key_columns(inserted))?;
-        let deleted: std::collections::HashSet<(u32, u32)> = edit.deleted.iter().copied().collect();
+        let deleted: hashbrown::HashSet<(u32, u32)> = edit.deleted.iter().copied().collect();
         let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(inserted.num_rows());
         for row in 0..inserted.num_rows() {
             let key = keys.row(row);
-            let held = self.index.get(key.as_ref()).is_some_and(|p| !deleted.contains(p));
+            let held = self.index.get(key.data()).is_some_and(|p| !deleted.contains(&p));
             if held || seen.insert(key.data(), row).is_some() {
                 return Err(TesseraError::Execution(format!(
                     "duplicate primary key in `{}`: ({}) = ({}) is already in the table; nothing of the statement was applied",
@@ -379,12 +375,12 @@ impl Table {
         // Rows of the file inserted so far by key, and the table's rows deleted so far.
         let mut pending: HashMap<&[u8], usize> = HashMap::new();
         let mut deleted: Vec<(u32, u32)> = Vec::new();
-        let mut gone: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
+        let mut gone: hashbrown::HashSet<(u32, u32)> = hashbrown::HashSet::new();
         for row in 0..rows.num_rows() {
             let key = keys.row(row);
             let op = if ops.is_valid(row) { ops.value(row).trim().to_ascii_lowercase() } else { String::new() };
             let held_by_file = pending.contains_key(key.data());
-            let held_by_table = self.index.get(key.as_ref()).filter(|p| !gone.contains(p)).copied();
+            let held_by_table = self.index.get(key.data()).filter(|p| !gone.contains(p));
             let missing = || {
                 TesseraError::Execution(format!(
                     "row {} of the file ({op}) names a key of `{}` that no row holds; nothing of the statement was applied",
@@ -474,25 +470,17 @@ impl Table {
             }
             segment.deleted_file = Some(file);
         }
-        if !self.hidden_row_id && !edit.deleted.is_empty() {
-            let converter = self.key_converter()?;
-            for (&s, rows) in &by_segment {
-                let segment = &self.segments[s as usize];
-                let keys = converter.convert_columns(
-                    &self.key_columns(&take_record_batch(&segment.rows, &UInt32Array::from(rows.clone()))?),
-                )?;
-                for i in 0..rows.len() {
-                    self.index.remove(keys.row(i).as_ref());
-                }
+        if !self.hidden_row_id {
+            for &position in &edit.deleted {
+                self.index.remove(position);
             }
         }
         if let (Some(rows), Some(file)) = (&inserted, &new_segment) {
-            let s = self.segments.len() as u32;
             if !self.hidden_row_id {
                 let keys = self.key_converter()?.convert_columns(&self.key_columns(rows))?;
-                for row in 0..rows.num_rows() {
-                    self.index.insert(keys.row(row).as_ref().into(), (s, row as u32));
-                }
+                self.index.add_segment(keys, |_| true).map_err(|row| {
+                    TesseraError::Internal(format!("row {row} of an edit of `{}` holds a key held already", self.name))
+                })?;
             }
             self.segments.push(Segment {
                 rows: rows.clone(),
