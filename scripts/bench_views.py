@@ -11,6 +11,7 @@ bench-data/tpch-SF/ (once). Both engines load them with the same column types; t
 COUNT(*) and AVG(l_discount). For each change fraction p, DuckDB picks p of lineitem's rows
 (a reservoir sample with a fixed seed): a third deleted, a third updated (price, discount and
 return flag), and as many new rows inserted, written to one file with an operation column.
+Both keep their database in a folder or file of the work directory (durable loads and views).
 tessera applies it with `COPY ... WITH (op_column = 'op')` to a copy of the loaded database and
 times, in one process (`tessera sql --timer`): the COPY, the incremental REFRESH, and a full
 recomputation (the same query created as a new view). DuckDB applies the same changes with
@@ -80,7 +81,8 @@ def main():
                 f"CREATE MATERIALIZED VIEW rev AS {VIEW}")
     times, _ = tessera(binary, "base", load_sql, work)
     t_orders, _, t_copy, t_view = times
-    con = duckdb.connect()
+    # DuckDB keeps its database in a file, as tessera does: both loads are durable.
+    con = duckdb.connect(os.path.join(work, "duckdb.db"))
     con.execute(f"CREATE TABLE orders ({ORDERS})")
     con.execute(f"CREATE TABLE lineitem ({LINEITEM})")
     started = time.perf_counter()
@@ -133,6 +135,7 @@ def main():
         print(f"| {p * 100:g}% | {changed} | {t_apply:.3f} | {t_refresh:.3f} | {t_full:.3f} | {d_full:.3f} | "
               f"{t_full / t_refresh:.1f}x | {d_full / t_refresh:.1f}x | {'yes' if ours == theirs else f'NO: {ours} against {theirs}'} |")
         shutil.rmtree(os.path.join(work, db))
+    con.close()
     shutil.rmtree(work)
 
 

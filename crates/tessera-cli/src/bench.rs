@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use tessera::connectors::memory::{read_all, MemoryReader};
 use tessera::connectors::sink::MemorySink;
-use tessera::connectors::{open_source, BatchReader, ReadOptions};
+use tessera::connectors::{open_input, BatchReader, ReadOptions};
 use tessera::engine::{run_script_with_readers, RunOptions};
 use tessera::TesseraError;
 
@@ -71,7 +71,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
             dictionary_columns: tessera::engine::dictionary_columns(&script.queries, def),
             ..read.clone()
         };
-        let mut reader = open_source(def, &read)?;
+        let mut reader = open_input(def.input(), &read)?;
         loaded.push((source, read_all(reader.as_mut())?));
     }
     let load_seconds = load_started.elapsed().as_secs_f64();

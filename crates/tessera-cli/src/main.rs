@@ -266,6 +266,20 @@ struct RunArgs {
     settings: Vec<String>,
 }
 
+impl RunArgs {
+    /// What a malformed input row does.
+    fn read_options(&self) -> ReadOptions {
+        ReadOptions {
+            on_error: match self.on_error {
+                ErrorPolicy::Fail => OnError::Fail,
+                ErrorPolicy::Skip => OnError::Skip,
+            },
+            dead_letter_path: self.dead_letter.clone(),
+            ..ReadOptions::default()
+        }
+    }
+}
+
 /// The statements of a script of table statements (with `--db`, or changing or creating
 /// tables or views), or `None` for a script of streams.
 fn database_script(args: &RunArgs) -> Result<Option<Vec<tessera_db::Statement>>, TesseraError> {
@@ -302,6 +316,7 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
             args.db.as_deref(),
             args.output.as_deref(),
             &statements,
+            args.read_options(),
             args.quiet,
         );
     }
@@ -337,14 +352,7 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
     };
     let options = RunOptions {
         parallelism,
-        read: ReadOptions {
-            on_error: match args.on_error {
-                ErrorPolicy::Fail => OnError::Fail,
-                ErrorPolicy::Skip => OnError::Skip,
-            },
-            dead_letter_path: args.dead_letter.clone(),
-            ..ReadOptions::default()
-        },
+        read: args.read_options(),
         progress: Some(&progress),
         state: args.state.options(args.state_dir.clone().unwrap_or_else(std::env::temp_dir))?,
         checkpoints: match &args.state_dir {

@@ -59,7 +59,7 @@ pub fn sql(args: &SqlArgs) -> Result<(), TesseraError> {
 fn run_each(db: &mut Database, text: &str, args: &SqlArgs) -> Result<(), TesseraError> {
     for statement in tessera_db::parse(text)? {
         let started = Instant::now();
-        let outcome = db.execute_statement(&statement)?;
+        let outcome = execute(db, &statement)?;
         if args.timer {
             eprintln!("time: {:.3} s", started.elapsed().as_secs_f64());
         }
@@ -96,7 +96,7 @@ fn interactive(db: &mut Database, format: RowFormat) -> Result<(), TesseraError>
         let _ = editor.add_history_entry(text.trim());
         let started = Instant::now();
         let result = tessera_db::parse(&text).and_then(|statements| {
-            statements.iter().try_for_each(|statement| print_outcome(&db.execute_statement(statement)?, format))
+            statements.iter().try_for_each(|statement| print_outcome(&execute(db, statement)?, format))
         });
         match result {
             Ok(()) => println!("({:.1} ms)", started.elapsed().as_secs_f64() * 1e3),
@@ -107,6 +107,22 @@ fn interactive(db: &mut Database, format: RowFormat) -> Result<(), TesseraError>
         let _ = editor.save_history(path);
     }
     Ok(())
+}
+
+/// Runs `statement`, telling on stderr of the malformed rows it skipped and the late events its
+/// window queries did not aggregate.
+fn execute(db: &mut Database, statement: &tessera_db::Statement) -> Result<Outcome, TesseraError> {
+    let before = db.read_totals();
+    let outcome = db.execute_statement(statement)?;
+    let after = db.read_totals();
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    if let (Some(file), skipped @ 1..) = (&after.dead_letter, after.skipped_rows - before.skipped_rows) {
+        eprintln!("{skipped} malformed row{} skipped into {}", plural(skipped), file.display());
+    }
+    if let late @ 1.. = after.late_events - before.late_events {
+        eprintln!("{late} late event{} not aggregated (older than the watermark when read)", plural(late));
+    }
+    Ok(outcome)
 }
 
 fn print_outcome(outcome: &Outcome, format: RowFormat) -> Result<(), TesseraError> {
@@ -142,12 +158,14 @@ pub fn run_statements(
     db: Option<&std::path::Path>,
     output: Option<&std::path::Path>,
     statements: &[tessera_db::Statement],
+    read: tessera::connectors::ReadOptions,
     quiet: bool,
 ) -> Result<(), TesseraError> {
     let mut database = match db {
         Some(dir) => Database::open(dir)?,
         None => Database::in_memory()?,
     };
+    database.set_read_options(read);
     database.set_base_dir(script.parent().unwrap_or_else(|| std::path::Path::new(".")));
     let out: Box<dyn std::io::Write> = match output {
         Some(path) => Box::new(
@@ -160,7 +178,7 @@ pub fn run_statements(
     let mut out = std::io::BufWriter::new(out);
     let mut rows_out = 0;
     for statement in statements {
-        match database.execute_statement(statement)? {
+        match execute(&mut database, statement)? {
             Outcome::Rows { schema, batches } => {
                 rows_out += batches.iter().map(|b| b.num_rows()).sum::<usize>();
                 write_csv(&mut out, &schema, &batches)?;
@@ -171,12 +189,14 @@ pub fn run_statements(
     }
     std::io::Write::flush(&mut out).map_err(|e| TesseraError::io("cannot write results", e))?;
     if !quiet {
-        let streams = database.stream_totals();
-        let read = if streams.events > 0 {
-            format!(", {} events read from streams, {} late", streams.events, streams.late_events)
-        } else {
-            String::new()
-        };
+        let totals = database.read_totals();
+        let mut read = String::new();
+        if totals.events > 0 {
+            read.push_str(&format!(", {} events read from streams, {} late", totals.events, totals.late_events));
+        }
+        if totals.skipped_rows > 0 {
+            read.push_str(&format!(", {} malformed rows skipped", totals.skipped_rows));
+        }
         eprintln!(
             "tessera: {} statements in {:.2} s, {rows_out} rows out{read}",
             statements.len(),

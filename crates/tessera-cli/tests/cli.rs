@@ -1256,3 +1256,29 @@ fn run_fills_a_table_from_a_stream_and_maintains_a_view_over_it() {
     assert!(stdout.ends_with("site,low,high,readings\nnorth,12.36,31.53,8035\nsouth,12.01,31.99,11965\n"), "{stdout}");
     assert!(text(&out.stderr).contains("20000 events read from streams, 0 late"), "{}", text(&out.stderr));
 }
+
+/// `tessera run --on-error skip` on a script of table statements: the malformed rows of a COPY
+/// go to the dead-letter file and are counted; without it the run stops at the row's line.
+#[test]
+fn a_table_script_skips_malformed_rows_into_the_dead_letter_file_when_told() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("rows.csv"), "k,v\n1,2\n2,x\n3,4\n").expect("write");
+    std::fs::write(
+        dir.path().join("load.sql"),
+        "CREATE TABLE t (k BIGINT PRIMARY KEY, v BIGINT);\nCOPY t FROM 'rows.csv';\nSELECT COUNT(*) AS n FROM t;\n",
+    )
+    .expect("write");
+    let stopped = tessera(&["run", "load.sql"], dir.path());
+    assert!(!stopped.status.success());
+    assert!(text(&stopped.stderr).contains("rows.csv:3: cannot read 'x' as BIGINT"), "{}", text(&stopped.stderr));
+    let skipped = tessera(&["run", "--on-error", "skip", "--dead-letter", "bad.jsonl", "load.sql"], dir.path());
+    assert!(skipped.status.success(), "{}", text(&skipped.stderr));
+    assert_eq!(text(&skipped.stdout), "n\n2\n");
+    let stderr = text(&skipped.stderr);
+    assert!(
+        stderr.contains("1 malformed row skipped into bad.jsonl") && stderr.contains(", 1 malformed rows skipped"),
+        "{stderr}"
+    );
+    let letter = std::fs::read_to_string(dir.path().join("bad.jsonl")).expect("dead letter");
+    assert!(letter.contains("\"line\":3") && letter.contains("\"record\":\"2,x\""), "{letter}");
+}

@@ -6,6 +6,7 @@
 //! nothing. Every table records what each statement inserted and deleted ([`table::ChangeSet`]),
 //! the change relations that maintain views incrementally.
 
+mod file;
 mod key_index;
 mod maintain;
 mod statement;
@@ -48,16 +49,23 @@ pub struct Database {
     /// The streams (`CREATE SOURCE`) of the script being run, by lower-case name, as their
     /// text: queries that read them run on the streaming engine.
     sources: BTreeMap<String, String>,
-    /// What the queries over those streams read, summed over the queries run.
-    stream_totals: std::cell::Cell<StreamTotals>,
+    /// What a malformed row of a file does (stop the statement, or go to the dead-letter
+    /// file) unless a statement's options say otherwise.
+    read: tessera::connectors::ReadOptions,
+    /// What the statements read, summed over the statements run.
+    read_totals: std::cell::RefCell<ReadTotals>,
 }
 
-/// The events queries over streams read, and the late ones among them (older than their
-/// source's watermark when they arrived: counted, not aggregated).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct StreamTotals {
+/// The events queries over streams read and the late ones among them (older than their
+/// source's watermark when they arrived: counted, not aggregated), and the malformed rows of
+/// streams and files skipped into the dead-letter file.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReadTotals {
     pub events: u64,
     pub late_events: u64,
+    pub skipped_rows: u64,
+    /// The dead-letter file the last skipped rows went to.
+    pub dead_letter: Option<std::path::PathBuf>,
 }
 
 /// A materialized view: its query, and its contents as of its last refresh (stale in between:
@@ -121,7 +129,8 @@ impl Database {
             runtime,
             base_dir: ".".into(),
             sources: BTreeMap::new(),
-            stream_totals: Default::default(),
+            read: tessera::connectors::ReadOptions { dead_letter_appends: true, ..Default::default() },
+            read_totals: Default::default(),
         };
         database.load_views()?;
         Ok(database)
@@ -193,9 +202,27 @@ impl Database {
         self.base_dir = dir.to_path_buf();
     }
 
-    /// What the queries over streams run so far read.
-    pub fn stream_totals(&self) -> StreamTotals {
-        self.stream_totals.get()
+    /// What the statements run so far read.
+    pub fn read_totals(&self) -> ReadTotals {
+        self.read_totals.borrow().clone()
+    }
+
+    /// What a malformed row of a file or stream does (`on_error`, `dead_letter_path`) unless a
+    /// statement says otherwise.
+    pub fn set_read_options(&mut self, read: tessera::connectors::ReadOptions) {
+        // The statements of a database skip rows one after another into one file.
+        self.read = tessera::connectors::ReadOptions { dead_letter_appends: true, ..read };
+    }
+
+    /// Adds to the read totals: `skipped_rows` went to `dead_letter`.
+    fn count_read(&self, events: u64, late_events: u64, skipped_rows: u64, dead_letter: &Path) {
+        let mut totals = self.read_totals.borrow_mut();
+        totals.events += events;
+        totals.late_events += late_events;
+        if skipped_rows > 0 {
+            totals.skipped_rows += skipped_rows;
+            totals.dead_letter = Some(dead_letter.to_path_buf());
+        }
     }
 
     pub fn table(&self, name: &str) -> Option<&Table> {
@@ -327,15 +354,12 @@ impl Database {
         };
         let options = tessera::engine::RunOptions {
             parallelism: tessera::exec::pipeline::Parallelism::Auto(tessera::exec::cores()),
+            read: self.read.clone(),
             ..tessera::engine::RunOptions::default()
         };
         let mut sink = tessera::connectors::sink::MemorySink::default();
         let stats = tessera::engine::run_script(&script, &options, &mut sink)?;
-        let totals = self.stream_totals.get();
-        self.stream_totals.set(StreamTotals {
-            events: totals.events + stats.events_in,
-            late_events: totals.late_events + stats.late_events,
-        });
+        self.count_read(stats.events_in, stats.late_events, stats.bad_rows, &self.read.dead_letter_path);
         let schema = script
             .queries
             .first()
@@ -469,9 +493,12 @@ impl Database {
         };
         let mut manifest = self.manifest.clone();
         manifest.sequence += 1;
-        if let Some(path) = option_value(options, "path")? {
-            let format = option_value(options, "format")?;
-            let (rows, _) = read_file(&self.base_dir.join(&path), format.as_deref(), &table, None)?;
+        let options = options.iter().map(key_value).collect::<Result<Vec<_>>>()?;
+        let file_options = file::FileOptions::parse(&options, "CREATE TABLE", &["path"])?;
+        if let Some((_, path)) = options.iter().find(|(name, _)| name == "path") {
+            let (rows, _, skipped) =
+                file::read_rows(&self.base_dir.join(path), &file_options, &table, &self.read, &self.base_dir)?;
+            self.count_read(0, 0, skipped.rows, &skipped.dead_letter);
             let edit = Edit { inserted: Some(rows), ..Edit::default() };
             table.check(&edit)?;
             table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
@@ -630,26 +657,18 @@ impl Database {
     /// column says (`insert`, `update` or `delete`, or `I`, `U`, `D`), in the file's order.
     fn copy(&mut self, name: &ast::ObjectName, path: &Path, options: &[(String, String)]) -> Result<Outcome> {
         let key = self.existing(name)?;
-        let (mut format, mut op_column) = (None, None);
-        for (option, value) in options {
-            match option.as_str() {
-                "format" => format = Some(value.as_str()),
-                "op_column" => op_column = Some(value.as_str()),
-                other => {
-                    return Err(TesseraError::Plan(format!(
-                        "COPY has no option `{other}`: it takes format and op_column"
-                    )))
-                }
-            }
-        }
+        let options = file::FileOptions::parse(options, "COPY", &[])?;
         let table = &self.tables[&key];
-        let (rows, ops) = read_file(&self.base_dir.join(path), format, table, op_column)?;
+        let (rows, ops, skipped) =
+            file::read_rows(&self.base_dir.join(path), &options, table, &self.read, &self.base_dir)?;
+        let op_column = options.op_column.as_deref();
         let count = rows.num_rows() as u64;
         let edit = match (ops, op_column) {
             (Some(ops), Some(op_column)) => table.edit_from_ops(rows, &ops, op_column)?,
             _ => Edit { inserted: Some(rows), ..Edit::default() },
         };
         self.commit(&key, edit)?;
+        self.count_read(0, 0, skipped.rows, &skipped.dead_letter);
         Ok(Outcome::Changed { rows: count })
     }
 
@@ -1107,121 +1126,19 @@ fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn option_value(options: &[ast::SqlOption], name: &str) -> Result<Option<String>> {
-    for option in options {
-        if let ast::SqlOption::KeyValue { key, value } = option {
-            if key.value.eq_ignore_ascii_case(name) {
-                return Ok(Some(match value {
-                    ast::Expr::Value(v) => match &v.value {
-                        ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
-                        other => other.to_string(),
-                    },
-                    other => other.to_string(),
-                }));
-            }
-        }
-    }
-    Ok(None)
-}
-
-/// The rows of a CSV (with a header row), JSON lines or Parquet file as the table's rows, its
-/// columns matched by name (a column the file lacks is NULL), and the values of `op_column`.
-fn read_file(
-    path: &Path,
-    format: Option<&str>,
-    table: &Table,
-    op_column: Option<&str>,
-) -> Result<(RecordBatch, Option<arrow::array::StringArray>)> {
-    use arrow::datatypes::{DataType, Schema};
-    let format = format
-        .map(str::to_ascii_lowercase)
-        .unwrap_or_else(|| path.extension().and_then(|e| e.to_str()).unwrap_or("csv").to_ascii_lowercase());
-    let error = |e: String| TesseraError::Input { file: path.display().to_string(), line: 0, reason: e };
-    let open = || std::fs::File::open(path).map_err(|e| TesseraError::io(format!("cannot open {}", path.display()), e));
-    let is_op = |name: &str| op_column.is_some_and(|op| op.eq_ignore_ascii_case(name));
-    // The type a column of the file is read as.
-    let type_of = |name: &str| -> Result<DataType> {
-        if is_op(name) {
-            return Ok(DataType::Utf8);
-        }
-        table
-            .schema
-            .fields()
-            .iter()
-            .find(|f| f.name().eq_ignore_ascii_case(name))
-            .map(|f| f.data_type().clone())
-            .ok_or_else(|| error(format!("the file has a column `{name}`, which table `{}` does not", table.name)))
+/// A `WITH (name = value)` option as (lower-case name, value).
+fn key_value(option: &ast::SqlOption) -> Result<(String, String)> {
+    let ast::SqlOption::KeyValue { key, value } = option else {
+        return Err(TesseraError::Plan(format!("option `{option}` is not one of name = value")));
     };
-    let batches: Vec<RecordBatch> = match format.as_str() {
-        "csv" => {
-            let (header, _) = arrow::csv::reader::Format::default()
-                .with_header(true)
-                .infer_schema(open()?, Some(0))
-                .map_err(|e| error(e.to_string()))?;
-            let fields = header
-                .fields()
-                .iter()
-                .map(|f| Ok(Field::new(f.name(), type_of(f.name())?, true)))
-                .collect::<Result<Vec<_>>>()?;
-            arrow::csv::ReaderBuilder::new(Arc::new(Schema::new(fields)))
-                .with_header(true)
-                .build(open()?)
-                .map_err(|e| error(e.to_string()))?
-                .collect::<std::result::Result<_, _>>()
-                .map_err(|e| error(e.to_string()))?
-        }
-        "jsonl" | "json" => {
-            let mut fields: Vec<Field> =
-                table.schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-            fields.extend(op_column.map(|op| Field::new(op, DataType::Utf8, true)));
-            arrow::json::ReaderBuilder::new(Arc::new(Schema::new(fields)))
-                .build(std::io::BufReader::new(open()?))
-                .map_err(|e| error(e.to_string()))?
-                .collect::<std::result::Result<_, _>>()
-                .map_err(|e| error(e.to_string()))?
-        }
-        "parquet" => parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(open()?)
-            .map_err(|e| error(e.to_string()))?
-            .build()
-            .map_err(|e| error(e.to_string()))?
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| error(e.to_string()))?,
-        other => return Err(TesseraError::Plan(format!("format `{other}` is not one of csv, jsonl, parquet"))),
+    let value = match value {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        },
+        other => other.to_string(),
     };
-    let mut parts = Vec::with_capacity(batches.len());
-    let mut ops: Vec<ArrayRef> = Vec::new();
-    for batch in &batches {
-        let schema = batch.schema();
-        let column = |name: &str| {
-            let found = schema.fields().iter().position(|f| f.name().eq_ignore_ascii_case(name));
-            found.map(|i| Arc::clone(batch.column(i)))
-        };
-        let columns = table
-            .schema
-            .fields()
-            .iter()
-            .map(|f| column(f.name()).unwrap_or_else(|| arrow::array::new_null_array(f.data_type(), batch.num_rows())))
-            .collect();
-        parts.push(table.conform(columns)?);
-        if let Some(op) = op_column {
-            let values = column(op).ok_or_else(|| error(format!("the file has no column `{op}` (op_column)")))?;
-            ops.push(arrow::compute::cast(&values, &DataType::Utf8)?);
-        }
-    }
-    let rows = arrow::compute::concat_batches(&table.schema, &parts)?;
-    let ops = match op_column {
-        None => None,
-        Some(_) => {
-            let refs: Vec<&dyn arrow::array::Array> = ops.iter().map(|a| a.as_ref()).collect();
-            let all = if refs.is_empty() {
-                arrow::array::new_empty_array(&DataType::Utf8)
-            } else {
-                arrow::compute::concat(&refs)?
-            };
-            Some(all.as_string::<i32>().clone())
-        }
-    };
-    Ok((rows, ops))
+    Ok((key.value.to_lowercase(), value))
 }
 
 #[cfg(test)]

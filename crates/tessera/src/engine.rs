@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::catalog::{Catalog, Location, SourceDef};
 use crate::connectors::sink::ResultSink;
-use crate::connectors::{open_source, BatchReader, ReadOptions};
+use crate::connectors::{open_input, BatchReader, ReadOptions};
 use crate::error::{Result, TesseraError};
 use crate::exec::pipeline::{run_source, Parallelism, ProgressFn, SourceCheckpoints, SourceOptions, SourceRun};
 use crate::optimizer::window_strategy::Strategy;
@@ -332,7 +332,7 @@ pub fn run_script(script: &Script, options: &RunOptions, sink: &mut dyn ResultSi
     read.flush_after = std::time::Duration::from_millis(script.settings.input_flush_ms);
     run_script_with_readers(script, options, sink, &mut |source| {
         let read = ReadOptions { dictionary_columns: dictionary_columns(&script.queries, source), ..read.clone() };
-        open_source(source, &read)
+        open_input(source.input(), &read)
     })
 }
 

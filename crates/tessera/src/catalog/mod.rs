@@ -129,6 +129,32 @@ pub struct SourceDef {
     pub options: BTreeMap<String, String>,
 }
 
+impl SourceDef {
+    /// What a reader reads of this source.
+    pub fn input(&self) -> InputDef<'_> {
+        InputDef {
+            schema: &self.schema,
+            location: &self.location,
+            format: self.format,
+            options: &self.options,
+            event_time: Some(&self.event_time),
+        }
+    }
+}
+
+/// What a reader reads: the declared columns (a file's columns are matched to them by name),
+/// where and in which format, the WITH options readers take (`delimiter`, `header`,
+/// `time_unit`), and the event-time column, whose values must be windowable (a stream's; the
+/// rows of a table have none).
+#[derive(Debug, Clone, Copy)]
+pub struct InputDef<'a> {
+    pub schema: &'a SchemaRef,
+    pub location: &'a Location,
+    pub format: Format,
+    pub options: &'a BTreeMap<String, String>,
+    pub event_time: Option<&'a EventTime>,
+}
+
 /// The sources of one script, by lower-cased name.
 #[derive(Debug, Default, Clone)]
 pub struct Catalog {

@@ -19,7 +19,7 @@ use arrow::array::ArrayRef;
 use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
 
-use crate::catalog::{Format, Location, SourceDef};
+use crate::catalog::{Format, InputDef, Location};
 use crate::error::{Result, TesseraError};
 
 /// What to do with a malformed input row.
@@ -46,6 +46,9 @@ pub struct ReadOptions {
     pub on_error: OnError,
     /// Where skipped rows go (JSON lines: file, line, reason, record).
     pub dead_letter_path: PathBuf,
+    /// Whether skipped rows are added to what the dead-letter file holds (the statements of a
+    /// database, one after another) instead of replacing it (a run).
+    pub dead_letter_appends: bool,
     /// How many sets of whole columns a Parquet source is decoded in: the reading thread
     /// decodes the first, a single worker waiting for input the others ahead of it (default:
     /// two where there are two cores or more).
@@ -65,6 +68,7 @@ impl Default for ReadOptions {
             batch_size: DEFAULT_BATCH_SIZE,
             on_error: OnError::Fail,
             dead_letter_path: PathBuf::from("tessera-dead-letter.jsonl"),
+            dead_letter_appends: false,
             column_sets: crate::exec::cores().min(2),
             dictionary_columns: Vec::new(),
             flush_after: std::time::Duration::from_millis(crate::engine::Settings::default().input_flush_ms),
@@ -164,9 +168,9 @@ impl<T: ?Sized> Default for FreedHere<T> {
     }
 }
 
-/// Opens a source for reading.
-pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn BatchReader>> {
-    let (name, input, total): (String, Box<dyn std::io::Read + Send>, Option<u64>) = match &source.location {
+/// Opens a source (see [`crate::catalog::SourceDef::input`]) or a table's file for reading.
+pub fn open_input(source: InputDef, options: &ReadOptions) -> Result<Box<dyn BatchReader>> {
+    let (name, input, total): (String, Box<dyn std::io::Read + Send>, Option<u64>) = match source.location {
         Location::File(path) => {
             let file = File::open(path).map_err(|e| TesseraError::io(format!("cannot open {}", path.display()), e))?;
             let metadata = file.metadata().ok();
@@ -204,7 +208,7 @@ pub fn open_source(source: &SourceDef, options: &ReadOptions) -> Result<Box<dyn 
 /// Reads a CSV or JSON-lines source from a pipe, handing over rows after at most
 /// [`ReadOptions::flush_after`].
 fn read_pipe(
-    source: &SourceDef,
+    source: InputDef,
     name: String,
     input: Box<dyn std::io::Read + Send>,
     options: &ReadOptions,
@@ -217,7 +221,7 @@ fn read_pipe(
 
 /// Reads a CSV or JSON-lines source from any byte stream; `name` is used in error messages.
 pub fn read_text(
-    source: &SourceDef,
+    source: InputDef,
     name: String,
     input: Box<dyn std::io::Read + Send>,
     total_bytes: Option<u64>,
@@ -237,13 +241,14 @@ pub struct Skipped {
 /// Rows that failed to parse, kept for the user to inspect.
 pub struct DeadLetter {
     path: PathBuf,
+    appends: bool,
     writer: Option<BufWriter<File>>,
     bytes: u64,
 }
 
 impl DeadLetter {
-    pub fn new(path: &Path) -> Self {
-        DeadLetter { path: path.to_path_buf(), writer: None, bytes: 0 }
+    pub fn new(path: &Path, appends: bool) -> Self {
+        DeadLetter { path: path.to_path_buf(), appends, writer: None, bytes: 0 }
     }
 
     /// Goes on with the file an interrupted run wrote, cut back to the `bytes` its checkpoint
@@ -271,7 +276,12 @@ impl DeadLetter {
 
     pub fn write(&mut self, file: &str, line: u64, reason: &str, record: &str) -> Result<()> {
         if self.writer.is_none() {
-            let f = File::create(&self.path)
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .append(self.appends)
+                .truncate(!self.appends)
+                .open(&self.path)
                 .map_err(|e| TesseraError::io(format!("cannot create dead-letter file {}", self.path.display()), e))?;
             self.writer = Some(BufWriter::new(f));
         }
@@ -292,7 +302,7 @@ impl DeadLetter {
 
 /// The shape rows are read in: every declared column nullable (so a decoder never fails on a
 /// missing value), the columns a row must nevertheless have (the event-time column and NOT
-/// NULL columns), the event-time column, whose values must be windowable
+/// NULL columns), the event-time column if there is one, whose values must be windowable
 /// ([`crate::window::MAX_EVENT_TIME`]), and the TIMESTAMP columns, which text formats decode
 /// as text: a timestamp written as text is parsed, a number is counted in the source's
 /// `time_unit` and refused without one (JSON's decoder would read it as whatever unit the
@@ -300,30 +310,29 @@ impl DeadLetter {
 pub(crate) struct RowShape {
     pub(crate) schema: arrow::datatypes::SchemaRef,
     required: Vec<usize>,
-    event_time: usize,
-    time_unit: &'static str,
+    event_time: Option<(usize, &'static str)>,
     timestamps: Vec<usize>,
     /// Whether the source declares `time_unit`, so numbers in TIMESTAMP columns have a unit.
     numbers_have_a_unit: bool,
 }
 
 impl RowShape {
-    pub(crate) fn of(source: &SourceDef) -> Self {
+    pub(crate) fn of(source: InputDef) -> Self {
         let fields = source.schema.fields();
         let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(
             fields.iter().map(|f| f.as_ref().clone().with_nullable(true)).collect::<Vec<_>>(),
         ));
         let mut required: Vec<usize> = (0..fields.len()).filter(|&i| !fields[i].is_nullable()).collect();
-        if !required.contains(&source.event_time.index) {
-            required.push(source.event_time.index);
+        let event_time = source.event_time.map(|time| (time.index, time.unit.suffix()));
+        if let Some((index, _)) = event_time.filter(|(index, _)| !required.contains(index)) {
+            required.push(index);
         }
         let timestamps =
             (0..fields.len()).filter(|&i| matches!(fields[i].data_type(), DataType::Timestamp(..))).collect();
         RowShape {
             schema,
             required,
-            event_time: source.event_time.index,
-            time_unit: source.event_time.unit.suffix(),
+            event_time,
             timestamps,
             numbers_have_a_unit: source.options.contains_key("time_unit"),
         }
@@ -408,13 +417,22 @@ impl RowShape {
         }
         unreadable.sort_by_key(|(row, _)| *row);
         let batch = RecordBatch::try_new(std::sync::Arc::clone(&self.schema), columns)?;
-        let times = batch.column(self.event_time);
-        // A time too large for 64 bits (an unsigned column) is cast to NULL.
-        let times = arrow::compute::cast(times, &DataType::Int64)?;
-        let times = times.as_primitive::<Int64Type>();
-        let windowable = times.null_count() == batch.column(self.event_time).null_count()
-            && arrow::compute::min(times).is_none_or(crate::window::is_windowable)
-            && arrow::compute::max(times).is_none_or(crate::window::is_windowable);
+        // Event times as counts; a time too large for 64 bits (an unsigned column) is cast to NULL.
+        let times = match self.event_time {
+            Some((index, _)) => Some(arrow::compute::cast(batch.column(index), &DataType::Int64)?),
+            None => None,
+        };
+        let times = times.as_ref().map(|times| times.as_primitive::<Int64Type>());
+        let windowable = match (times, self.event_time) {
+            (Some(times), Some((index, _))) => {
+                times.null_count() == batch.column(index).null_count()
+                    && arrow::compute::min(times).is_none_or(crate::window::is_windowable)
+                    && arrow::compute::max(times).is_none_or(crate::window::is_windowable)
+            }
+            _ => true,
+        };
+        let unwindowable =
+            |row: usize| times.is_some_and(|t| t.is_null(row) || !crate::window::is_windowable(t.value(row)));
         if unreadable.is_empty() && windowable && self.required.iter().all(|&c| batch.column(c).null_count() == 0) {
             return Ok(batch);
         }
@@ -425,14 +443,15 @@ impl RowShape {
             let reason = match (unreadable.next_if(|(r, _)| *r == row), missing) {
                 (Some((_, reason)), _) => reason,
                 (None, Some(&c)) => format!("column `{}` is NULL or missing", self.schema.field(c).name()),
-                (None, None) if times.is_null(row) || !crate::window::is_windowable(times.value(row)) => format!(
-                    "event time {} is outside the times tessera windows, {} to {} {} (±2^62)",
-                    arrow::util::display::array_value_to_string(batch.column(self.event_time), row)?,
-                    -crate::window::MAX_EVENT_TIME,
-                    crate::window::MAX_EVENT_TIME,
-                    self.time_unit
-                ),
-                (None, None) => continue,
+                (None, None) => match self.event_time.filter(|_| unwindowable(row)) {
+                    Some((index, unit)) => format!(
+                        "event time {} is outside the times tessera windows, {} to {} {unit} (±2^62)",
+                        arrow::util::display::array_value_to_string(batch.column(index), row)?,
+                        -crate::window::MAX_EVENT_TIME,
+                        crate::window::MAX_EVENT_TIME,
+                    ),
+                    None => continue,
+                },
             };
             // A row whose TIMESTAMP columns fail twice is reported once.
             while unreadable.next_if(|(r, _)| *r == row).is_some() {}
@@ -452,7 +471,11 @@ pub(crate) struct BadRowPolicy {
 
 impl BadRowPolicy {
     pub(crate) fn new(options: &ReadOptions) -> Self {
-        BadRowPolicy { on_error: options.on_error, dead_letter: DeadLetter::new(&options.dead_letter_path), count: 0 }
+        BadRowPolicy {
+            on_error: options.on_error,
+            dead_letter: DeadLetter::new(&options.dead_letter_path, options.dead_letter_appends),
+            count: 0,
+        }
     }
 
     pub(crate) fn bad_row(&mut self, file: &str, line: u64, reason: &str, record: &str) -> Result<()> {

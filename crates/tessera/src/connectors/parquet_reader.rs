@@ -18,7 +18,7 @@ use parquet::arrow::ProjectionMask;
 
 use super::parquet_dictionary::{self, DictionaryColumn};
 use super::{BadRowPolicy, BatchReader, FreedHere, ReadOptions, RowShape, Skipped, SpareWork};
-use crate::catalog::SourceDef;
+use crate::catalog::InputDef;
 use crate::error::{Result, TesseraError};
 
 /// A Parquet file mapped into memory: pages are decoded straight from the page cache, with no
@@ -357,7 +357,7 @@ pub struct ParquetReader {
 impl ParquetReader {
     /// A reader of `input`; `ahead` maps the pages it will decode in ahead of it.
     pub fn new(
-        source: &SourceDef,
+        source: InputDef,
         name: String,
         input: bytes::Bytes,
         ahead: Option<MapAhead>,
@@ -724,7 +724,7 @@ mod tests {
         .remove(0);
         let crate::sql::Statement::CreateSource(source) = source else { panic!("a source") };
         let options = ReadOptions { batch_size: 256, ..options };
-        let mut reader = ParquetReader::new(&source, "x.parquet".into(), input.clone(), None, &options)?;
+        let mut reader = ParquetReader::new(source.input(), "x.parquet".into(), input.clone(), None, &options)?;
         if let Some(row) = from {
             assert!(reader.seek(row, None)?);
         }

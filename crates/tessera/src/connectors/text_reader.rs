@@ -14,7 +14,7 @@ use arrow::record_batch::RecordBatch;
 
 use super::pipe_input::TextInput;
 use super::{BadRowPolicy, BatchReader, ReadOptions, RowShape, Skipped};
-use crate::catalog::{Format, SourceDef};
+use crate::catalog::{Format, InputDef};
 use crate::error::{Result, TesseraError};
 
 #[derive(Clone, Copy)]
@@ -65,7 +65,7 @@ struct Chunk {
 
 impl TextReader {
     pub fn new(
-        source: &SourceDef,
+        source: InputDef,
         name: String,
         input: TextInput,
         total_bytes: Option<u64>,

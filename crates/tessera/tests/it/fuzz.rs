@@ -222,7 +222,7 @@ proptest! {
             dead_letter_path: dead_letter.path().to_path_buf(),
             ..ReadOptions::default()
         };
-        let mut reader = read_text(&source, "edges".into(), Box::new(std::io::Cursor::new(csv)), None, &options)
+        let mut reader = read_text(source.input(), "edges".into(), Box::new(std::io::Cursor::new(csv)), None, &options)
             .expect("a reader over CSV");
         let mut batches = Vec::new();
         while let Some(batch) = reader.next_batch().expect("skipping never fails") {
@@ -247,7 +247,7 @@ fn read_all(format: &str, bytes: Vec<u8>) {
             ..ReadOptions::default()
         };
         let Ok(mut reader) =
-            read_text(source, "fuzz".into(), Box::new(std::io::Cursor::new(bytes.clone())), None, &options)
+            read_text(source.input(), "fuzz".into(), Box::new(std::io::Cursor::new(bytes.clone())), None, &options)
         else {
             continue;
         };
@@ -302,7 +302,7 @@ proptest! {
             ..ReadOptions::default()
         };
         let text_bytes = text.into_bytes();
-        let mut reader = read_text(source, "rows".into(), Box::new(std::io::Cursor::new(text_bytes.clone())), None, &options)
+        let mut reader = read_text(source.input(), "rows".into(), Box::new(std::io::Cursor::new(text_bytes.clone())), None, &options)
             .expect("reader");
         let mut kept = Vec::new();
         while let Some(batch) = reader.next_batch().expect("skipping never fails") {
@@ -319,7 +319,7 @@ proptest! {
         prop_assert_eq!(&lines, &bad_lines);
         // Failing on malformed rows, the run stops at the first.
         let options = ReadOptions { batch_size, ..ReadOptions::default() };
-        let mut reader = read_text(source, "rows".into(), Box::new(std::io::Cursor::new(text_bytes)), None, &options)
+        let mut reader = read_text(source.input(), "rows".into(), Box::new(std::io::Cursor::new(text_bytes)), None, &options)
             .expect("reader");
         let outcome = std::iter::from_fn(|| reader.next_batch().transpose()).find_map(Result::err);
         match (outcome, bad_lines.first()) {

@@ -375,7 +375,7 @@ fn run_file(
             dictionary_columns: tessera::engine::dictionary_columns(&script.queries, source),
             ..read.clone()
         };
-        let reader = tessera::connectors::open_source(source, &read)?;
+        let reader = tessera::connectors::open_input(source.input(), &read)?;
         Ok(Box::new(CrashingReader::new(reader, fail_after, read_batches)) as Box<dyn BatchReader>)
     })
 }
@@ -537,7 +537,7 @@ fn run_parquet(script: &Script, workers: usize, dictionaries: bool) -> MemorySin
     let mut sink = MemorySink::default();
     run_script_with_readers(script, &options, &mut sink, &mut |source| {
         let columns = if dictionaries { tessera::engine::dictionary_columns(&script.queries, source) } else { vec![] };
-        tessera::connectors::open_source(source, &ReadOptions { dictionary_columns: columns, ..read.clone() })
+        tessera::connectors::open_input(source.input(), &ReadOptions { dictionary_columns: columns, ..read.clone() })
     })
     .expect("run");
     sink
