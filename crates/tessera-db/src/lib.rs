@@ -4,14 +4,18 @@
 //! them written here). Each statement is atomic: it is checked first, its files written next,
 //! and the database's manifest replaced last (see [`storage`]); a statement that fails changes
 //! nothing. Every table records what each statement inserted and deleted ([`table::ChangeSet`]),
-//! the change relations that maintain views incrementally.
+//! the change relations that maintain views incrementally. Materialized views are in
+//! `views.rs` (their maintenance plans in `maintain.rs`), queries over streams in `streams.rs`,
+//! reading files in `file.rs`.
 
 mod file;
 mod key_index;
 mod maintain;
 mod statement;
 pub mod storage;
+mod streams;
 pub mod table;
+mod views;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,15 +23,15 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{Field, Int64Type};
-use datafusion::common::Column;
 use datafusion::datasource::{provider_as_source, MemTable, ViewTable};
-use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 use datafusion_sql::sqlparser::parser::Parser;
-use datafusion_sql::sqlparser::tokenizer::Location;
 pub use statement::{parse, Statement};
+use views::changes_needed_after;
+pub use views::View;
 
 use storage::{Manifest, Storage};
 use table::{Edit, Table, POSITION};
@@ -66,28 +70,6 @@ pub struct ReadTotals {
     pub skipped_rows: u64,
     /// The dead-letter file the last skipped rows went to.
     pub dead_letter: Option<std::path::PathBuf>,
-}
-
-/// A materialized view: its query, and its contents as of its last refresh (stale in between:
-/// queries read them as they are).
-pub struct View {
-    pub query: ast::Query,
-    /// How a refresh brings it up to date (and what its contents hold: an incrementally
-    /// maintained view stores each group's counts and sums, see [`maintain`]).
-    pub maintenance: maintain::Maintenance,
-    pub contents: Table,
-    /// The sequence number of the last statement its contents reflect.
-    pub refreshed_at: u64,
-}
-
-impl View {
-    /// The columns users see.
-    fn schema(&self) -> arrow::datatypes::SchemaRef {
-        match &self.maintenance {
-            maintain::Maintenance::Incremental(incremental) => Arc::clone(&incremental.schema),
-            maintain::Maintenance::Recompute(_) => Arc::clone(&self.contents.schema),
-        }
-    }
 }
 
 /// What a statement gives back: the rows of a query, or how many rows it changed.
@@ -136,64 +118,12 @@ impl Database {
         Ok(database)
     }
 
-    /// Loads the views of the manifest, each after the views it reads.
-    fn load_views(&mut self) -> Result<()> {
-        let mut pending: Vec<(String, ast::Query)> = Vec::new();
-        for (key, entry) in &self.manifest.views {
-            let damaged = || TesseraError::Option(format!("the view `{key}` is damaged: its query is not one"));
-            let query = match statement::parse(&entry.query)?.pop() {
-                Some(Statement::Sql { statement, .. }) => match *statement {
-                    ast::Statement::Query(query) => *query,
-                    _ => return Err(damaged()),
-                },
-                _ => return Err(damaged()),
-            };
-            pending.push((key.clone(), query));
-        }
-        while !pending.is_empty() {
-            let ready = pending.iter().position(|(_, query)| {
-                self.references(query).is_ok_and(|names| {
-                    names.iter().all(|n| !self.manifest.views.contains_key(n) || self.views.contains_key(n))
-                })
-            });
-            let Some(ready) = ready else {
-                let names: Vec<&str> = pending.iter().map(|(k, _)| k.as_str()).collect();
-                return Err(TesseraError::Option(format!("the views {names:?} read each other")));
-            };
-            let (key, query) = pending.remove(ready);
-            let entry = &self.manifest.views[&key];
-            let contents = Table::load(&entry.contents, &self.storage)?;
-            let maintenance = self.plan_view(&query)?;
-            let refreshed_at = entry.refreshed_at;
-            self.views.insert(key, View { query, maintenance, contents, refreshed_at });
-        }
-        Ok(())
-    }
-
     /// The lower-case names of the tables and views `query` reads.
     fn references(&self, query: &ast::Query) -> Result<Vec<String>> {
         let statement =
             datafusion::sql::parser::Statement::Statement(Box::new(ast::Statement::Query(Box::new(query.clone()))));
         let ctx = SessionContext::new();
         Ok(ctx.state().resolve_table_references(&statement)?.iter().map(|r| r.table().to_lowercase()).collect())
-    }
-
-    /// How the view with `query` is maintained, planned over the tables and views as they are.
-    fn plan_view(&self, query: &ast::Query) -> Result<maintain::Maintenance> {
-        // Planned over empty tables of the same columns: the plan keeps no rows alive.
-        let ctx = SessionContext::new();
-        for name in self.references(query)? {
-            let schema = match (self.tables.get(&name), self.views.get(&name)) {
-                (Some(table), _) => Arc::clone(&table.schema),
-                (None, Some(view)) => view.schema(),
-                (None, None) => continue,
-            };
-            register_batches(&ctx, &name, schema, Vec::new())?;
-        }
-        let statement =
-            datafusion::sql::parser::Statement::Statement(Box::new(ast::Statement::Query(Box::new(query.clone()))));
-        let plan = self.runtime.block_on(ctx.state().statement_to_plan(statement))?;
-        Ok(maintain::plan(&plan, &Sources { db: self, since: 0, planning: true }))
     }
 
     /// Makes relative paths in statements (a table's initial contents, COPY's file) relative to
@@ -283,89 +213,6 @@ impl Database {
         let statement = ast::Statement::Query(Box::new(query.clone()));
         let ctx = self.context(&[&statement], None)?;
         self.run(&ctx, statement)
-    }
-
-    /// `CREATE SOURCE`: checked by compiling it after the sources before it.
-    fn create_source(&mut self, name: &str, text: &str, start: Location, script: &str) -> Result<Outcome> {
-        let key = name.to_lowercase();
-        if self.exists(&key) {
-            return Err(TesseraError::Plan(format!("`{name}` already exists")));
-        }
-        self.compile_stream(text, start, script)?;
-        self.sources.insert(key, text.to_string());
-        Ok(Outcome::Done)
-    }
-
-    /// The script's sources and then `text`, which starts at `start` in `script`, compiled
-    /// for the streaming engine; errors in `text` point into `script`.
-    fn compile_stream(&self, text: &str, start: Location, script: &str) -> Result<tessera::engine::Script> {
-        let mut compiled: String = self.sources.values().map(|source| format!("{source};\n")).collect();
-        let first_line = compiled.matches('\n').count() as u64 + 1;
-        compiled.push_str(text);
-        compiled.push_str(";\n");
-        tessera::engine::Script::compile(&compiled, &self.base_dir).map_err(|error| {
-            let TesseraError::Sql(diagnostic) = error else { return error };
-            match diagnostic.location.filter(|at| at.line >= first_line) {
-                Some(at) => {
-                    let line = at.line - first_line + start.line;
-                    let column = if at.line == first_line { at.column + start.column - 1 } else { at.column };
-                    tessera::sql::ScriptText::new(script).error_with_help(
-                        diagnostic.message,
-                        Some(tessera::error::Location { line, column }),
-                        diagnostic.help,
-                    )
-                }
-                None => TesseraError::Sql(diagnostic),
-            }
-        })
-    }
-
-    /// Whether `query` reads a stream: a source of the script, or a window over one.
-    fn reads_a_stream(&self, query: &ast::Query) -> bool {
-        use datafusion_sql::sqlparser::ast::visit_relations;
-        let mut found = false;
-        let _ = visit_relations(query, |name| {
-            let name = name.to_string().to_lowercase();
-            found |=
-                self.sources.contains_key(&name) || ["tumble", "hop", "session", "windows"].contains(&name.as_str());
-            std::ops::ControlFlow::<()>::Continue(())
-        });
-        found
-    }
-
-    /// The rows of window query `query` (of `script`) over the script's streams, run by the
-    /// streaming engine to the end of its input.
-    fn stream_query(
-        &self,
-        query: &ast::Query,
-        script: Option<&str>,
-    ) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
-        use datafusion_sql::sqlparser::ast::Spanned;
-        let span = query.span();
-        let script = match script {
-            Some(script) if span.start.line > 0 => {
-                let text = &script[statement::offset(script, span.start)..statement::offset(script, span.end)];
-                self.compile_stream(text, span.start, script)?
-            }
-            _ => {
-                let text = query.to_string();
-                self.compile_stream(&text, Location { line: 1, column: 1 }, &text)?
-            }
-        };
-        let options = tessera::engine::RunOptions {
-            parallelism: tessera::exec::pipeline::Parallelism::Auto(tessera::exec::cores()),
-            read: self.read.clone(),
-            ..tessera::engine::RunOptions::default()
-        };
-        let mut sink = tessera::connectors::sink::MemorySink::default();
-        let stats = tessera::engine::run_script(&script, &options, &mut sink)?;
-        self.count_read(stats.events_in, stats.late_events, stats.bad_rows, &self.read.dead_letter_path);
-        let schema = script
-            .queries
-            .first()
-            .map(|q| Arc::clone(&q.output_schema))
-            .ok_or_else(|| TesseraError::Internal("a window query compiled to no query".into()))?;
-        Ok((schema, sink.rows.into_iter().next().unwrap_or_default()))
     }
 
     /// A DataFusion session with the tables and views `reads` name registered (`positions`:
@@ -672,223 +519,11 @@ impl Database {
         Ok(Outcome::Changed { rows: count })
     }
 
-    /// The edit that brings the stored rows of `view` up to date from the tables' changes
-    /// since its last refresh (see [`maintain`]).
-    fn maintained_edit(&self, view: &View, incremental: &maintain::Incremental) -> Result<Edit> {
-        let sources = Sources { db: self, since: view.refreshed_at, planning: false };
-        let Some(change) = incremental.change(&sources).map_err(TesseraError::Internal)? else {
-            return Ok(Edit::default());
-        };
-        let (schema, change) = self.run_plan(change)?;
-        let ctx = self.plain_context();
-        register_batches(&ctx, "__change", schema, change)?;
-        register(&ctx, "__stored", &view.contents, true)?;
-        let (_, merged) = self.run(&ctx, parse_one(&incremental.merge_query())?)?;
-        let width = view.contents.schema.fields().len();
-        let mut edit = Edit::default();
-        let mut inserted = Vec::new();
-        let mut dirty = Vec::new();
-        for batch in merged {
-            let insert = batch.column(width).as_boolean();
-            let again = batch.column(width + 1).as_boolean();
-            let positions = batch.column(width + 2).as_primitive::<Int64Type>();
-            edit.deleted.extend(positions.iter().flatten().map(table::position));
-            let rows = view.contents.conform(batch.columns()[..width].to_vec())?;
-            inserted.push(arrow::compute::filter_record_batch(&rows, insert)?);
-            dirty.push(arrow::compute::filter_record_batch(&rows, again)?);
-        }
-        let dirty: Vec<RecordBatch> = dirty.into_iter().filter(|b| b.num_rows() > 0).collect();
-        if let (Some(first), maintain::Root::Grouped { groups, .. }) = (dirty.first(), &incremental.root) {
-            // The groups whose extreme was deleted, computed again from their rows.
-            let keys: Vec<usize> = (0..groups.len()).collect();
-            let schema = Arc::new(first.schema().project(&keys)?);
-            let keys = dirty.iter().map(|b| b.project(&keys)).collect::<std::result::Result<Vec<_>, _>>()?;
-            let groups =
-                LogicalPlanBuilder::scan("__dirty", provider_as_source(mem_table(schema, keys)?), None)?.build()?;
-            let plan = incremental.regrouped(&sources, groups).map_err(TesseraError::Internal)?;
-            for batch in self.run_plan(plan)?.1 {
-                inserted.push(view.contents.conform(batch.columns().to_vec())?);
-            }
-        }
-        edit.inserted = Some(arrow::compute::concat_batches(&view.contents.schema, &inserted)?);
-        Ok(edit)
-    }
-
     /// The columns and rows of query `sql` over the tables and views.
     fn sql(&self, sql: &str, positions: Option<&str>) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
         let statement = parse_one(sql)?;
         let ctx = self.context(&[&statement], positions)?;
         self.run(&ctx, statement)
-    }
-
-    fn create_view(&mut self, create: &ast::CreateView) -> Result<Outcome> {
-        let Some((name, key)) = self.new_name(&create.name, create.if_not_exists)? else { return Ok(Outcome::Done) };
-        if self.reads_a_stream(&create.query) {
-            return Err(TesseraError::Plan(format!(
-                "materialized view `{name}` reads a stream: its changes are not recorded; insert the window \
-                 query's rows into a table (INSERT INTO t SELECT ... FROM TUMBLE(...)) and define the view over it"
-            )));
-        }
-        let (view, rows) = self.compute_view(&name, &create.query)?;
-        self.save_view(key, view, Edit { inserted: Some(rows), ..Edit::default() })?;
-        Ok(Outcome::Done)
-    }
-
-    /// `REFRESH MATERIALIZED VIEW`: its query computed again over the tables as they are.
-    fn refresh(&mut self, name: &ast::ObjectName) -> Result<Outcome> {
-        let key = object_name(name)?.to_lowercase();
-        self.refresh_view(&key).map_err(|e| match e {
-            TesseraError::Internal(m) if m == "no view" => TesseraError::Plan(format!("no materialized view `{name}`")),
-            other => other,
-        })
-    }
-
-    /// Refreshes view `key`, after the views it reads (so a view over a view is maintained
-    /// from its input's fresh contents and their change).
-    fn refresh_view(&mut self, key: &str) -> Result<Outcome> {
-        let view = self.views.get(key).ok_or_else(|| TesseraError::Internal("no view".into()))?;
-        for read in self.references(&view.query.clone())? {
-            if self.views.contains_key(&read) {
-                self.refresh_view(&read)?;
-            }
-        }
-        let key = key.to_string();
-        let view = &self.views[&key];
-        let edit = match &view.maintenance {
-            maintain::Maintenance::Incremental(incremental) => self.maintained_edit(view, incremental)?,
-            maintain::Maintenance::Recompute(_) => {
-                // Every row replaced, so that the contents' change is their whole change.
-                let (_, rows) = self.compute_view(&view.contents.name, &view.query.clone())?;
-                Edit { deleted: view.contents.positions(), inserted: Some(rows) }
-            }
-        };
-        let count = (edit.deleted.len() + edit.inserted.as_ref().map_or(0, |r| r.num_rows())) as u64;
-        let mut view = self.views.remove(&key).expect("the view exists");
-        view.refreshed_at = self.manifest.sequence;
-        self.save_view(key, view, edit)?;
-        Ok(Outcome::Changed { rows: count })
-    }
-
-    /// How `REFRESH` would bring the view up to date: one row per item (the strategy and why,
-    /// the view's key, the changes waiting, the queries it runs).
-    fn explain_refresh(&self, name: &ast::ObjectName) -> Result<Outcome> {
-        let key = object_name(name)?.to_lowercase();
-        let view = self.views.get(&key).ok_or_else(|| TesseraError::Plan(format!("no materialized view `{name}`")))?;
-        let mut items: Vec<(String, String)> = vec![("view".into(), view.contents.name.clone())];
-        match &view.maintenance {
-            maintain::Maintenance::Recompute(why) => {
-                items.push(("refresh".into(), "recompute: the query runs again over the tables".into()));
-                items.push(("why".into(), why.clone()));
-                items.push(("key".into(), "the rows themselves (none derived for this query)".into()));
-            }
-            maintain::Maintenance::Incremental(incremental) => {
-                items.push(("refresh".into(), incremental.strategy().into()));
-                items.push(("key".into(), incremental.key()));
-                for table in &incremental.tables {
-                    let since = self
-                        .tables
-                        .get(table)
-                        .map_or(&[][..], |t| t.changes())
-                        .iter()
-                        .filter(|c| c.sequence > view.refreshed_at);
-                    let (inserted, deleted) = since.fold((0, 0), |(i, d), c| {
-                        (
-                            i + c.inserted.as_ref().map_or(0, |r| r.num_rows()),
-                            d + c.deleted.as_ref().map_or(0, |r| r.num_rows()),
-                        )
-                    });
-                    items.push((
-                        format!("changes of {table}"),
-                        format!("{inserted} rows inserted, {deleted} deleted since statement {}", view.refreshed_at),
-                    ));
-                }
-                let sources = Sources { db: self, since: view.refreshed_at, planning: false };
-                if let Some(change) = incremental.change(&sources).map_err(TesseraError::Internal)? {
-                    let optimized = self.plain_context().state().optimize(&change)?;
-                    items.push(("change plan".into(), optimized.display_indent().to_string()));
-                    items.push(("merge query".into(), incremental.merge_query()));
-                }
-            }
-        }
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
-            Field::new("item", arrow::datatypes::DataType::Utf8, false),
-            Field::new("value", arrow::datatypes::DataType::Utf8, false),
-        ]));
-        let (names, values): (Vec<String>, Vec<String>) = items.into_iter().unzip();
-        let batch = RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![Arc::new(arrow::array::StringArray::from(names)), Arc::new(arrow::array::StringArray::from(values))],
-        )?;
-        Ok(Outcome::Rows { schema, batches: vec![batch] })
-    }
-
-    /// A view named `name`, empty, and the rows of `query` now, which it is to hold.
-    fn compute_view(&self, name: &str, query: &ast::Query) -> Result<(View, RecordBatch)> {
-        let maintenance = self.plan_view(query)?;
-        let (schema, batches) = match &maintenance {
-            maintain::Maintenance::Recompute(_) => self.query_with_columns(query, None)?,
-            maintain::Maintenance::Incremental(incremental) => {
-                let sources = Sources { db: self, since: self.manifest.sequence, planning: false };
-                self.run_plan(incremental.stored(&sources).map_err(TesseraError::Internal)?)?
-            }
-        };
-        let fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-        let contents = Table::new(name, fields, &[])?;
-        let rows = batches.iter().map(|b| contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
-        let rows = arrow::compute::concat_batches(&contents.schema, &rows)?;
-        Ok((View { query: query.clone(), maintenance, contents, refreshed_at: self.manifest.sequence }, rows))
-    }
-
-    /// Writes `rows` as the contents of `view` and replaces the manifest with it in.
-    fn save_view(&mut self, key: String, mut view: View, edit: Edit) -> Result<()> {
-        let mut manifest = self.manifest.clone();
-        manifest.sequence += 1;
-        view.contents.check(&edit)?;
-        view.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
-        // The tables and views it reads keep only the changes a view still needs; so do its
-        // own contents.
-        if let maintain::Maintenance::Incremental(incremental) = &view.maintenance {
-            for name in &incremental.tables {
-                let needing = self.views.values().chain(std::iter::once(&view));
-                let needed = changes_needed_after(name, needing);
-                if let Some(table) = self.tables.get_mut(name) {
-                    table.forget_changes_through(needed);
-                    manifest.tables.insert(name.clone(), table.entry());
-                } else if let Some(read) = self.views.get_mut(name) {
-                    read.contents.forget_changes_through(needed);
-                    if let Some(entry) = manifest.views.get_mut(name) {
-                        entry.contents = read.contents.entry();
-                    }
-                }
-            }
-        }
-        view.contents.forget_changes_through(changes_needed_after(&key, self.views.values()));
-        manifest.views.insert(
-            key.clone(),
-            storage::ViewEntry {
-                query: view.query.to_string(),
-                contents: view.contents.entry(),
-                refreshed_at: view.refreshed_at,
-            },
-        );
-        self.storage.commit(&manifest)?;
-        self.manifest = manifest;
-        self.views.insert(key, view);
-        Ok(())
-    }
-
-    fn drop_views(&mut self, names: &[ast::ObjectName], if_exists: bool) -> Result<Outcome> {
-        let mut keys = Vec::new();
-        for name in names {
-            let key = object_name(name)?.to_lowercase();
-            if self.views.contains_key(&key) {
-                keys.push(key);
-            } else if !if_exists {
-                return Err(TesseraError::Plan(format!("no materialized view `{name}`")));
-            }
-        }
-        self.refuse_dropping_what_views_read(&keys)?;
-        self.remove(&[], &keys)
     }
 
     fn drop_tables(&mut self, names: &[ast::ObjectName], if_exists: bool) -> Result<Outcome> {
@@ -902,18 +537,6 @@ impl Database {
         }
         self.refuse_dropping_what_views_read(&keys)?;
         self.remove(&keys, &[])
-    }
-
-    /// An error if a view other than those of `dropped` reads one of them.
-    fn refuse_dropping_what_views_read(&self, dropped: &[String]) -> Result<()> {
-        for (name, view) in self.views.iter().filter(|(name, _)| !dropped.contains(name)) {
-            if let Some(read) = self.references(&view.query)?.into_iter().find(|r| dropped.contains(r)) {
-                return Err(TesseraError::Plan(format!(
-                    "materialized view `{name}` reads `{read}`: drop the view first"
-                )));
-            }
-        }
-        Ok(())
     }
 
     /// Drops `tables` and `views` in one statement: the manifest without them, then memory.
@@ -960,18 +583,6 @@ fn column_type(sql: &ast::DataType) -> Option<arrow::datatypes::DataType> {
     }
 }
 
-/// The sequence number after which the changes of table or view `name` are needed: the oldest
-/// refresh of the incrementally maintained `views` reading it (`u64::MAX` if none does).
-fn changes_needed_after<'a>(name: &str, views: impl Iterator<Item = &'a View>) -> u64 {
-    views
-        .filter_map(|view| match &view.maintenance {
-            maintain::Maintenance::Incremental(i) if i.tables.contains(name) => Some(view.refreshed_at),
-            _ => None,
-        })
-        .min()
-        .unwrap_or(u64::MAX)
-}
-
 /// Registers the live rows of `table` as `name` (`with_positions`: and their positions, see
 /// [`Table::batches`]).
 fn register(ctx: &SessionContext, name: &str, table: &Table, with_positions: bool) -> Result<()> {
@@ -1006,105 +617,6 @@ fn mem_table(schema: arrow::datatypes::SchemaRef, batches: Vec<RecordBatch>) -> 
         partitions[i % 2].push(batch);
     }
     Ok(Arc::new(MemTable::try_new(schema, partitions)?))
-}
-
-/// The tables of the database in the versions a view's maintenance plans read (see
-/// [`maintain::Relations`]): their changes since statement `since`; without rows if
-/// `planning`.
-struct Sources<'a> {
-    db: &'a Database,
-    since: u64,
-    planning: bool,
-}
-
-impl Sources<'_> {
-    /// The rows of table or view `name` (a view's stored rows), and how users see a view's
-    /// stored rows if they are not its columns.
-    fn relation(&self, name: &str) -> std::result::Result<(&Table, Option<&maintain::Incremental>), String> {
-        if let Some(table) = self.db.tables.get(name) {
-            return Ok((table, None));
-        }
-        let view = self.db.views.get(name).ok_or_else(|| format!("it reads `{name}`, which is not a table"))?;
-        match &view.maintenance {
-            maintain::Maintenance::Incremental(incremental) => Ok((&view.contents, Some(incremental))),
-            maintain::Maintenance::Recompute(_) => Ok((&view.contents, None)),
-        }
-    }
-
-    /// The change sets of `table` since the view's last refresh.
-    fn changes<'t>(&self, table: &'t Table) -> impl Iterator<Item = &'t table::ChangeSet> {
-        let since = self.since;
-        table.changes().iter().filter(move |c| c.sequence > since)
-    }
-}
-
-impl maintain::Relations for Sources<'_> {
-    fn scan(&self, name: &str, version: maintain::Version) -> std::result::Result<LogicalPlan, String> {
-        use maintain::Version;
-        let (table, visible) = self.relation(name)?;
-        let error = |e: TesseraError| e.to_string();
-        let schema = Arc::clone(table.keyed_schema());
-        let mut counted_fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-        counted_fields.push(Field::new("__m", arrow::datatypes::DataType::Int64, false));
-        let counted = Arc::new(arrow::datatypes::Schema::new(counted_fields));
-        // `parts` with every row counted `count`.
-        let with_count = |parts: Vec<RecordBatch>, count: i64| -> Vec<RecordBatch> {
-            parts
-                .into_iter()
-                .filter(|p| p.num_rows() > 0)
-                .filter_map(|p| {
-                    let mut columns = p.columns().to_vec();
-                    columns.push(Arc::new(arrow::array::Int64Array::from(vec![count; p.num_rows()])));
-                    RecordBatch::try_new(Arc::clone(&counted), columns).ok()
-                })
-                .collect()
-        };
-        let inserted = || self.changes(table).filter_map(|c| c.inserted.clone()).collect::<Vec<_>>();
-        let deleted = || self.changes(table).filter_map(|c| c.deleted.clone()).collect::<Vec<_>>();
-        let rows = || if self.planning { Ok(Vec::new()) } else { table.keyed_batches().map_err(error) };
-        let scan = |label: &str, schema, batches| {
-            LogicalPlanBuilder::scan(
-                format!("__{label}_{name}"),
-                provider_as_source(mem_table(schema, batches).map_err(error)?),
-                None,
-            )
-            .map_err(|e| e.to_string())
-        };
-        let builder = match version {
-            // Every row counted once: a column of ones added by the plan, not stored.
-            Version::New => {
-                let mut exprs: Vec<Expr> =
-                    schema.fields().iter().map(|f| col(Column::new_unqualified(f.name()))).collect();
-                exprs.push(lit(1i64).alias("__m"));
-                scan("new", schema, rows()?)?.project(exprs).map_err(|e| e.to_string())?
-            }
-            Version::Old => {
-                let mut batches = with_count(rows()?, 1);
-                batches.extend(with_count(inserted(), -1));
-                batches.extend(with_count(deleted(), 1));
-                scan("old", Arc::clone(&counted), batches)?
-            }
-            Version::Delta => {
-                let mut batches = with_count(inserted(), 1);
-                batches.extend(with_count(deleted(), -1));
-                scan("delta", Arc::clone(&counted), batches)?
-            }
-        };
-        let plan = builder.build().map_err(|e| e.to_string())?;
-        match visible {
-            // A view's columns computed from its stored ones, each row with its count and key.
-            Some(incremental) => incremental.visible_counted(plan, &table.key_names()),
-            None => Ok(plan),
-        }
-    }
-
-    fn key(&self, name: &str) -> Vec<String> {
-        self.relation(name).map(|(table, _)| table.key_names()).unwrap_or_default()
-    }
-
-    fn changed(&self, name: &str) -> bool {
-        self.relation(name).is_ok_and(|(table, _)| self.changes(table).next().is_some())
-    }
 }
 
 fn object_name(name: &ast::ObjectName) -> Result<String> {

@@ -27,8 +27,12 @@
 //!   from, a branch number for UNION ALL, the rows themselves after DISTINCT); a refresh
 //!   deletes the keys whose rows the change takes away and inserts the rows it adds.
 //!
-//! Window functions, ORDER BY and LIMIT, subqueries in expressions, global aggregates and
-//! views over views are recomputed.
+//! Window functions, ORDER BY and LIMIT, subqueries in expressions and global aggregates are
+//! recomputed. A view over a view reads the inner view's stored rows and their change as it
+//! reads a table's.
+//!
+//! One file of about a thousand lines: the change rules, the affected-key restriction and the
+//! roots' stored state rely on the same counted-relation conventions and are read together.
 
 use std::cell::Cell;
 use std::collections::BTreeSet;

@@ -1,0 +1,97 @@
+//! Streams in a database's script: `CREATE SOURCE` kept as text, and the queries that read a
+//! source (or a window over one) compiled with the sources declared so far and run by the
+//! streaming engine to the end of its input, errors pointing into the statement as written.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use datafusion_sql::sqlparser::ast;
+use datafusion_sql::sqlparser::tokenizer::Location;
+use tessera::error::{Result, TesseraError};
+
+use crate::{statement, Database, Outcome};
+
+impl Database {
+    /// `CREATE SOURCE`: checked by compiling it after the sources before it.
+    pub(crate) fn create_source(&mut self, name: &str, text: &str, start: Location, script: &str) -> Result<Outcome> {
+        let key = name.to_lowercase();
+        if self.exists(&key) {
+            return Err(TesseraError::Plan(format!("`{name}` already exists")));
+        }
+        self.compile_stream(text, start, script)?;
+        self.sources.insert(key, text.to_string());
+        Ok(Outcome::Done)
+    }
+
+    /// The script's sources and then `text`, which starts at `start` in `script`, compiled
+    /// for the streaming engine; errors in `text` point into `script`.
+    pub(crate) fn compile_stream(&self, text: &str, start: Location, script: &str) -> Result<tessera::engine::Script> {
+        let mut compiled: String = self.sources.values().map(|source| format!("{source};\n")).collect();
+        let first_line = compiled.matches('\n').count() as u64 + 1;
+        compiled.push_str(text);
+        compiled.push_str(";\n");
+        tessera::engine::Script::compile(&compiled, &self.base_dir).map_err(|error| {
+            let TesseraError::Sql(diagnostic) = error else { return error };
+            match diagnostic.location.filter(|at| at.line >= first_line) {
+                Some(at) => {
+                    let line = at.line - first_line + start.line;
+                    let column = if at.line == first_line { at.column + start.column - 1 } else { at.column };
+                    tessera::sql::ScriptText::new(script).error_with_help(
+                        diagnostic.message,
+                        Some(tessera::error::Location { line, column }),
+                        diagnostic.help,
+                    )
+                }
+                None => TesseraError::Sql(diagnostic),
+            }
+        })
+    }
+
+    /// Whether `query` reads a stream: a source of the script, or a window over one.
+    pub(crate) fn reads_a_stream(&self, query: &ast::Query) -> bool {
+        use datafusion_sql::sqlparser::ast::visit_relations;
+        let mut found = false;
+        let _ = visit_relations(query, |name| {
+            let name = name.to_string().to_lowercase();
+            found |=
+                self.sources.contains_key(&name) || ["tumble", "hop", "session", "windows"].contains(&name.as_str());
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        found
+    }
+
+    /// The rows of window query `query` (of `script`) over the script's streams, run by the
+    /// streaming engine to the end of its input.
+    pub(crate) fn stream_query(
+        &self,
+        query: &ast::Query,
+        script: Option<&str>,
+    ) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+        use datafusion_sql::sqlparser::ast::Spanned;
+        let span = query.span();
+        let script = match script {
+            Some(script) if span.start.line > 0 => {
+                let text = &script[statement::offset(script, span.start)..statement::offset(script, span.end)];
+                self.compile_stream(text, span.start, script)?
+            }
+            _ => {
+                let text = query.to_string();
+                self.compile_stream(&text, Location { line: 1, column: 1 }, &text)?
+            }
+        };
+        let options = tessera::engine::RunOptions {
+            parallelism: tessera::exec::pipeline::Parallelism::Auto(tessera::exec::cores()),
+            read: self.read.clone(),
+            ..tessera::engine::RunOptions::default()
+        };
+        let mut sink = tessera::connectors::sink::MemorySink::default();
+        let stats = tessera::engine::run_script(&script, &options, &mut sink)?;
+        self.count_read(stats.events_in, stats.late_events, stats.bad_rows, &self.read.dead_letter_path);
+        let schema = script
+            .queries
+            .first()
+            .map(|q| Arc::clone(&q.output_schema))
+            .ok_or_else(|| TesseraError::Internal("a window query compiled to no query".into()))?;
+        Ok((schema, sink.rows.into_iter().next().unwrap_or_default()))
+    }
+}
