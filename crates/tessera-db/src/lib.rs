@@ -8,6 +8,7 @@
 //! `views.rs` (their maintenance plans in `maintain.rs`), queries over streams in `streams.rs`,
 //! reading files in `file.rs`.
 
+mod estimate;
 mod file;
 mod key_index;
 mod maintain;
@@ -29,6 +30,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 use datafusion_sql::sqlparser::parser::Parser;
+pub use estimate::{Freshness, Settings};
 pub use statement::{parse, Statement};
 use views::changes_needed_after;
 pub use views::View;
@@ -58,6 +60,8 @@ pub struct Database {
     read: tessera::connectors::ReadOptions,
     /// What the statements read, summed over the statements run.
     read_totals: std::cell::RefCell<ReadTotals>,
+    /// `SET freshness`, `SET confidence`.
+    settings: Settings,
 }
 
 /// The events queries over streams read and the late ones among them (older than their
@@ -113,6 +117,7 @@ impl Database {
             sources: BTreeMap::new(),
             read: tessera::connectors::ReadOptions { dead_letter_appends: true, ..Default::default() },
             read_totals: Default::default(),
+            settings: Settings::default(),
         };
         database.load_views()?;
         Ok(database)
@@ -124,6 +129,10 @@ impl Database {
             datafusion::sql::parser::Statement::Statement(Box::new(ast::Statement::Query(Box::new(query.clone()))));
         let ctx = SessionContext::new();
         Ok(ctx.state().resolve_table_references(&statement)?.iter().map(|r| r.table().to_lowercase()).collect())
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.settings
     }
 
     /// Makes relative paths in statements (a table's initial contents, COPY's file) relative to
@@ -175,6 +184,10 @@ impl Database {
             Statement::Refresh { view } => self.refresh(view),
             Statement::ExplainRefresh { view } => self.explain_refresh(view),
             Statement::Source { name, text, start, script } => self.create_source(name, text, *start, script),
+            Statement::Set { name, value, span, script } => {
+                self.settings.set(name, value).map_err(|m| tessera::sql::ScriptText::new(script).at_span(m, *span))?;
+                Ok(Outcome::Done)
+            }
         }
     }
 
@@ -182,6 +195,9 @@ impl Database {
     fn execute_sql(&mut self, statement: &ast::Statement, script: &str) -> Result<Outcome> {
         match statement {
             ast::Statement::Query(query) => {
+                if self.settings.freshness == Freshness::Exact {
+                    self.refresh_views_read_by(query)?;
+                }
                 let (schema, batches) = self.query_with_columns(query, Some(script))?;
                 Ok(Outcome::Rows { schema, batches })
             }

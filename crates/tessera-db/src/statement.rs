@@ -1,6 +1,7 @@
 //! The statements of the database: SQL as sqlparser reads it, `COPY table FROM 'file'
 //! [WITH (name = value, ...)]`, read here because its options (`op_column`) are tessera's, and
-//! `REFRESH MATERIALIZED VIEW`, which sqlparser does not read.
+//! `REFRESH MATERIALIZED VIEW`, which sqlparser does not read, and `SET name = value`, read as
+//! the streaming engine reads it.
 //! Errors point at the line and column, with a caret under the spot.
 
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 use datafusion_sql::sqlparser::keywords::Keyword;
 use datafusion_sql::sqlparser::parser::Parser;
-use datafusion_sql::sqlparser::tokenizer::{Location, Token};
+use datafusion_sql::sqlparser::tokenizer::{Location, Span, Token};
 use tessera::error::Result;
 use tessera::sql::ScriptText;
 
@@ -27,6 +28,9 @@ pub enum Statement {
     /// `CREATE SOURCE name (...) WITH (...)`: a stream, as its text, for the streaming engine
     /// to read when a query reads it, and where that text starts in `script`.
     Source { name: String, text: String, start: Location, script: Arc<str> },
+    /// `SET name = value`: a setting of the session (lower-case name), with where its value is
+    /// in `script`.
+    Set { name: String, value: String, span: Span, script: Arc<str> },
 }
 
 impl Statement {
@@ -44,7 +48,7 @@ impl Statement {
                     | ast::Statement::Drop { .. }
             ),
             Statement::Copy { .. } | Statement::Refresh { .. } | Statement::ExplainRefresh { .. } => true,
-            Statement::Source { .. } => false,
+            Statement::Source { .. } | Statement::Set { .. } => false,
         }
     }
 }
@@ -97,6 +101,11 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
                     parser.expect_token(&Token::RParen).map_err(error)?;
                 }
                 Statement::Copy { table, path, options }
+            } else if parser.parse_keyword(Keyword::SET) {
+                let start = parser.peek_token().span.start;
+                let (name, value) = tessera::sql::parse_setting(&mut parser, &script)?;
+                let span = Span::new(start, parser.peek_token().span.start);
+                Statement::Set { name, value, span, script: Arc::clone(&text) }
             } else if starts_create_source(&parser) {
                 let start_location = parser.peek_token().span.start;
                 let start = offset(sql, start_location);

@@ -383,6 +383,15 @@ fn a_materialized_view_is_stale_until_refreshed_and_kept_in_the_folder() {
     );
     db.execute("INSERT INTO log VALUES (105, 1); REFRESH MATERIALIZED VIEW visit_view;").unwrap();
     assert_eq!(query(&mut db, counts), ["1|2", "2|3"]);
+    // `exact` refreshes what a query reads first; `stale` answers from the contents again.
+    db.execute("INSERT INTO log VALUES (106, 1)").unwrap();
+    assert_eq!(query(&mut db, counts), ["1|2", "2|3"]);
+    let err = db.execute("SELECT 1;\n SET freshness = 'fresh'").unwrap_err().to_string();
+    assert!(err.contains("line 2") && err.contains("not one of stale, svc_aqp"), "{err}");
+    db.execute("SET freshness = 'exact'").unwrap();
+    assert_eq!(query(&mut db, counts), ["1|3", "2|3"]);
+    db.execute("INSERT INTO log VALUES (107, 1); SET freshness TO stale").unwrap();
+    assert_eq!(query(&mut db, counts), ["1|3", "2|3"]);
     let err = db.execute("CREATE TABLE visit_view (a BIGINT)").unwrap_err().to_string();
     assert!(err.contains("`visit_view` already exists"), "{err}");
     let err = db.execute("REFRESH MATERIALIZED VIEW nothing").unwrap_err().to_string();

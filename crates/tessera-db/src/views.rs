@@ -271,15 +271,21 @@ impl Database {
         })
     }
 
+    /// Refreshes the views `query` reads (`SET freshness = 'exact'`).
+    pub(crate) fn refresh_views_read_by(&mut self, query: &ast::Query) -> Result<()> {
+        for name in self.references(query)? {
+            if self.views.contains_key(&name) {
+                self.refresh_view(&name)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Refreshes view `key`, after the views it reads (so a view over a view is maintained
     /// from its input's fresh contents and their change).
     pub(crate) fn refresh_view(&mut self, key: &str) -> Result<Outcome> {
         let view = self.views.get(key).ok_or_else(|| TesseraError::Internal("no view".into()))?;
-        for read in self.references(&view.query.clone())? {
-            if self.views.contains_key(&read) {
-                self.refresh_view(&read)?;
-            }
-        }
+        self.refresh_views_read_by(&view.query.clone())?;
         let key = key.to_string();
         let view = &self.views[&key];
         let edit = match &view.maintenance {

@@ -68,7 +68,8 @@ pub(crate) fn parse_script_here(text: &str, base_dir: &Path) -> Result<Vec<State
             Statement::CreateSource(Box::new(source))
         } else if is_word(&next.token, "SET") {
             parser.next_token();
-            parse_set(&mut parser, &script, location)?
+            let (name, value) = parse_setting(&mut parser, &script)?;
+            Statement::Set { name, value, location }
         } else {
             let mut query = parser.parse_query().map_err(|e| script.parser_error(e))?;
             nesting::balance_and_check(&mut query, &script)?;
@@ -141,8 +142,9 @@ fn is_word(token: &Token, word: &str) -> bool {
     matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
 }
 
-/// `SET name = value` or `SET name TO value`; the value is a literal or a bare word.
-fn parse_set(parser: &mut Parser, script: &ScriptText, location: Option<Location>) -> Result<Statement> {
+/// The rest of `SET name = value` or `SET name TO value` after `SET`: the name in lower case
+/// and the value, a literal or a bare word.
+pub fn parse_setting(parser: &mut Parser, script: &ScriptText) -> Result<(String, String)> {
     let name = parser.parse_identifier().map_err(|e| script.parser_error(e))?;
     if !parser.consume_token(&Token::Eq) && !parser.parse_keyword(Keyword::TO) {
         let found = parser.peek_token();
@@ -159,7 +161,7 @@ fn parse_set(parser: &mut Parser, script: &ScriptText, location: Option<Location
             return Err(script.at_span(format!("expected a value for SET {}, found `{other}`", name.value), token.span))
         }
     };
-    Ok(Statement::Set { name: name.value.to_ascii_lowercase(), value, location })
+    Ok((name.value.to_ascii_lowercase(), value))
 }
 
 #[cfg(test)]
