@@ -12,6 +12,8 @@ mod estimate;
 mod file;
 mod key_index;
 mod maintain;
+mod sample;
+mod spark_hash;
 mod statement;
 pub mod storage;
 mod streams;
@@ -181,7 +183,7 @@ impl Database {
         match statement {
             Statement::Sql { statement, script } => self.execute_sql(statement, script),
             Statement::Copy { table, path, options } => self.copy(table, path, options),
-            Statement::Refresh { view } => self.refresh(view),
+            Statement::Refresh { view, sample } => self.refresh(view, *sample),
             Statement::ExplainRefresh { view } => self.explain_refresh(view),
             Statement::Source { name, text, start, script } => self.create_source(name, text, *start, script),
             Statement::Set { name, value, span, script } => {
@@ -655,7 +657,7 @@ fn quoted(name: &str) -> String {
 }
 
 /// A `WITH (name = value)` option as (lower-case name, value).
-fn key_value(option: &ast::SqlOption) -> Result<(String, String)> {
+pub(crate) fn key_value(option: &ast::SqlOption) -> Result<(String, String)> {
     let ast::SqlOption::KeyValue { key, value } = option else {
         return Err(TesseraError::Plan(format!("option `{option}` is not one of name = value")));
     };

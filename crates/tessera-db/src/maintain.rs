@@ -329,6 +329,19 @@ fn has_subquery(expr: &Expr) -> bool {
 }
 
 impl Incremental {
+    /// The query's plan below the stored root.
+    pub fn body(&self) -> &LogicalPlan {
+        &self.body
+    }
+
+    /// The same view over `body` (of the same columns) instead, checked to be maintained as
+    /// this one is: a sample's cleaning expression (see [`crate::sample`]).
+    pub fn with_body(&self, body: LogicalPlan, relations: &dyn Relations) -> Result<Incremental> {
+        let incremental = Incremental { body, ..self.clone() };
+        incremental.change(&Everything(relations))?;
+        Ok(incremental)
+    }
+
     /// The stored rows computed from the tables as they are now.
     pub fn stored(&self, relations: &dyn Relations) -> Result<LogicalPlan> {
         let rewriter = Rewriter::new(relations, matches!(self.root, Root::Rows { .. }));
@@ -495,22 +508,24 @@ impl Incremental {
     /// The columns users see over counted stored rows `stored`, with their count `__m` and
     /// key columns `keys`.
     pub fn visible_counted(&self, stored: LogicalPlan, keys: &[String]) -> Result<LogicalPlan> {
+        let extra = keys.iter().map(String::as_str).chain(["__m"]).map(|k| col(Column::new_unqualified(k)));
+        self.visible_with(stored, extra.collect())
+    }
+
+    /// The columns users see, over the stored rows read by `stored`.
+    pub fn visible(&self, stored: LogicalPlan) -> Result<LogicalPlan> {
+        self.visible_with(stored, Vec::new())
+    }
+
+    /// The columns users see over the stored rows read by `stored`, then `extra`.
+    pub fn visible_with(&self, stored: LogicalPlan, extra: Vec<Expr>) -> Result<LogicalPlan> {
         let mut builder = LogicalPlanBuilder::from(stored);
         if let Some(having) = &self.having {
             builder = builder.filter(having.clone()).map_err(plan_error)?;
         }
         let mut exprs = self.visible.clone();
-        exprs.extend(keys.iter().chain(std::iter::once(&"__m".to_string())).map(|k| col(Column::new_unqualified(k))));
+        exprs.extend(extra);
         builder.project(exprs).and_then(LogicalPlanBuilder::build).map_err(plan_error)
-    }
-
-    /// The columns users see, over the stored rows read by `stored`.
-    pub fn visible(&self, stored: LogicalPlan) -> Result<LogicalPlan> {
-        let mut builder = LogicalPlanBuilder::from(stored);
-        if let Some(having) = &self.having {
-            builder = builder.filter(having.clone()).map_err(|e| e.to_string())?;
-        }
-        builder.project(self.visible.clone()).and_then(LogicalPlanBuilder::build).map_err(|e| e.to_string())
     }
 }
 

@@ -21,8 +21,8 @@ pub enum Statement {
     Sql { statement: Box<ast::Statement>, script: Arc<str> },
     /// `COPY table FROM 'path' WITH (...)`: options by lower-case name.
     Copy { table: ast::ObjectName, path: PathBuf, options: Vec<(String, String)> },
-    /// `REFRESH MATERIALIZED VIEW view`.
-    Refresh { view: ast::ObjectName },
+    /// `REFRESH MATERIALIZED VIEW view [SAMPLE]`: the view, or only its sample (cleaned).
+    Refresh { view: ast::ObjectName, sample: bool },
     /// `EXPLAIN REFRESH MATERIALIZED VIEW view`: how a refresh would bring it up to date.
     ExplainRefresh { view: ast::ObjectName },
     /// `CREATE SOURCE name (...) WITH (...)`: a stream, as its text, for the streaming engine
@@ -70,7 +70,8 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
             if parser.parse_keywords(&[Keyword::EXPLAIN, Keyword::REFRESH, Keyword::MATERIALIZED, Keyword::VIEW]) {
                 Statement::ExplainRefresh { view: parser.parse_object_name(false).map_err(error)? }
             } else if parser.parse_keywords(&[Keyword::REFRESH, Keyword::MATERIALIZED, Keyword::VIEW]) {
-                Statement::Refresh { view: parser.parse_object_name(false).map_err(error)? }
+                let view = parser.parse_object_name(false).map_err(error)?;
+                Statement::Refresh { view, sample: parser.parse_keyword(Keyword::SAMPLE) }
             } else if parser.parse_keyword(Keyword::COPY) {
                 let table = parser.parse_object_name(false).map_err(error)?;
                 parser.expect_keyword(Keyword::FROM).map_err(error)?;

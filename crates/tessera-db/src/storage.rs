@@ -53,6 +53,18 @@ pub struct ViewEntry {
     pub query: String,
     pub contents: TableEntry,
     pub refreshed_at: u64,
+    #[serde(default)]
+    pub sample: Option<SampleEntry>,
+}
+
+/// A view's sample (`WITH (sample = m)`): its ratio and seed, its rows, and the sequence number
+/// of the last statement they are clean as of.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SampleEntry {
+    pub ratio: f64,
+    pub seed: Option<i32>,
+    pub contents: TableEntry,
+    pub cleaned_at: u64,
 }
 
 /// A table: its columns, its key, and the files of its rows.
@@ -255,7 +267,10 @@ pub fn new_manifest() -> Manifest {
 
 fn named_files(manifest: &Manifest) -> BTreeSet<&str> {
     let mut named = BTreeSet::new();
-    let views = manifest.views.values().map(|v| &v.contents);
+    let views = manifest
+        .views
+        .values()
+        .flat_map(|v| std::iter::once(&v.contents).chain(v.sample.as_ref().map(|s| &s.contents)));
     for table in manifest.tables.values().chain(views) {
         for segment in &table.segments {
             named.insert(segment.file.as_str());

@@ -694,3 +694,5 @@ fn malformed_rows_of_a_file_stop_the_statement_at_their_line_or_are_skipped_and_
     let err = db.execute("COPY t FROM 'a.csv' WITH (on_eror = 'skip')").unwrap_err().to_string();
     assert!(err.contains("COPY has no option `on_eror`"), "{err}");
 }
+
+mod svc;

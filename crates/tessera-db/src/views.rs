@@ -15,10 +15,11 @@ use datafusion::prelude::SessionContext;
 use datafusion_sql::sqlparser::ast;
 use tessera::error::{Result, TesseraError};
 
+use crate::sample::{SampleOptions, Sampling};
 use crate::table::{self, Edit, Table};
 use crate::{
-    maintain, mem_table, object_name, parse_one, register, register_batches, statement, storage, Database, Outcome,
-    Statement,
+    key_value, maintain, mem_table, object_name, parse_one, register, register_batches, sample, statement, storage,
+    Database, Outcome, Statement,
 };
 
 /// A materialized view: its query, and its contents as of its last refresh (stale in between:
@@ -31,6 +32,28 @@ pub struct View {
     pub contents: Table,
     /// The sequence number of the last statement its contents reflect.
     pub refreshed_at: u64,
+    /// Its sample, if it was created `WITH (sample = m)`.
+    pub sample: Option<Sample>,
+}
+
+/// A view's sample (see [`sample`]): the rows of sampled keys, clean as of a statement.
+pub struct Sample {
+    pub sampling: sample::Sampling,
+    /// The view's rows of sampled keys, as the view's contents store them.
+    pub contents: Table,
+    /// The sequence number of the last statement the rows reflect.
+    pub cleaned_at: u64,
+}
+
+impl Sample {
+    fn entry(&self) -> storage::SampleEntry {
+        storage::SampleEntry {
+            ratio: self.sampling.options.ratio,
+            seed: self.sampling.options.seed,
+            contents: self.contents.entry(),
+            cleaned_at: self.cleaned_at,
+        }
+    }
 }
 
 impl View {
@@ -184,7 +207,20 @@ impl Database {
             let contents = Table::load(&entry.contents, &self.storage)?;
             let maintenance = self.plan_view(&query)?;
             let refreshed_at = entry.refreshed_at;
-            self.views.insert(key, View { query, maintenance, contents, refreshed_at });
+            let sample = match &entry.sample {
+                Some(s) => Some(Sample {
+                    sampling: self.plan_sampling(
+                        &key,
+                        &query,
+                        &maintenance,
+                        SampleOptions { ratio: s.ratio, seed: s.seed },
+                    )?,
+                    contents: Table::load(&s.contents, &self.storage)?,
+                    cleaned_at: s.cleaned_at,
+                }),
+                None => None,
+            };
+            self.views.insert(key, View { query, maintenance, contents, refreshed_at, sample });
         }
         Ok(())
     }
@@ -207,19 +243,50 @@ impl Database {
         Ok(maintain::plan(&plan, &Sources { db: self, since: 0, planning: true }))
     }
 
-    /// The edit that brings the stored rows of `view` up to date from the tables' changes
-    /// since its last refresh (see [`maintain`]).
-    pub(crate) fn maintained_edit(&self, view: &View, incremental: &maintain::Incremental) -> Result<Edit> {
-        let sources = Sources { db: self, since: view.refreshed_at, planning: false };
-        let Some(change) = incremental.change(&sources).map_err(TesseraError::Internal)? else {
+    /// How the sample of view `name` (of `query`, maintained by `maintenance`) is cleaned; an
+    /// error if the view cannot have one.
+    fn plan_sampling(
+        &self,
+        name: &str,
+        query: &ast::Query,
+        maintenance: &maintain::Maintenance,
+        options: SampleOptions,
+    ) -> Result<Sampling> {
+        let refused =
+            |why: String| TesseraError::Plan(format!("materialized view `{name}` cannot keep a sample: {why}"));
+        let maintain::Maintenance::Incremental(incremental) = maintenance else {
+            let maintain::Maintenance::Recompute(why) = maintenance else { unreachable!() };
+            return Err(refused(format!("it is recomputed on refresh ({why}), so it has no key to sample by")));
+        };
+        if let Some(view) = self.references(query)?.into_iter().find(|n| self.views.contains_key(n)) {
+            return Err(refused(format!("it reads the view `{view}`; a sampled view reads tables only")));
+        }
+        Sampling::plan(options, incremental, &Sources { db: self, since: 0, planning: true }).map_err(refused)
+    }
+
+    /// The edit that brings `contents` (a view's stored rows, or its sample's) up to date
+    /// from the tables' changes since statement `since` with `incremental` (see
+    /// [`maintain`]); `sampled`: the change sampled at the root first.
+    pub(crate) fn maintained_edit(
+        &self,
+        contents: &Table,
+        since: u64,
+        incremental: &maintain::Incremental,
+        sampled: Option<&Sampling>,
+    ) -> Result<Edit> {
+        let sources = Sources { db: self, since, planning: false };
+        let Some(mut change) = incremental.change(&sources).map_err(TesseraError::Internal)? else {
             return Ok(Edit::default());
         };
+        if let Some(sampling) = sampled {
+            change = sampling.sample_stored(change).map_err(TesseraError::Internal)?;
+        }
         let (schema, change) = self.run_plan(change)?;
         let ctx = self.plain_context();
         register_batches(&ctx, "__change", schema, change)?;
-        register(&ctx, "__stored", &view.contents, true)?;
+        register(&ctx, "__stored", contents, true)?;
         let (_, merged) = self.run(&ctx, parse_one(&incremental.merge_query())?)?;
-        let width = view.contents.schema.fields().len();
+        let width = contents.schema.fields().len();
         let mut edit = Edit::default();
         let mut inserted = Vec::new();
         let mut dirty = Vec::new();
@@ -228,7 +295,7 @@ impl Database {
             let again = batch.column(width + 1).as_boolean();
             let positions = batch.column(width + 2).as_primitive::<Int64Type>();
             edit.deleted.extend(positions.iter().flatten().map(table::position));
-            let rows = view.contents.conform(batch.columns()[..width].to_vec())?;
+            let rows = contents.conform(batch.columns()[..width].to_vec())?;
             inserted.push(arrow::compute::filter_record_batch(&rows, insert)?);
             dirty.push(arrow::compute::filter_record_batch(&rows, again)?);
         }
@@ -242,11 +309,59 @@ impl Database {
                 LogicalPlanBuilder::scan("__dirty", provider_as_source(mem_table(schema, keys)?), None)?.build()?;
             let plan = incremental.regrouped(&sources, groups).map_err(TesseraError::Internal)?;
             for batch in self.run_plan(plan)?.1 {
-                inserted.push(view.contents.conform(batch.columns().to_vec())?);
+                inserted.push(contents.conform(batch.columns().to_vec())?);
             }
         }
-        edit.inserted = Some(arrow::compute::concat_batches(&view.contents.schema, &inserted)?);
+        edit.inserted = Some(arrow::compute::concat_batches(&contents.schema, &inserted)?);
         Ok(edit)
+    }
+
+    /// The rows users see of the clean sample of `view`, or of its stale sample (its stored
+    /// rows sampled), with the sample key's columns after them as `__key0` ...
+    #[cfg_attr(not(test), expect(dead_code, reason = "the estimators of the next change read it"))]
+    pub(crate) fn sample_plan(&self, view: &View, sample: &Sample, stale: bool) -> Result<LogicalPlan> {
+        let contents = if stale { &view.contents } else { &sample.contents };
+        let mut plan = LogicalPlanBuilder::scan(
+            "__stored",
+            provider_as_source(mem_table(Arc::clone(&contents.schema), contents.batches(false)?)?),
+            None,
+        )?
+        .build()?;
+        if stale {
+            plan = sample.sampling.sample_stored(plan).map_err(TesseraError::Internal)?;
+        }
+        let maintain::Maintenance::Incremental(incremental) = &view.maintenance else {
+            return Err(TesseraError::Internal("a sampled view is maintained incrementally".into()));
+        };
+        let keys = sample.sampling.key_columns.iter().enumerate();
+        let keys = keys.map(|(i, k)| col(Column::new_unqualified(k)).alias(format!("__key{i}"))).collect();
+        incremental.visible_with(plan, keys).map_err(TesseraError::Internal)
+    }
+
+    /// Cleans the sample of view `key` from the changes since it was last cleaned, if any
+    /// (the cleaning expression, [`sample`]): the rows of sampled keys brought up to date,
+    /// the view's other rows left stale. The number of sample rows it edited.
+    pub(crate) fn clean_sample(&mut self, key: &str) -> Result<u64> {
+        let view = self.views.get(key).ok_or_else(|| TesseraError::Internal("no view".into()))?;
+        let Some(sample) = &view.sample else { return Ok(0) };
+        let sampled = sample.sampling.sampled_at_root().then_some(&sample.sampling);
+        let edit = self.maintained_edit(&sample.contents, sample.cleaned_at, &sample.sampling.cleaning, sampled)?;
+        let count = (edit.deleted.len() + edit.inserted.as_ref().map_or(0, |r| r.num_rows())) as u64;
+        let cleaned_at = self.manifest.sequence;
+        let mut manifest = self.manifest.clone();
+        manifest.sequence += 1;
+        let view = self.views.get_mut(key).expect("the view exists");
+        let sample = view.sample.as_mut().expect("the view has a sample");
+        sample.contents.check(&edit)?;
+        sample.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
+        sample.contents.forget_changes_through(u64::MAX);
+        sample.cleaned_at = cleaned_at;
+        if let Some(entry) = manifest.views.get_mut(key) {
+            entry.sample = Some(sample.entry());
+        }
+        self.storage.commit(&manifest)?;
+        self.manifest = manifest;
+        Ok(count)
     }
 
     pub(crate) fn create_view(&mut self, create: &ast::CreateView) -> Result<Outcome> {
@@ -257,15 +372,48 @@ impl Database {
                  query's rows into a table (INSERT INTO t SELECT ... FROM TUMBLE(...)) and define the view over it"
             )));
         }
-        let (view, rows) = self.compute_view(&name, &create.query)?;
+        let options = match &create.options {
+            ast::CreateTableOptions::None => Vec::new(),
+            ast::CreateTableOptions::With(options) => options.iter().map(key_value).collect::<Result<Vec<_>>>()?,
+            other => {
+                return Err(TesseraError::Plan(format!("view options `{other}` are not supported: use WITH (...)")))
+            }
+        };
+        let sample_options = SampleOptions::parse(&options)
+            .map_err(|m| TesseraError::Plan(format!("materialized view `{name}`: {m}")))?;
+        let (mut view, rows) = self.compute_view(&name, &create.query)?;
+        if let Some(options) = sample_options {
+            view.sample = Some(Sample {
+                sampling: self.plan_sampling(&name, &create.query, &view.maintenance, options)?,
+                contents: Table::new(
+                    &name,
+                    view.contents.schema.fields().iter().map(|f| f.as_ref().clone()).collect(),
+                    &[],
+                )?,
+                cleaned_at: view.refreshed_at,
+            });
+        }
         self.save_view(key, view, Edit { inserted: Some(rows), ..Edit::default() })?;
         Ok(Outcome::Done)
     }
 
-    /// `REFRESH MATERIALIZED VIEW`: its query computed again over the tables as they are.
-    pub(crate) fn refresh(&mut self, name: &ast::ObjectName) -> Result<Outcome> {
+    /// `REFRESH MATERIALIZED VIEW name [SAMPLE]`: the view brought up to date from the tables as
+    /// they are, or only its sample (an error if it has none).
+    pub(crate) fn refresh(&mut self, name: &ast::ObjectName, sample: bool) -> Result<Outcome> {
         let key = object_name(name)?.to_lowercase();
-        self.refresh_view(&key).map_err(|e| match e {
+        let refreshed = if sample {
+            match self.views.get(&key) {
+                Some(view) if view.sample.is_none() => {
+                    return Err(TesseraError::Plan(format!(
+                        "materialized view `{name}` has no sample: create it WITH (sample = m)"
+                    )))
+                }
+                _ => self.clean_sample(&key).map(|rows| Outcome::Changed { rows }),
+            }
+        } else {
+            self.refresh_view(&key)
+        };
+        refreshed.map_err(|e| match e {
             TesseraError::Internal(m) if m == "no view" => TesseraError::Plan(format!("no materialized view `{name}`")),
             other => other,
         })
@@ -289,7 +437,9 @@ impl Database {
         let key = key.to_string();
         let view = &self.views[&key];
         let edit = match &view.maintenance {
-            maintain::Maintenance::Incremental(incremental) => self.maintained_edit(view, incremental)?,
+            maintain::Maintenance::Incremental(incremental) => {
+                self.maintained_edit(&view.contents, view.refreshed_at, incremental, None)?
+            }
             maintain::Maintenance::Recompute(_) => {
                 // Every row replaced, so that the contents' change is their whole change.
                 let (_, rows) = self.compute_view(&view.contents.name, &view.query.clone())?;
@@ -342,6 +492,31 @@ impl Database {
                     items.push(("change plan".into(), optimized.display_indent().to_string()));
                     items.push(("merge query".into(), incremental.merge_query()));
                 }
+                if let Some(sample) = &view.sample {
+                    let options = sample.sampling.options;
+                    let seed = options.seed.map_or(String::new(), |s| format!(", seed {s}"));
+                    items.push((
+                        "sample".into(),
+                        format!(
+                            "ratio {}{seed}: {} rows, clean as of statement {}",
+                            options.ratio,
+                            sample.contents.rows(),
+                            sample.cleaned_at
+                        ),
+                    ));
+                    items.push(("sample key".into(), sample.sampling.key.clone()));
+                    items.push(("sample hash".into(), sample.sampling.trace.join("\n")));
+                    let sources = Sources { db: self, since: sample.cleaned_at, planning: false };
+                    if let Some(mut change) =
+                        sample.sampling.cleaning.change(&sources).map_err(TesseraError::Internal)?
+                    {
+                        if sample.sampling.sampled_at_root() {
+                            change = sample.sampling.sample_stored(change).map_err(TesseraError::Internal)?;
+                        }
+                        let optimized = self.plain_context().state().optimize(&change)?;
+                        items.push(("cleaning plan".into(), optimized.display_indent().to_string()));
+                    }
+                }
             }
         }
         let schema = Arc::new(arrow::datatypes::Schema::new(vec![
@@ -370,15 +545,37 @@ impl Database {
         let contents = Table::new(name, fields, &[])?;
         let rows = batches.iter().map(|b| contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
         let rows = arrow::compute::concat_batches(&contents.schema, &rows)?;
-        Ok((View { query: query.clone(), maintenance, contents, refreshed_at: self.manifest.sequence }, rows))
+        Ok((
+            View { query: query.clone(), maintenance, contents, refreshed_at: self.manifest.sequence, sample: None },
+            rows,
+        ))
     }
 
-    /// Writes `rows` as the contents of `view` and replaces the manifest with it in.
+    /// Applies `edit` to the contents of `view` (its sample taken again from them) and
+    /// replaces the manifest with it in.
     pub(crate) fn save_view(&mut self, key: String, mut view: View, edit: Edit) -> Result<()> {
         let mut manifest = self.manifest.clone();
         manifest.sequence += 1;
         view.contents.check(&edit)?;
         view.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
+        if let Some(sample) = &mut view.sample {
+            // The sample of fresh contents is clean.
+            let stored = LogicalPlanBuilder::scan(
+                "__stored",
+                provider_as_source(mem_table(Arc::clone(&view.contents.schema), view.contents.batches(false)?)?),
+                None,
+            )?
+            .build()?;
+            let sampled = sample.sampling.sample_stored(stored).map_err(TesseraError::Internal)?;
+            let rows = self.run_plan(sampled)?.1;
+            let rows =
+                rows.iter().map(|b| sample.contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
+            let inserted = arrow::compute::concat_batches(&sample.contents.schema, &rows)?;
+            let edit = Edit { deleted: sample.contents.positions(), inserted: Some(inserted) };
+            sample.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
+            sample.contents.forget_changes_through(u64::MAX);
+            sample.cleaned_at = view.refreshed_at;
+        }
         // The tables and views it reads keep only the changes a view still needs; so do its
         // own contents.
         if let maintain::Maintenance::Incremental(incremental) = &view.maintenance {
@@ -403,6 +600,7 @@ impl Database {
                 query: view.query.to_string(),
                 contents: view.contents.entry(),
                 refreshed_at: view.refreshed_at,
+                sample: view.sample.as_ref().map(Sample::entry),
             },
         );
         self.storage.commit(&manifest)?;

@@ -1,0 +1,125 @@
+//! Stale View Cleaning: samples kept clean by their cleaning expressions, and the estimators.
+
+use super::*;
+
+/// The rows users see of the clean sample of view `name` (or its stale sample), sorted, as
+/// text, with the sample key last.
+fn sample_rows(db: &Database, name: &str, stale: bool) -> Vec<String> {
+    let view = db.view(name).unwrap();
+    let plan = db.sample_plan(view, view.sample.as_ref().expect("a sample"), stale).unwrap();
+    let (schema, batches) = db.run_plan(plan).unwrap();
+    rows(&Outcome::Rows { schema, batches })
+}
+
+/// The view shapes of [`VIEWS`] that read tables and are maintained incrementally.
+fn sampled_shapes() -> impl Iterator<Item = (&'static str, &'static str)> {
+    VIEWS.iter().filter(|(name, _, incremental)| *incremental && !name.starts_with("over_")).map(|(n, q, _)| (*n, *q))
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 8, ..Default::default() })]
+    /// The sample of every view shape, cleaned by its cleaning expression (the sampling pushed
+    /// down the maintenance plan) after random changes, is the sample of the fresh view: what
+    /// a full refresh samples again (Theorem 1; Property 1 for the keys).
+    #[test]
+    fn cleaned_samples_are_samples_of_the_fresh_views(
+        steps in proptest::collection::vec((0u8..8, 0i64..50, 0i64..4, proptest::option::weighted(0.8, -20i64..20)), 1..12),
+        clean_every in 1usize..5,
+        seed in 0i32..1000,
+    ) {
+        let mut db = Database::in_memory().unwrap();
+        db.execute(
+            "CREATE TABLE a (k BIGINT PRIMARY KEY, g BIGINT, x DOUBLE);
+             CREATE TABLE b (id BIGINT PRIMARY KEY, k BIGINT, y BIGINT);
+             CREATE TABLE c (w BIGINT);
+             INSERT INTO a SELECT value, value % 5 AS g, CAST(value % 7 AS DOUBLE) - 3.0 AS x FROM generate_series(1, 40);
+             INSERT INTO a VALUES (41, 1, NULL);
+             INSERT INTO b SELECT value + 1000, value % 45 AS k, value % 11 AS y FROM generate_series(1, 120);
+             INSERT INTO b VALUES (2000, 3, NULL);
+             INSERT INTO c SELECT value % 9 FROM generate_series(1, 30);",
+        )
+        .unwrap();
+        for (name, query) in sampled_shapes() {
+            db.execute(&format!("CREATE MATERIALIZED VIEW {name} WITH (sample = 0.5, sample_seed = {seed}) AS {query}")).unwrap();
+        }
+        for (n, (kind, key, group, value)) in steps.iter().enumerate() {
+            let x = value.map_or("NULL".to_string(), |v| format!("{}.5", v));
+            let y = value.map_or("NULL".to_string(), |v| v.to_string());
+            let sql = match kind {
+                6 => format!("INSERT INTO c VALUES ({group})"),
+                7 => format!("DELETE FROM c WHERE w = {group}"),
+                0 => format!("INSERT INTO a VALUES ({key}, {group}, {x})"),
+                1 => format!("INSERT INTO b VALUES ({}, {}, {y})", 100 + n, key % 8),
+                2 => format!("UPDATE a SET x = {x}, g = {group} WHERE k = {key}"),
+                3 => format!("UPDATE b SET y = {y}, k = {} WHERE id % 4 = {group}", key % 8),
+                4 => format!("DELETE FROM a WHERE k = {key}"),
+                _ => format!("DELETE FROM b WHERE k = {}", key % 8),
+            };
+            let _ = db.execute(&sql);
+            if (n + 1) % clean_every == 0 {
+                for (name, _) in sampled_shapes() {
+                    db.execute(&format!("REFRESH MATERIALIZED VIEW {name} SAMPLE")).unwrap();
+                }
+            }
+        }
+        for (name, _) in sampled_shapes() {
+            db.execute(&format!("REFRESH MATERIALIZED VIEW {name} SAMPLE")).unwrap();
+            let cleaned = sample_rows(&db, name, false);
+            db.execute(&format!("REFRESH MATERIALIZED VIEW {name}")).unwrap();
+            let sampled = sample_rows(&db, name, false);
+            // The stale sample of a fresh view is its clean sample.
+            proptest::prop_assert_eq!(&sample_rows(&db, name, true), &sampled);
+            proptest::prop_assert!(same_rows_within_rounding(&cleaned, &sampled), "{}: {:?} against {:?}", name, cleaned, sampled);
+        }
+    }
+}
+
+#[test]
+fn the_sample_hash_goes_down_to_the_tables_and_explain_says_where() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE video (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE);
+         CREATE TABLE log (session_id BIGINT PRIMARY KEY, video_id BIGINT);
+         INSERT INTO video SELECT value, value % 7 AS o, CAST(value AS DOUBLE) AS d FROM generate_series(1, 200);
+         INSERT INTO log SELECT value, value % 200 + 1 AS v FROM generate_series(1, 2000);
+         CREATE MATERIALIZED VIEW visit_view WITH (sample = 0.1) AS
+             SELECT video_id, owner_id, duration, COUNT(*) AS visit_count
+             FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration;
+         CREATE MATERIALIZED VIEW per_owner WITH (sample = 0.5) AS
+             SELECT owner_id, COUNT(*) AS n FROM log JOIN video USING (video_id) GROUP BY owner_id;
+         INSERT INTO log VALUES (5000, 3), (5001, 4);",
+    )
+    .unwrap();
+    let explained = query(&mut db, "EXPLAIN REFRESH MATERIALIZED VIEW visit_view");
+    let item = |name: &str| explained.iter().find(|r| r.starts_with(&format!("{name}|"))).cloned().unwrap_or_default();
+    assert!(
+        item("sample key").contains("(log.video_id); video.owner_id left out: the primary key of `video`"),
+        "{explained:?}"
+    );
+    assert!(item("sample hash").contains("to both sides of the Inner join"), "{explained:?}");
+    let cleaning = item("cleaning plan");
+    assert!(cleaning.matches("xxhash64").count() >= 2, "{cleaning}");
+    // A sample of about a tenth of the 200 videos.
+    let sampled = sample_rows(&db, "visit_view", false).len();
+    assert!((5..=40).contains(&sampled), "{sampled}");
+    // Grouped by a column of the dimension only, the hash reaches the dimension's side alone.
+    let explained = query(&mut db, "EXPLAIN REFRESH MATERIALIZED VIEW per_owner");
+    assert!(explained.iter().any(|r| r.contains("to the right side (video) of the Inner join only")), "{explained:?}");
+    // Bad options are refused with the reason.
+    for (options, message) in [
+        ("sample = 0", "must be in (0, 1]"),
+        ("sample = 1.5", "must be in (0, 1]"),
+        ("sample_seed = 3", "without sample"),
+        ("samples = 0.1", "unknown option `samples`"),
+    ] {
+        let err =
+            db.execute(&format!("CREATE MATERIALIZED VIEW bad WITH ({options}) AS SELECT * FROM log")).unwrap_err();
+        assert!(err.to_string().contains(message), "{options}: {err}");
+    }
+    let err = db
+        .execute("CREATE MATERIALIZED VIEW ranked WITH (sample = 0.1) AS SELECT session_id, ROW_NUMBER() OVER () AS r FROM log")
+        .unwrap_err();
+    assert!(err.to_string().contains("recomputed on refresh"), "{err}");
+    let err = db.execute("REFRESH MATERIALIZED VIEW visit_view SAMPLE; CREATE MATERIALIZED VIEW plain AS SELECT * FROM log; REFRESH MATERIALIZED VIEW plain SAMPLE").unwrap_err();
+    assert!(err.to_string().contains("has no sample"), "{err}");
+}
