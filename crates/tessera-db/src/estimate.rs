@@ -3,6 +3,20 @@
 //! fresh answer with confidence intervals at `SET confidence` from the view's cleaned sample
 //! (`svc_aqp`, `svc_corr`, `auto`; Stale View Cleaning, Section 5).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Float64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Float64Type, Schema, SchemaRef};
+use arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::datasource::ViewTable;
+use datafusion::logical_expr::expr::AggregateFunction;
+use datafusion::logical_expr::{col, lit, Aggregate, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion_sql::sqlparser::ast;
+use tessera::error::{Result, TesseraError};
+
+use crate::{Database, Outcome};
+
 /// How a query over materialized views is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Freshness {
@@ -75,9 +89,640 @@ impl Settings {
     }
 }
 
+/// The quantile of the standard normal distribution at `p` (0 < p < 1): Wichura's algorithm
+/// AS 241 (PPND16), accurate to about 1e-16.
+#[allow(clippy::excessive_precision, reason = "AS 241's published coefficients")]
+pub fn normal_quantile(p: f64) -> f64 {
+    let q = p - 0.5;
+    if q.abs() <= 0.425 {
+        let r = 0.180625 - q * q;
+        let num = ((((((2509.0809287301226727 * r + 33430.575583588128105) * r + 67265.770927008700853) * r
+            + 45921.953931549871457)
+            * r
+            + 13731.693765509461125)
+            * r
+            + 1971.5909503065514427)
+            * r
+            + 133.14166789178437745)
+            * r
+            + 3.387132872796366608;
+        let den = ((((((5226.495278852545925 * r + 28729.085735721942674) * r + 39307.89580009271061) * r
+            + 21213.794301586595867)
+            * r
+            + 5394.1960214247511077)
+            * r
+            + 687.1870074920579083)
+            * r
+            + 42.313330701600911252)
+            * r
+            + 1.0;
+        return q * num / den;
+    }
+    let r = if q < 0.0 { p } else { 1.0 - p };
+    let r = (-r.ln()).sqrt();
+    let value = if r <= 5.0 {
+        let r = r - 1.6;
+        let num = ((((((7.7454501427834140764e-4 * r + 0.0227238449892691845833) * r + 0.24178072517745061177) * r
+            + 1.27045825245236838258)
+            * r
+            + 3.64784832476320460504)
+            * r
+            + 5.7694972214606914055)
+            * r
+            + 4.6303378461565452959)
+            * r
+            + 1.42343711074968357734;
+        let den = ((((((1.05075007164441684324e-9 * r + 5.475938084995344946e-4) * r + 0.0151986665636164571966)
+            * r
+            + 0.14810397642748007459)
+            * r
+            + 0.68976733498510000455)
+            * r
+            + 1.6763848301838038494)
+            * r
+            + 2.05319162663775882187)
+            * r
+            + 1.0;
+        num / den
+    } else {
+        let r = r - 5.0;
+        let num = ((((((2.01033439929228813265e-7 * r + 2.71155556874348757815e-5) * r + 0.0012426609473880784386)
+            * r
+            + 0.026532189526576123093)
+            * r
+            + 0.29656057182850489123)
+            * r
+            + 1.7848265399172913358)
+            * r
+            + 5.4637849111641143699)
+            * r
+            + 6.6579046435011037772;
+        let den = ((((((2.04426310338993978564e-15 * r + 1.4215117583164458887e-7) * r + 1.8463183175100546818e-5)
+            * r
+            + 7.868691311456132591e-4)
+            * r
+            + 0.0148753612908506148525)
+            * r
+            + 0.13692988092273580531)
+            * r
+            + 0.59983220655588793769)
+            * r
+            + 1.0;
+        num / den
+    };
+    if q < 0.0 {
+        -value
+    } else {
+        value
+    }
+}
+
+/// What an estimated query computes: its aggregates and the columns it returns.
+struct Shape {
+    kinds: Vec<Kind>,
+    groups: usize,
+    /// The columns of the answer, by name: a group column or an aggregate.
+    outputs: Vec<(String, Output)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Count,
+    Sum,
+    Avg,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Output {
+    Group(usize),
+    Aggregate(usize),
+}
+
+fn refused(why: impl std::fmt::Display) -> TesseraError {
+    TesseraError::Plan(format!("cannot estimate this query from the view's sample: {why}"))
+}
+
+/// The parts of `plan` (a query over one view) an estimate needs: its shape, the aggregate,
+/// the conditions on the view's rows and the view's scan below them.
+fn analyze(plan: &LogicalPlan) -> Result<(Shape, &Aggregate, Vec<Expr>, &LogicalPlan)> {
+    let (projection, rest) = match plan {
+        LogicalPlan::Projection(p) => (Some(p), p.input.as_ref()),
+        other => (None, other),
+    };
+    let LogicalPlan::Aggregate(aggregate) = rest else {
+        let what = match rest {
+            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => "ORDER BY and LIMIT are not estimated",
+            LogicalPlan::Filter(_) => "HAVING is not estimated",
+            _ => "an estimate is of SELECT [group columns,] aggregates FROM view [WHERE ...] [GROUP BY ...]",
+        };
+        return Err(refused(what));
+    };
+    let mut predicates = Vec::new();
+    let mut input = aggregate.input.as_ref();
+    while let LogicalPlan::Filter(filter) = input {
+        predicates.push(filter.predicate.clone());
+        input = filter.input.as_ref();
+    }
+    // The view, inlined by DataFusion under its name, or scanned.
+    if !matches!(input, LogicalPlan::SubqueryAlias(_) | LogicalPlan::TableScan(_)) {
+        return Err(refused("it reads more than the view's rows, or reads them through a subquery"));
+    }
+    let mut kinds = Vec::new();
+    for expr in &aggregate.aggr_expr {
+        let Expr::AggregateFunction(AggregateFunction { func, params }) = expr.clone().unalias_nested().data else {
+            return Err(refused(format!("`{expr}` is not an aggregate")));
+        };
+        if params.distinct || params.filter.is_some() || !params.order_by.is_empty() || params.args.len() != 1 {
+            return Err(refused(format!("`{expr}` has DISTINCT, FILTER, ORDER BY or several arguments")));
+        }
+        kinds.push(match func.name() {
+            "count" => Kind::Count,
+            "sum" => Kind::Sum,
+            "avg" | "mean" => Kind::Avg,
+            _ => return Err(refused(format!("`{expr}`: SUM, COUNT and AVG are estimated"))),
+        });
+    }
+    let groups = aggregate.group_expr.len();
+    let output_of =
+        |index: usize| if index < groups { Output::Group(index) } else { Output::Aggregate(index - groups) };
+    let outputs = match projection {
+        Some(p) => p
+            .expr
+            .iter()
+            .zip(p.schema.fields())
+            .map(|(e, field)| match e.clone().unalias_nested().data {
+                Expr::Column(c) => aggregate
+                    .schema
+                    .index_of_column(&c)
+                    .map(|i| (field.name().clone(), output_of(i)))
+                    .map_err(|_| refused(format!("`{e}` is not a column of the aggregate"))),
+                _ => Err(refused(format!(
+                    "`{e}` is computed from aggregates; the columns of an estimate are group columns and aggregates"
+                ))),
+            })
+            .collect::<Result<Vec<_>>>()?,
+        None => aggregate.schema.fields().iter().enumerate().map(|(i, f)| (f.name().clone(), output_of(i))).collect(),
+    };
+    Ok((Shape { kinds, groups, outputs }, aggregate, predicates, input))
+}
+
+/// The rows of a sample an estimate reads: per row its key, its group in the query, whether
+/// it meets the query's conditions, and per aggregate its value `y` (0 where it does not
+/// count) and whether it counts `c` (1 or 0).
+struct SampleRows {
+    keys: Vec<OwnedRow>,
+    groups: Vec<OwnedRow>,
+    y: Vec<Vec<f64>>,
+    c: Vec<Vec<f64>>,
+}
+
+/// Sums per group.
+#[derive(Default, Clone)]
+struct Sums {
+    /// Rows that meet the conditions.
+    rows: usize,
+    y: Vec<f64>,
+    y2: Vec<f64>,
+    c: Vec<f64>,
+}
+
+impl Sums {
+    fn new(aggregates: usize) -> Self {
+        Sums { rows: 0, y: vec![0.0; aggregates], y2: vec![0.0; aggregates], c: vec![0.0; aggregates] }
+    }
+}
+
+/// An estimate and its variance (`None`: no interval can be given).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Estimate {
+    pub value: Option<f64>,
+    pub variance: Option<f64>,
+}
+
+const ABSENT: Estimate = Estimate { value: None, variance: None };
+
+/// The estimators of Stale View Cleaning, Section 5, for Bernoulli sampling of ratio `m` (a
+/// hash sample keeps each key independently with probability `m`): Horvitz-Thompson sums
+/// `sum(y) / m` with variance `(1 - m) / m^2 * sum(y^2)`; AVG as the ratio of the sums, its
+/// variance by linearization; SVC+CORR the same over the key-matched differences of the clean
+/// and the stale sample (a key missing from one counts 0 there).
+struct Estimator<'a> {
+    kinds: &'a [Kind],
+    m: f64,
+    clean: &'a SampleRows,
+    stale: &'a SampleRows,
+}
+
+impl Estimator<'_> {
+    fn sums(&self, rows: &SampleRows) -> HashMap<OwnedRow, Sums> {
+        let mut sums: HashMap<OwnedRow, Sums> = HashMap::new();
+        for i in 0..rows.keys.len() {
+            let s = sums.entry(rows.groups[i].clone()).or_insert_with(|| Sums::new(self.kinds.len()));
+            s.rows += 1;
+            for j in 0..self.kinds.len() {
+                s.y[j] += rows.y[j][i];
+                s.y2[j] += rows.y[j][i] * rows.y[j][i];
+                s.c[j] += rows.c[j][i];
+            }
+        }
+        sums
+    }
+
+    /// SVC+AQP of group `sums` (of the clean sample).
+    fn aqp(&self, sums: Option<&Sums>) -> Vec<Estimate> {
+        let m = self.m;
+        let Some(s) = sums else { return vec![ABSENT; self.kinds.len()] };
+        (0..self.kinds.len())
+            .map(|j| match self.kinds[j] {
+                Kind::Count => Estimate { value: Some(s.y[j] / m), variance: Some((1.0 - m) / (m * m) * s.y2[j]) },
+                Kind::Sum if s.c[j] > 0.0 => {
+                    Estimate { value: Some(s.y[j] / m), variance: Some((1.0 - m) / (m * m) * s.y2[j]) }
+                }
+                Kind::Avg if s.c[j] > 0.0 => {
+                    let r = s.y[j] / s.c[j];
+                    let residual = s.y2[j] - 2.0 * r * s.y[j] + r * r * s.c[j];
+                    Estimate { value: Some(r), variance: Some((1.0 - m) * residual.max(0.0) / (s.c[j] * s.c[j])) }
+                }
+                _ => ABSENT,
+            })
+            .collect()
+    }
+
+    /// SVC+CORR of every group: `stale` (the stale answer per group) corrected.
+    fn corr(&self, stale: &HashMap<OwnedRow, Vec<Option<f64>>>) -> HashMap<OwnedRow, Vec<Estimate>> {
+        let (m, n) = (self.m, self.kinds.len());
+        let clean_sums = self.sums(self.clean);
+        let stale_sums = self.sums(self.stale);
+        // The key-matched rows: (clean row, stale row).
+        let mut matched: HashMap<&OwnedRow, (Option<usize>, Option<usize>)> = HashMap::new();
+        for (i, k) in self.clean.keys.iter().enumerate() {
+            matched.entry(k).or_default().0 = Some(i);
+        }
+        for (i, k) in self.stale.keys.iter().enumerate() {
+            matched.entry(k).or_default().1 = Some(i);
+        }
+        // Per group and aggregate: the sum of differences and of their squares; for AVG the
+        // differences are of the linearized ratios.
+        let mut diff: HashMap<OwnedRow, (Vec<f64>, Vec<f64>)> = HashMap::new();
+        let ratio = |sums: &HashMap<OwnedRow, Sums>, g: &OwnedRow, j: usize| {
+            sums.get(g).filter(|s| s.c[j] > 0.0).map(|s| (s.y[j] / s.c[j], s.c[j]))
+        };
+        let term = |rows: &SampleRows, sums: &HashMap<OwnedRow, Sums>, i: usize, j: usize| match self.kinds[j] {
+            Kind::Avg => ratio(sums, &rows.groups[i], j).map_or(0.0, |(r, c)| (rows.y[j][i] - r * rows.c[j][i]) / c),
+            _ => rows.y[j][i],
+        };
+        for (clean, stale_row) in matched.values() {
+            let mut add = |g: &OwnedRow, d: Vec<f64>| {
+                let entry = diff.entry(g.clone()).or_insert_with(|| (vec![0.0; n], vec![0.0; n]));
+                for (j, d) in d.into_iter().enumerate() {
+                    entry.0[j] += d;
+                    entry.1[j] += d * d;
+                }
+            };
+            let after = clean.map(|i| (0..n).map(|j| term(self.clean, &clean_sums, i, j)).collect::<Vec<_>>());
+            let before = stale_row.map(|i| (0..n).map(|j| term(self.stale, &stale_sums, i, j)).collect::<Vec<_>>());
+            match (clean, stale_row, after, before) {
+                (Some(i), Some(s), Some(a), Some(b)) if self.clean.groups[*i] == self.stale.groups[*s] => {
+                    add(&self.clean.groups[*i], a.iter().zip(&b).map(|(a, b)| a - b).collect())
+                }
+                (clean, stale_row, a, b) => {
+                    if let (Some(i), Some(a)) = (clean, a) {
+                        add(&self.clean.groups[*i], a);
+                    }
+                    if let (Some(s), Some(b)) = (stale_row, b) {
+                        add(&self.stale.groups[*s], b.into_iter().map(|b| -b).collect());
+                    }
+                }
+            }
+        }
+        let mut groups: Vec<&OwnedRow> = stale.keys().chain(clean_sums.keys()).collect();
+        groups.sort();
+        groups.dedup();
+        groups
+            .into_iter()
+            .map(|g| {
+                let evidence = clean_sums.get(g).map_or(0, |s| s.rows) + stale_sums.get(g).map_or(0, |s| s.rows);
+                let answer = stale.get(g);
+                let aqp = self.aqp(clean_sums.get(g));
+                let estimates = (0..n)
+                    .map(|j| {
+                        let before = answer.and_then(|a| a[j]);
+                        let (sum, squares) = diff.get(g).map_or((0.0, 0.0), |(s, q)| (s[j], q[j]));
+                        match self.kinds[j] {
+                            _ if evidence == 0 => Estimate { value: before, variance: None },
+                            Kind::Count | Kind::Sum => Estimate {
+                                value: Some(before.unwrap_or(0.0) + sum / m),
+                                variance: Some((1.0 - m) / (m * m) * squares),
+                            },
+                            Kind::Avg => match (before, ratio(&clean_sums, g, j), ratio(&stale_sums, g, j)) {
+                                (Some(before), Some((after, _)), Some((was, _))) => {
+                                    Estimate { value: Some(before + after - was), variance: Some((1.0 - m) * squares) }
+                                }
+                                // A group new to the sample, or gone from it: no stale ratio
+                                // to correct.
+                                _ => aqp[j],
+                            },
+                        }
+                    })
+                    .collect();
+                (g.clone(), estimates)
+            })
+            .collect()
+    }
+}
+
+/// Which estimator answered, and why.
+pub(crate) struct Chosen {
+    pub freshness: Freshness,
+    pub why: String,
+}
+
+impl Database {
+    /// The answer of `query` (over one sampled view) estimated at the session's freshness,
+    /// the sample cleaned first; and which estimator answered.
+    pub(crate) fn estimate(&mut self, query: &ast::Query) -> Result<(SchemaRef, Vec<RecordBatch>, Chosen)> {
+        let key = self.sampled_view_read_by(query)?;
+        self.clean_sample(&key)?;
+        let statement = ast::Statement::Query(Box::new(query.clone()));
+        // The stale answer, from the whole view.
+        let ctx = self.context(&[&statement], None)?;
+        let plan = self.plan_statement(&ctx, &statement)?;
+        let (shape, aggregate, _, _) = analyze(&plan)?;
+        let (_, answer) = self.run_plan(LogicalPlan::Aggregate(aggregate.clone()))?;
+        let group_types: Vec<DataType> =
+            aggregate.schema.fields().iter().take(shape.groups).map(|f| f.data_type().clone()).collect();
+        let converter = group_converter(&group_types)?;
+        let mut stale: HashMap<OwnedRow, Vec<Option<f64>>> = HashMap::new();
+        for batch in &answer {
+            let groups = group_rows(&converter, &batch.columns()[..shape.groups], batch.num_rows())?;
+            let values = batch.columns()[shape.groups..]
+                .iter()
+                .map(|a| arrow::compute::cast(a, &DataType::Float64))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            for (row, g) in groups.into_iter().enumerate() {
+                let value = |a: &ArrayRef| a.is_valid(row).then(|| a.as_primitive::<Float64Type>().value(row));
+                stale.insert(g, values.iter().map(value).collect());
+            }
+        }
+        // The clean and the stale sample.
+        let view = &self.views[&key];
+        let sample = view.sample.as_ref().expect("a sampled view");
+        let m = sample.sampling.options.ratio;
+        let keys = sample.sampling.key_columns.len();
+        let mut samples = Vec::new();
+        for stale in [false, true] {
+            let ctx = self.plain_context();
+            let rows = self.sample_plan(view, sample, stale)?;
+            ctx.register_table(key.as_str(), Arc::new(ViewTable::new(rows, None)))?;
+            let plan = self.plan_statement(&ctx, &statement)?;
+            let (_, aggregate, predicates, input) = analyze(&plan)?;
+            samples.push(self.sample_rows(&converter, &shape, aggregate, predicates, input, keys)?);
+        }
+        let estimator = Estimator { kinds: &shape.kinds, m, clean: &samples[0], stale: &samples[1] };
+        let corr = estimator.corr(&stale);
+        let clean_sums = estimator.sums(&samples[0]);
+        let aqp: HashMap<OwnedRow, Vec<Estimate>> =
+            stale.keys().chain(clean_sums.keys()).map(|g| (g.clone(), estimator.aqp(clean_sums.get(g)))).collect();
+        let chosen = match self.settings.freshness {
+            Freshness::Auto => {
+                let (corr_score, aqp_score) = (relative_variance(&corr, &aqp), relative_variance(&aqp, &aqp));
+                let freshness = if corr_score <= aqp_score { Freshness::SvcCorr } else { Freshness::SvcAqp };
+                let why = format!(
+                    "auto chose {}: summed relative variance {corr_score:.3e} with the correction, {aqp_score:.3e} from the clean sample alone",
+                    freshness.name()
+                );
+                Chosen { freshness, why }
+            }
+            freshness => Chosen { freshness, why: format!("freshness = '{}'", freshness.name()) },
+        };
+        let estimates = if chosen.freshness == Freshness::SvcCorr { corr } else { aqp };
+        let z = normal_quantile(0.5 + self.settings.confidence / 2.0);
+        let (schema, batch) = answer_batch(&shape, &converter, &group_types, estimates, z)?;
+        Ok((schema, vec![batch], chosen))
+    }
+
+    /// Whether `query` is answered by an estimate: the freshness says so and it reads a view.
+    pub(crate) fn estimates(&self, query: &ast::Query) -> Result<bool> {
+        Ok(self.settings.freshness.estimates() && self.references(query)?.iter().any(|n| self.views.contains_key(n)))
+    }
+
+    /// `EXPLAIN` of an estimated query: the estimator that answers and why, the sample, its
+    /// key and where its hash was pushed, and the queries run over the view and the samples.
+    pub(crate) fn explain_estimate(&mut self, query: &ast::Query) -> Result<Outcome> {
+        let (_, _, chosen) = self.estimate(query)?;
+        let key = self.sampled_view_read_by(query)?;
+        let view = &self.views[&key];
+        let sample = view.sample.as_ref().expect("a sampled view");
+        let options = sample.sampling.options;
+        let statement = ast::Statement::Query(Box::new(query.clone()));
+        let ctx = self.context(&[&statement], None)?;
+        let plan = self.plan_statement(&ctx, &statement)?;
+        let items = vec![
+            ("estimator".to_string(), format!("{}: {}", chosen.freshness.name(), chosen.why)),
+            (
+                "interval".to_string(),
+                format!(
+                    "{:.0}% confidence: CLT over the sampled keys, Bernoulli sampling of ratio {} (SUM and COUNT as \
+                     Horvitz-Thompson sums, AVG linearized)",
+                    self.settings.confidence * 100.0,
+                    options.ratio
+                ),
+            ),
+            ("view".to_string(), key.clone()),
+            (
+                "sample".to_string(),
+                format!(
+                    "ratio {}: {} rows, clean as of statement {}",
+                    options.ratio,
+                    sample.contents.rows(),
+                    sample.cleaned_at
+                ),
+            ),
+            ("sample key".to_string(), sample.sampling.key.clone()),
+            ("sample hash".to_string(), sample.sampling.trace.join("\n")),
+            ("stale answer".to_string(), plan.display_indent().to_string()),
+        ];
+        crate::items_outcome(items)
+    }
+
+    /// The view `query` reads, which must be all it reads and have a sample.
+    fn sampled_view_read_by(&self, query: &ast::Query) -> Result<String> {
+        let names = self.references(query)?;
+        let freshness = self.settings.freshness.name();
+        match names.as_slice() {
+            [name] if self.views.contains_key(name) => {
+                if self.views[name].sample.is_none() {
+                    return Err(TesseraError::Plan(format!(
+                        "freshness = '{freshness}' estimates from a view's sample, and materialized view `{name}` has \
+                         none: create it WITH (sample = m), or SET freshness = 'stale' or 'exact'"
+                    )));
+                }
+                Ok(name.clone())
+            }
+            _ => Err(refused(format!(
+                "freshness = '{freshness}' estimates queries over one sampled view; this one reads {}",
+                if names.is_empty() { "nothing".to_string() } else { names.join(", ") }
+            ))),
+        }
+    }
+
+    /// The rows of one sample an estimate reads (see [`SampleRows`]).
+    fn sample_rows(
+        &self,
+        converter: &RowConverter,
+        shape: &Shape,
+        aggregate: &Aggregate,
+        predicates: Vec<Expr>,
+        input: &LogicalPlan,
+        keys: usize,
+    ) -> Result<SampleRows> {
+        let mut exprs: Vec<Expr> = (0..keys).map(|i| col(format!("__key{i}"))).collect();
+        exprs.extend(aggregate.group_expr.iter().enumerate().map(|(i, g)| g.clone().alias(format!("__grp{i}"))));
+        let cond = predicates.into_iter().reduce(Expr::and).unwrap_or(lit(true));
+        exprs.push(cond.alias("__cond"));
+        for (j, expr) in aggregate.aggr_expr.iter().enumerate() {
+            let Expr::AggregateFunction(AggregateFunction { params, .. }) = expr.clone().unalias_nested().data else {
+                return Err(TesseraError::Internal("an analyzed aggregate".into()));
+            };
+            exprs.push(params.args[0].clone().alias(format!("__arg{j}")));
+        }
+        let plan = LogicalPlanBuilder::from(input.clone()).project(exprs)?.build()?;
+        let (_, batches) = self.run_plan(plan)?;
+        let key_converter = match batches.first() {
+            Some(b) => {
+                RowConverter::new(b.columns()[..keys].iter().map(|c| SortField::new(c.data_type().clone())).collect())?
+            }
+            None => RowConverter::new(Vec::new())?,
+        };
+        let n = shape.kinds.len();
+        let mut rows =
+            SampleRows { keys: Vec::new(), groups: Vec::new(), y: vec![Vec::new(); n], c: vec![Vec::new(); n] };
+        for batch in &batches {
+            let k = key_converter.convert_columns(&batch.columns()[..keys])?;
+            rows.keys.extend(k.iter().map(|r| r.owned()));
+            rows.groups.extend(group_rows(converter, &batch.columns()[keys..keys + shape.groups], batch.num_rows())?);
+            let cond = batch.column(keys + shape.groups).as_boolean();
+            for (j, kind) in shape.kinds.iter().enumerate() {
+                let arg = batch.column(keys + shape.groups + 1 + j);
+                let values = match kind {
+                    Kind::Count => None,
+                    _ => Some(arrow::compute::cast(arg, &DataType::Float64)?),
+                };
+                for row in 0..batch.num_rows() {
+                    let counts = cond.is_valid(row) && cond.value(row) && arg.is_valid(row);
+                    let y = match (&values, counts) {
+                        (_, false) => 0.0,
+                        (None, true) => 1.0,
+                        (Some(v), true) => v.as_primitive::<Float64Type>().value(row),
+                    };
+                    rows.y[j].push(y);
+                    rows.c[j].push(if counts { 1.0 } else { 0.0 });
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    /// The logical plan DataFusion makes of `statement` in `ctx`.
+    fn plan_statement(
+        &self,
+        ctx: &datafusion::prelude::SessionContext,
+        statement: &ast::Statement,
+    ) -> Result<LogicalPlan> {
+        let statement = datafusion::sql::parser::Statement::Statement(Box::new(statement.clone()));
+        Ok(self.runtime.block_on(ctx.state().statement_to_plan(statement))?)
+    }
+}
+
+/// Comparable rows of the group columns of types `types` (no GROUP BY: one group, of a
+/// constant).
+fn group_converter(types: &[DataType]) -> Result<RowConverter> {
+    let fields = if types.is_empty() { vec![DataType::Boolean] } else { types.to_vec() };
+    Ok(RowConverter::new(fields.into_iter().map(SortField::new).collect())?)
+}
+
+/// The groups of `rows` rows of group columns `columns`, as comparable rows.
+fn group_rows(converter: &RowConverter, columns: &[ArrayRef], rows: usize) -> Result<Vec<OwnedRow>> {
+    let constant: Vec<ArrayRef> = vec![Arc::new(arrow::array::BooleanArray::from(vec![true; rows]))];
+    let columns = if columns.is_empty() { &constant[..] } else { columns };
+    Ok(converter.convert_columns(columns)?.iter().map(|r| r.owned()).collect())
+}
+
+/// The sum over groups and aggregates of each estimate's variance relative to the square of
+/// the clean sample's estimate (`scale`).
+fn relative_variance(estimates: &HashMap<OwnedRow, Vec<Estimate>>, scale: &HashMap<OwnedRow, Vec<Estimate>>) -> f64 {
+    let mut total = 0.0;
+    for (g, values) in estimates {
+        for (j, e) in values.iter().enumerate() {
+            let s = scale.get(g).and_then(|s| s[j].value).map_or(1.0, |v| v.abs().max(1e-12));
+            total += e.variance.unwrap_or(0.0) / (s * s);
+        }
+    }
+    total
+}
+
+/// The answer of an estimate: per group (sorted) its columns, each aggregate `x` as `x`,
+/// `x_ci_low`, `x_ci_high` at `z` standard errors.
+fn answer_batch(
+    shape: &Shape,
+    converter: &RowConverter,
+    group_types: &[DataType],
+    estimates: HashMap<OwnedRow, Vec<Estimate>>,
+    z: f64,
+) -> Result<(SchemaRef, RecordBatch)> {
+    let mut groups: Vec<(OwnedRow, Vec<Estimate>)> = estimates.into_iter().collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    let group_columns =
+        if shape.groups == 0 { Vec::new() } else { converter.convert_rows(groups.iter().map(|(g, _)| g.row()))? };
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (name, output) in &shape.outputs {
+        match *output {
+            Output::Group(i) => {
+                fields.push(Field::new(name, group_types[i].clone(), true));
+                columns.push(Arc::clone(&group_columns[i]));
+            }
+            Output::Aggregate(j) => {
+                let column = |f: &dyn Fn(&Estimate) -> Option<f64>| -> ArrayRef {
+                    Arc::new(groups.iter().map(|(_, e)| f(&e[j])).collect::<Float64Array>())
+                };
+                let half = |e: &Estimate| e.variance.map(|v| z * v.sqrt());
+                fields.push(Field::new(name, DataType::Float64, true));
+                columns.push(column(&|e| e.value));
+                fields.push(Field::new(format!("{name}_ci_low"), DataType::Float64, true));
+                columns.push(column(&|e| Some(e.value? - half(e)?)));
+                fields.push(Field::new(format!("{name}_ci_high"), DataType::Float64, true));
+                columns.push(column(&|e| Some(e.value? + half(e)?)));
+            }
+        }
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new_with_options(
+        Arc::clone(&schema),
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(groups.len())),
+    )?;
+    Ok((schema, batch))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn normal_quantiles_match_the_tables() {
+        // Values from the standard normal table (and R's qnorm).
+        for (p, z) in [
+            (0.975, 1.959963984540054),
+            (0.995, 2.5758293035489004),
+            (0.5, 0.0),
+            (0.8413447460685429, 1.0),
+            (0.001, -3.090232306167813),
+            (1e-10, -6.361340902404056),
+        ] {
+            assert!((normal_quantile(p) - z).abs() < 1e-9, "p = {p}: {} against {z}", normal_quantile(p));
+        }
+    }
 
     #[test]
     fn settings_refuse_bad_values_and_say_what_is_accepted() {

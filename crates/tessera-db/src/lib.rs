@@ -200,7 +200,27 @@ impl Database {
                 if self.settings.freshness == Freshness::Exact {
                     self.refresh_views_read_by(query)?;
                 }
+                if self.estimates(query)? {
+                    let (schema, batches, _) = self.estimate(query)?;
+                    return Ok(Outcome::Rows { schema, batches });
+                }
                 let (schema, batches) = self.query_with_columns(query, Some(script))?;
+                Ok(Outcome::Rows { schema, batches })
+            }
+            ast::Statement::Explain { statement: explained, .. } => {
+                let ast::Statement::Query(query) = explained.as_ref() else {
+                    return Err(TesseraError::Plan(format!("EXPLAIN of `{explained}`: queries are explained")));
+                };
+                if self.reads_a_stream(query) {
+                    return Err(TesseraError::Plan(
+                        "a query over streams is explained by `tessera explain` of a script of streams".into(),
+                    ));
+                }
+                if self.estimates(query)? {
+                    return self.explain_estimate(query);
+                }
+                let ctx = self.context(&[explained.as_ref()], None)?;
+                let (schema, batches) = self.run(&ctx, statement.clone())?;
                 Ok(Outcome::Rows { schema, batches })
             }
             ast::Statement::CreateTable(create) => self.create_table(create),
@@ -657,6 +677,20 @@ fn quoted(name: &str) -> String {
 }
 
 /// A `WITH (name = value)` option as (lower-case name, value).
+/// Rows of `item` and `value`: what an EXPLAIN of the database shows.
+fn items_outcome(items: Vec<(String, String)>) -> Result<Outcome> {
+    let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+        Field::new("item", arrow::datatypes::DataType::Utf8, false),
+        Field::new("value", arrow::datatypes::DataType::Utf8, false),
+    ]));
+    let (names, values): (Vec<String>, Vec<String>) = items.into_iter().unzip();
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![Arc::new(arrow::array::StringArray::from(names)), Arc::new(arrow::array::StringArray::from(values))],
+    )?;
+    Ok(Outcome::Rows { schema, batches: vec![batch] })
+}
+
 pub(crate) fn key_value(option: &ast::SqlOption) -> Result<(String, String)> {
     let ast::SqlOption::KeyValue { key, value } = option else {
         return Err(TesseraError::Plan(format!("option `{option}` is not one of name = value")));

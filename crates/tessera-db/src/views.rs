@@ -318,7 +318,6 @@ impl Database {
 
     /// The rows users see of the clean sample of `view`, or of its stale sample (its stored
     /// rows sampled), with the sample key's columns after them as `__key0` ...
-    #[cfg_attr(not(test), expect(dead_code, reason = "the estimators of the next change read it"))]
     pub(crate) fn sample_plan(&self, view: &View, sample: &Sample, stale: bool) -> Result<LogicalPlan> {
         let contents = if stale { &view.contents } else { &sample.contents };
         let mut plan = LogicalPlanBuilder::scan(
@@ -519,16 +518,7 @@ impl Database {
                 }
             }
         }
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
-            Field::new("item", arrow::datatypes::DataType::Utf8, false),
-            Field::new("value", arrow::datatypes::DataType::Utf8, false),
-        ]));
-        let (names, values): (Vec<String>, Vec<String>) = items.into_iter().unzip();
-        let batch = RecordBatch::try_new(
-            Arc::clone(&schema),
-            vec![Arc::new(arrow::array::StringArray::from(names)), Arc::new(arrow::array::StringArray::from(values))],
-        )?;
-        Ok(Outcome::Rows { schema, batches: vec![batch] })
+        crate::items_outcome(items)
     }
 
     /// A view named `name`, empty, and the rows of `query` now, which it is to hold.

@@ -123,3 +123,80 @@ fn the_sample_hash_goes_down_to_the_tables_and_explain_says_where() {
     let err = db.execute("REFRESH MATERIALIZED VIEW visit_view SAMPLE; CREATE MATERIALIZED VIEW plain AS SELECT * FROM log; REFRESH MATERIALIZED VIEW plain SAMPLE").unwrap_err();
     assert!(err.to_string().contains("has no sample"), "{err}");
 }
+
+#[test]
+fn estimates_name_their_intervals_and_are_exact_with_the_whole_view_as_sample() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE video (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE);
+         CREATE TABLE log (session_id BIGINT PRIMARY KEY, video_id BIGINT);
+         INSERT INTO video SELECT value, value % 7 AS o, CAST(value AS DOUBLE) AS d FROM generate_series(1, 200);
+         INSERT INTO log SELECT value, value % 200 + 1 AS v FROM generate_series(1, 3000);
+         CREATE MATERIALIZED VIEW whole WITH (sample = 1) AS
+             SELECT video_id, owner_id, duration, COUNT(*) AS visit_count
+             FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration;
+         CREATE MATERIALIZED VIEW tenth WITH (sample = 0.1) AS
+             SELECT video_id, owner_id, duration, COUNT(*) AS visit_count
+             FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration;
+         CREATE MATERIALIZED VIEW plain AS SELECT video_id, COUNT(*) AS c FROM log GROUP BY video_id;
+         INSERT INTO log SELECT value + 10000, value % 50 + 1 AS v FROM generate_series(1, 600);
+         DELETE FROM log WHERE session_id % 10 = 3;",
+    )
+    .unwrap();
+    // The fresh view, computed from the tables.
+    let fresh = "(SELECT video_id, owner_id, duration, COUNT(*) AS visit_count \
+                 FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration) AS fresh";
+    let global = "SELECT COUNT(*) AS n, AVG(duration) AS d FROM {v} WHERE visit_count > 15";
+    let grouped = "SELECT owner_id, SUM(visit_count) AS v FROM {v} GROUP BY owner_id";
+    for freshness in ["svc_aqp", "svc_corr", "auto"] {
+        db.execute(&format!("SET freshness = '{freshness}'")).unwrap();
+        let Outcome::Rows { schema, .. } = db.execute(&global.replace("{v}", "tenth")).unwrap().pop().unwrap() else {
+            panic!()
+        };
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["n", "n_ci_low", "n_ci_high", "d", "d_ci_low", "d_ci_high"]);
+        // A sample of the whole view estimates the fresh answer exactly, with no spread.
+        for sql in [global, grouped] {
+            let estimated = query(&mut db, &sql.replace("{v}", "whole"));
+            let truth = query(&mut db, &sql.replace("{v}", fresh));
+            let widened: Vec<String> = truth
+                .iter()
+                .map(|r| {
+                    let mut cells: Vec<String> = r.split('|').map(String::from).collect();
+                    let last = cells.len() - 1;
+                    let value = cells[last].parse::<f64>().unwrap();
+                    cells[last] = format!("{value}|{value}|{value}");
+                    if sql == global {
+                        let n = cells[0].parse::<f64>().unwrap();
+                        cells[0] = format!("{n}|{n}|{n}");
+                    }
+                    cells.join("|")
+                })
+                .collect();
+            assert!(
+                same_rows_within_rounding(&estimated, &widened),
+                "{freshness} {sql}: {estimated:?} against {widened:?}"
+            );
+        }
+    }
+    db.execute("SET freshness = 'svc_corr'").unwrap();
+    let explained = query(&mut db, &format!("EXPLAIN {}", global.replace("{v}", "tenth")));
+    assert!(explained.iter().any(|r| r.starts_with("estimator|svc_corr")), "{explained:?}");
+    assert!(explained.iter().any(|r| r.starts_with("sample key|(log.video_id)")), "{explained:?}");
+    db.execute("SET freshness = 'auto'").unwrap();
+    let explained = query(&mut db, &format!("EXPLAIN {}", global.replace("{v}", "tenth")));
+    assert!(explained.iter().any(|r| r.starts_with("estimator|svc_") && r.contains("auto chose")), "{explained:?}");
+    for (sql, message) in [
+        ("SELECT COUNT(*) FROM plain", "`plain` has none"),
+        ("SELECT MEDIAN(duration) FROM tenth", "SUM, COUNT and AVG are estimated"),
+        ("SELECT COUNT(*) * 2 FROM tenth", "computed from aggregates"),
+        (
+            "SELECT t.owner_id, COUNT(*) FROM tenth t JOIN video v USING (video_id) GROUP BY t.owner_id",
+            "reads tenth, video",
+        ),
+        ("SELECT video_id FROM tenth", "an estimate is of"),
+    ] {
+        let err = db.execute(sql).unwrap_err().to_string();
+        assert!(err.contains(message), "{sql}: {err}");
+    }
+}
