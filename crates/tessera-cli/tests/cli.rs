@@ -1239,6 +1239,21 @@ fn run_takes_a_script_of_tables_and_views() {
     assert_eq!(text(&again.stdout), "n\n7\n");
 }
 
+/// The estimates example: the stale answer, then estimates with their intervals covering the
+/// answer of the refreshed view at the end (its figures as the README shows them).
+#[test]
+fn run_estimates_fresh_answers_from_a_sampled_view() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tables/estimates.sql");
+    let out = tessera(&["run", example.to_str().expect("path"), "-q"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("n,d\n0,\n"), "stale first: {stdout}");
+    assert!(stdout.contains("n,n_ci_low,n_ci_high,d,d_ci_low,d_ci_high\n900.0,723.60"), "{stdout}");
+    assert!(stdout.contains("estimator,svc_corr"), "{stdout}");
+    assert!(stdout.ends_with("n,d\n960,330.8125\n"), "exact last: {stdout}");
+}
+
 /// A script that fills a table from a window query over a stream and keeps a view over it:
 /// the example's view before and after two devices move (figures as DuckDB computes them over
 /// the readings file), and the events read in the summary.

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Float64Type, Schema, SchemaRef};
 use arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::Column;
 use datafusion::datasource::ViewTable;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::{col, lit, Aggregate, Expr, LogicalPlan, LogicalPlanBuilder};
@@ -205,13 +207,13 @@ fn refused(why: impl std::fmt::Display) -> TesseraError {
 /// The parts of `plan` (a query over one view) an estimate needs: its shape, the aggregate,
 /// the conditions on the view's rows and the view's scan below them.
 fn analyze(plan: &LogicalPlan) -> Result<(Shape, &Aggregate, Vec<Expr>, &LogicalPlan)> {
+    let plan = below_order(plan).0;
     let (projection, rest) = match plan {
         LogicalPlan::Projection(p) => (Some(p), p.input.as_ref()),
         other => (None, other),
     };
     let LogicalPlan::Aggregate(aggregate) = rest else {
         let what = match rest {
-            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => "ORDER BY and LIMIT are not estimated",
             LogicalPlan::Filter(_) => "HAVING is not estimated",
             _ => "an estimate is of SELECT [group columns,] aggregates FROM view [WHERE ...] [GROUP BY ...]",
         };
@@ -264,6 +266,48 @@ fn analyze(plan: &LogicalPlan) -> Result<(Shape, &Aggregate, Vec<Expr>, &Logical
         None => aggregate.schema.fields().iter().enumerate().map(|(i, f)| (f.name().clone(), output_of(i))).collect(),
     };
     Ok((Shape { kinds, groups, outputs }, aggregate, predicates, input))
+}
+
+/// The plan below the ORDER BY and LIMIT at the top of `plan`, and those (outermost first).
+fn below_order(plan: &LogicalPlan) -> (&LogicalPlan, Vec<&LogicalPlan>) {
+    let mut order = Vec::new();
+    let mut plan = plan;
+    while let LogicalPlan::Sort(_) | LogicalPlan::Limit(_) = plan {
+        order.push(plan);
+        plan = plan.inputs()[0];
+    }
+    (plan, order)
+}
+
+/// `answer` ordered and limited as the query's `order` (its ORDER BY and LIMIT, outermost
+/// first) says; their columns are the answer's, by name.
+fn ordered(db: &Database, answer: RecordBatch, order: &[&LogicalPlan]) -> Result<RecordBatch> {
+    if order.is_empty() {
+        return Ok(answer);
+    }
+    let schema = answer.schema();
+    let mut plan = LogicalPlanBuilder::scan(
+        "__estimate",
+        datafusion::datasource::provider_as_source(crate::mem_table(Arc::clone(&schema), vec![answer])?),
+        None,
+    )?
+    .build()?;
+    for node in order.iter().rev() {
+        let exprs = node
+            .expressions()
+            .into_iter()
+            .map(|e| {
+                e.transform(|e| match &e {
+                    Expr::Column(c) => Ok(Transformed::yes(Expr::Column(Column::new_unqualified(&c.name)))),
+                    _ => Ok(Transformed::no(e)),
+                })
+                .map(|t| t.data)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        plan = node.with_new_exprs(exprs, vec![plan]).map_err(|e| refused(format!("its ORDER BY: {e}")))?;
+    }
+    let (_, batches) = db.run_plan(plan)?;
+    Ok(arrow::compute::concat_batches(&schema, &batches)?)
 }
 
 /// The rows of a sample an estimate reads: per row its key, its group in the query, whether
@@ -498,6 +542,7 @@ impl Database {
         let estimates = if chosen.freshness == Freshness::SvcCorr { corr } else { aqp };
         let z = normal_quantile(0.5 + self.settings.confidence / 2.0);
         let (schema, batch) = answer_batch(&shape, &converter, &group_types, estimates, z)?;
+        let batch = ordered(self, batch, &below_order(&plan).1)?;
         Ok((schema, vec![batch], chosen))
     }
 

@@ -182,6 +182,14 @@ fn estimates_name_their_intervals_and_are_exact_with_the_whole_view_as_sample() 
         }
     }
     db.execute("SET freshness = 'svc_corr'").unwrap();
+    // ORDER BY and LIMIT apply to the estimates.
+    let top = "SELECT owner_id, SUM(visit_count) AS v FROM tenth GROUP BY owner_id ORDER BY v DESC LIMIT 3";
+    let Outcome::Rows { batches, .. } = db.execute(top).unwrap().pop().unwrap() else { panic!() };
+    let v: Vec<f64> = batches
+        .iter()
+        .flat_map(|b| b.column(1).as_primitive::<arrow::datatypes::Float64Type>().values().to_vec())
+        .collect();
+    assert!(v.len() == 3 && v[0] >= v[1] && v[1] >= v[2], "{v:?}");
     let explained = query(&mut db, &format!("EXPLAIN {}", global.replace("{v}", "tenth")));
     assert!(explained.iter().any(|r| r.starts_with("estimator|svc_corr")), "{explained:?}");
     assert!(explained.iter().any(|r| r.starts_with("sample key|(log.video_id)")), "{explained:?}");
