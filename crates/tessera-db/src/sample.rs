@@ -19,7 +19,7 @@
 //!   hash cannot go further it stays above the operator that blocked it, and the trace says
 //!   why.
 
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchema};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{
@@ -105,6 +105,8 @@ pub struct Sampling {
     pub cleaning: maintain::Incremental,
     /// Where the hash went, operator by operator, and where it was blocked and why.
     pub trace: Vec<String>,
+    /// Whether the hash stays at the view's root: the change is sampled, not the query.
+    at_root: bool,
 }
 
 impl Sampling {
@@ -130,25 +132,40 @@ impl Sampling {
                     format!("({described}); {}", left_out.join("; "))
                 };
                 let cleaning = incremental.with_body(pushed, relations)?;
-                Ok(Sampling { options, key_columns, key, cleaning, trace: pusher.trace })
+                Ok(Sampling { options, key_columns, key, cleaning, trace: pusher.trace, at_root: false })
             }
-            maintain::Root::Rows { keys, .. } => Ok(Sampling {
-                options,
-                key_columns: (0..keys.len()).map(|k| format!("__k{k}")).collect(),
-                key: format!("({})", keys.join(", ")),
-                cleaning: incremental.clone(),
-                trace: vec![
-                    "blocked at the view's root: a view of rows is sampled by the keys of every row it combines, \
-                     so the change is computed whole and sampled before it is applied"
-                        .into(),
-                ],
-            }),
+            maintain::Root::Rows { keys, .. } => match rows_key(body, keys.len(), relations) {
+                Ok((scan, range, table, notes)) => {
+                    let key_columns: Vec<String> = range.clone().map(|k| format!("__k{k}")).collect();
+                    let mut described = format!("({})", keys[range].join(", "));
+                    if !notes.is_empty() {
+                        described = format!("{described}; {}", notes.join("; "));
+                    }
+                    let pushed = at_scan(body, scan, &relations.key(&table), options)?;
+                    let trace = vec![format!(
+                        "to `{table}`: the key of every row of the view is the key of a row of `{table}`, \
+                         on the side of every join that keeps its rows (a foreign-key join to the fact side)"
+                    )];
+                    let cleaning = incremental.with_body(pushed, relations)?;
+                    Ok(Sampling { options, key_columns, key: described, cleaning, trace, at_root: false })
+                }
+                Err(reason) => Ok(Sampling {
+                    options,
+                    key_columns: (0..keys.len()).map(|k| format!("__k{k}")).collect(),
+                    key: format!("({})", keys.join(", ")),
+                    cleaning: incremental.clone(),
+                    trace: vec![format!(
+                        "blocked at the view's root: {reason}; the change is computed whole and sampled before it is applied"
+                    )],
+                    at_root: true,
+                }),
+            },
         }
     }
 
     /// Whether the hash stays at the view's root (the change is sampled, not the query).
     pub fn sampled_at_root(&self) -> bool {
-        matches!(self.cleaning.root, maintain::Root::Rows { .. })
+        self.at_root
     }
 
     /// `eta` over the view's stored rows of `schema`.
@@ -335,7 +352,6 @@ fn rebuild(plan: &LogicalPlan, inputs: Vec<LogicalPlan>) -> Result<LogicalPlan> 
 
 /// `expr` with each column replaced by `replace`'s expression; an error if one has none.
 fn substitute(expr: Expr, replace: impl Fn(&Column) -> Option<Expr>) -> Result<Expr> {
-    use datafusion::common::tree_node::Transformed;
     let mut missing = None;
     let result = expr
         .transform(|e| match &e {
@@ -409,6 +425,8 @@ type Origin = (usize, String);
 struct Provenance {
     /// The table of each scan.
     tables: Vec<String>,
+    /// The columns each scan reads.
+    columns: Vec<Vec<String>>,
     equal: Vec<(Origin, Origin)>,
 }
 
@@ -423,6 +441,7 @@ impl Provenance {
             LogicalPlan::TableScan(scan) => {
                 let scan_number = self.tables.len();
                 self.tables.push(scan.table_name.table().to_lowercase());
+                self.columns.push(scan.projected_schema.fields().iter().map(|f| f.name().clone()).collect());
                 scan.projected_schema.fields().iter().map(|f| Some((scan_number, f.name().clone()))).collect()
             }
             LogicalPlan::Projection(projection) => {
@@ -530,4 +549,113 @@ fn reduce_key(body: &LogicalPlan, groups: &[Expr], relations: &dyn Relations) ->
     }
     notes.reverse();
     (kept, notes)
+}
+
+/// For a view of rows (of `keys` key columns) with query `body`: the scan (numbered in
+/// traversal order) whose table's key determines every row's key, the range of the view's key
+/// columns that are that table's key, the table, and a note for each other table's key left
+/// out; or why there is none.
+fn rows_key(
+    body: &LogicalPlan,
+    keys: usize,
+    relations: &dyn Relations,
+) -> Result<(usize, std::ops::Range<usize>, String, Vec<String>)> {
+    // Only selections, projections and joins: the view's key is the scans' keys in order.
+    let mut unsupported = None;
+    body.apply(|node| {
+        if !matches!(
+            node,
+            LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) | LogicalPlan::TableScan(_)
+        ) && !matches!(node, LogicalPlan::Join(j) if matches!(j.join_type, JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full))
+        {
+            unsupported = Some(node.display().to_string());
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(node) = unsupported {
+        return Err(format!(
+            "a view of rows is sampled below its root through selections, projections and joins, not `{node}`"
+        ));
+    }
+    let mut provenance = Provenance::default();
+    provenance.origins(body);
+    let table_keys: Vec<Vec<String>> = provenance.tables.iter().map(|t| relations.key(t)).collect();
+    if table_keys.iter().map(Vec::len).sum::<usize>() != keys {
+        return Err("the view's key is not its tables' keys".into());
+    }
+    let preserved = preserved_scans(body);
+    let mut start = 0;
+    for (scan, key) in table_keys.iter().enumerate() {
+        let range = start..start + key.len();
+        start = range.end;
+        // A table without a declared key has a hidden row id, which the query does not read.
+        if !preserved[scan] || key.is_empty() || !key.iter().all(|k| provenance.columns[scan].contains(k)) {
+            continue;
+        }
+        let known: Vec<Origin> = key.iter().map(|k| (scan, k.clone())).collect();
+        let (_, whole) = provenance.closure(&known, relations);
+        if (0..whole.len()).all(|other| other == scan || whole[other]) {
+            let table = provenance.tables[scan].clone();
+            let notes = (0..whole.len())
+                .filter(|&other| other != scan)
+                .map(|other| {
+                    format!(
+                        "the key of `{}` left out: the key of `{table}` determines it through the join",
+                        provenance.tables[other]
+                    )
+                })
+                .collect();
+            return Ok((scan, range, table, notes));
+        }
+    }
+    Err("no table's key determines the other tables' keys (the view is not a foreign-key join of one fact table)"
+        .into())
+}
+
+/// Per scan of `plan` (in traversal order): whether every row of it is kept by the joins
+/// above it (not on the side an outer join pads).
+fn preserved_scans(plan: &LogicalPlan) -> Vec<bool> {
+    fn walk(plan: &LogicalPlan, kept: bool, out: &mut Vec<bool>) {
+        match plan {
+            LogicalPlan::TableScan(_) => out.push(kept),
+            LogicalPlan::Join(join) => {
+                let (left, right) = match join.join_type {
+                    JoinType::Inner => (true, true),
+                    JoinType::Left => (true, false),
+                    JoinType::Right => (false, true),
+                    _ => (false, false),
+                };
+                walk(&join.left, kept && left, out);
+                walk(&join.right, kept && right, out);
+            }
+            other => other.inputs().into_iter().for_each(|input| walk(input, kept, out)),
+        }
+    }
+    let mut out = Vec::new();
+    walk(plan, true, &mut out);
+    out
+}
+
+/// `plan` with the rows of its `scan`th scan sampled by its key columns `key`.
+fn at_scan(plan: &LogicalPlan, scan: usize, key: &[String], options: SampleOptions) -> Result<LogicalPlan> {
+    let mut seen = 0;
+    plan.clone()
+        .transform_down(|node| {
+            if let LogicalPlan::TableScan(t) = &node {
+                seen += 1;
+                if seen - 1 == scan {
+                    let columns: Vec<Expr> =
+                        key.iter().map(|k| Expr::Column(Column::new(Some(t.table_name.clone()), k.as_str()))).collect();
+                    let predicate =
+                        options.predicate(&columns, node.schema()).map_err(datafusion::error::DataFusionError::Plan)?;
+                    let filtered = LogicalPlanBuilder::from(node).filter(predicate)?.build()?;
+                    return Ok(Transformed::new(filtered, true, TreeNodeRecursion::Jump));
+                }
+            }
+            Ok(Transformed::no(node))
+        })
+        .map(|t| t.data)
+        .map_err(|e| e.to_string())
 }

@@ -107,6 +107,15 @@ fn the_sample_hash_goes_down_to_the_tables_and_explain_says_where() {
     // Grouped by a column of the dimension only, the hash reaches the dimension's side alone.
     let explained = query(&mut db, "EXPLAIN REFRESH MATERIALIZED VIEW per_owner");
     assert!(explained.iter().any(|r| r.contains("to the right side (video) of the Inner join only")), "{explained:?}");
+    // A foreign-key join view of rows is sampled by the fact table's key, at the fact table.
+    db.execute(
+        "CREATE MATERIALIZED VIEW visits WITH (sample = 0.2) AS
+             SELECT session_id, video_id, owner_id FROM log JOIN video USING (video_id)",
+    )
+    .unwrap();
+    let explained = query(&mut db, "EXPLAIN REFRESH MATERIALIZED VIEW visits");
+    assert!(explained.iter().any(|r| r.starts_with("sample hash|to `log`")), "{explained:?}");
+    assert!(explained.iter().any(|r| r.contains("the key of `video` left out")), "{explained:?}");
     // Bad options are refused with the reason.
     for (options, message) in [
         ("sample = 0", "must be in (0, 1]"),
