@@ -192,6 +192,7 @@ enum Kind {
     Count,
     Sum,
     Avg,
+    Median,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -241,7 +242,8 @@ fn analyze(plan: &LogicalPlan) -> Result<(Shape, &Aggregate, Vec<Expr>, &Logical
             "count" => Kind::Count,
             "sum" => Kind::Sum,
             "avg" | "mean" => Kind::Avg,
-            _ => return Err(refused(format!("`{expr}`: SUM, COUNT and AVG are estimated"))),
+            "median" => Kind::Median,
+            _ => return Err(refused(format!("`{expr}`: SUM, COUNT, AVG and MEDIAN are estimated"))),
         });
     }
     let groups = aggregate.group_expr.len();
@@ -328,31 +330,94 @@ struct Sums {
     y: Vec<f64>,
     y2: Vec<f64>,
     c: Vec<f64>,
+    /// The values that count, for MEDIAN.
+    values: Vec<Vec<f64>>,
 }
 
 impl Sums {
     fn new(aggregates: usize) -> Self {
-        Sums { rows: 0, y: vec![0.0; aggregates], y2: vec![0.0; aggregates], c: vec![0.0; aggregates] }
+        let zeros = vec![0.0; aggregates];
+        Sums { rows: 0, y: zeros.clone(), y2: zeros.clone(), c: zeros, values: vec![Vec::new(); aggregates] }
     }
 }
 
-/// An estimate and its variance (`None`: no interval can be given).
+/// An estimate, its variance, and its interval where it is not the normal one (`None`: no
+/// interval can be given).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Estimate {
     pub value: Option<f64>,
     pub variance: Option<f64>,
+    pub interval: Option<(f64, f64)>,
 }
 
-const ABSENT: Estimate = Estimate { value: None, variance: None };
+impl Estimate {
+    fn normal(value: f64, variance: f64) -> Self {
+        Estimate { value: Some(value), variance: Some(variance), interval: None }
+    }
+}
+
+const ABSENT: Estimate = Estimate { value: None, variance: None, interval: None };
+
+/// A key's clean and stale value, where it has one.
+type Pair = (Option<f64>, Option<f64>);
+
+/// Bootstrap replicates of MEDIAN's estimates.
+const REPLICATES: usize = 400;
+
+/// The median of `values` (the mean of the middle two of an even count), `None` if empty.
+fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    Some(if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 })
+}
+
+/// A bootstrap estimate: `value` with the variance of `replicates` and their percentile
+/// interval at `confidence`, each shifted by `shift`.
+fn bootstrapped(value: f64, mut replicates: Vec<f64>, confidence: f64, shift: f64) -> Estimate {
+    if replicates.len() < 2 {
+        return Estimate { value: Some(value), variance: None, interval: None };
+    }
+    replicates.sort_by(f64::total_cmp);
+    let n = replicates.len();
+    let mean = replicates.iter().sum::<f64>() / n as f64;
+    let variance = replicates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let at = |q: f64| replicates[((q * (n - 1) as f64).round() as usize).min(n - 1)];
+    let tail = (1.0 - confidence) / 2.0;
+    Estimate {
+        value: Some(value),
+        variance: Some(variance),
+        interval: Some((shift + at(tail), shift + at(1.0 - tail))),
+    }
+}
+
+/// A small deterministic generator (xorshift64*) for the bootstrap, so that an estimate is the
+/// same every time it is asked.
+struct Resampler(u64);
+
+impl Resampler {
+    fn index(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) % n as u64) as usize
+    }
+}
 
 /// The estimators of Stale View Cleaning, Section 5, for Bernoulli sampling of ratio `m` (a
 /// hash sample keeps each key independently with probability `m`): Horvitz-Thompson sums
 /// `sum(y) / m` with variance `(1 - m) / m^2 * sum(y^2)`; AVG as the ratio of the sums, its
 /// variance by linearization; SVC+CORR the same over the key-matched differences of the clean
-/// and the stale sample (a key missing from one counts 0 there).
+/// and the stale sample (a key missing from one counts 0 there). MEDIAN by the bootstrap: the
+/// clean sample's median with the percentile interval of the medians of resamples; under
+/// SVC+CORR the stale median plus the change of the samples' medians, resampled by key so
+/// that the clean and the stale value of a key stay together (Section 5.2).
 struct Estimator<'a> {
     kinds: &'a [Kind],
     m: f64,
+    confidence: f64,
     clean: &'a SampleRows,
     stale: &'a SampleRows,
 }
@@ -367,6 +432,9 @@ impl Estimator<'_> {
                 s.y[j] += rows.y[j][i];
                 s.y2[j] += rows.y[j][i] * rows.y[j][i];
                 s.c[j] += rows.c[j][i];
+                if self.kinds[j] == Kind::Median && rows.c[j][i] > 0.0 {
+                    s.values[j].push(rows.y[j][i]);
+                }
             }
         }
         sums
@@ -378,14 +446,25 @@ impl Estimator<'_> {
         let Some(s) = sums else { return vec![ABSENT; self.kinds.len()] };
         (0..self.kinds.len())
             .map(|j| match self.kinds[j] {
-                Kind::Count => Estimate { value: Some(s.y[j] / m), variance: Some((1.0 - m) / (m * m) * s.y2[j]) },
-                Kind::Sum if s.c[j] > 0.0 => {
-                    Estimate { value: Some(s.y[j] / m), variance: Some((1.0 - m) / (m * m) * s.y2[j]) }
-                }
+                Kind::Count => Estimate::normal(s.y[j] / m, (1.0 - m) / (m * m) * s.y2[j]),
+                Kind::Sum if s.c[j] > 0.0 => Estimate::normal(s.y[j] / m, (1.0 - m) / (m * m) * s.y2[j]),
                 Kind::Avg if s.c[j] > 0.0 => {
                     let r = s.y[j] / s.c[j];
                     let residual = s.y2[j] - 2.0 * r * s.y[j] + r * r * s.c[j];
-                    Estimate { value: Some(r), variance: Some((1.0 - m) * residual.max(0.0) / (s.c[j] * s.c[j])) }
+                    Estimate::normal(r, (1.0 - m) * residual.max(0.0) / (s.c[j] * s.c[j]))
+                }
+                Kind::Median if !s.values[j].is_empty() => {
+                    let values = &s.values[j];
+                    let value = median(&mut values.clone()).unwrap_or(f64::NAN);
+                    let mut resampler = Resampler(0x9e37_79b9_7f4a_7c15 ^ values.len() as u64);
+                    let replicates = (0..REPLICATES)
+                        .filter_map(|_| {
+                            let mut drawn: Vec<f64> =
+                                values.iter().map(|_| values[resampler.index(values.len())]).collect();
+                            median(&mut drawn)
+                        })
+                        .collect();
+                    bootstrapped(value, replicates, self.confidence, 0.0)
                 }
                 _ => ABSENT,
             })
@@ -408,6 +487,8 @@ impl Estimator<'_> {
         // Per group and aggregate: the sum of differences and of their squares; for AVG the
         // differences are of the linearized ratios.
         let mut diff: HashMap<OwnedRow, (Vec<f64>, Vec<f64>)> = HashMap::new();
+        // Per group and MEDIAN aggregate: each key's clean and stale value that count there.
+        let mut pairs: HashMap<(OwnedRow, usize), Vec<Pair>> = HashMap::new();
         let ratio = |sums: &HashMap<OwnedRow, Sums>, g: &OwnedRow, j: usize| {
             sums.get(g).filter(|s| s.c[j] > 0.0).map(|s| (s.y[j] / s.c[j], s.c[j]))
         };
@@ -423,6 +504,22 @@ impl Estimator<'_> {
                     entry.1[j] += d * d;
                 }
             };
+            for j in (0..n).filter(|&j| self.kinds[j] == Kind::Median) {
+                let value = |rows: &SampleRows, i: &Option<usize>| {
+                    i.filter(|&i| rows.c[j][i] > 0.0).map(|i| (rows.groups[i].clone(), rows.y[j][i]))
+                };
+                match (value(self.clean, clean), value(self.stale, stale_row)) {
+                    (Some((g, a)), Some((h, b))) if g == h => pairs.entry((g, j)).or_default().push((Some(a), Some(b))),
+                    (a, b) => {
+                        if let Some((g, a)) = a {
+                            pairs.entry((g, j)).or_default().push((Some(a), None));
+                        }
+                        if let Some((h, b)) = b {
+                            pairs.entry((h, j)).or_default().push((None, Some(b)));
+                        }
+                    }
+                }
+            }
             let after = clean.map(|i| (0..n).map(|j| term(self.clean, &clean_sums, i, j)).collect::<Vec<_>>());
             let before = stale_row.map(|i| (0..n).map(|j| term(self.stale, &stale_sums, i, j)).collect::<Vec<_>>());
             match (clean, stale_row, after, before) {
@@ -453,14 +550,17 @@ impl Estimator<'_> {
                         let before = answer.and_then(|a| a[j]);
                         let (sum, squares) = diff.get(g).map_or((0.0, 0.0), |(s, q)| (s[j], q[j]));
                         match self.kinds[j] {
-                            _ if evidence == 0 => Estimate { value: before, variance: None },
-                            Kind::Count | Kind::Sum => Estimate {
-                                value: Some(before.unwrap_or(0.0) + sum / m),
-                                variance: Some((1.0 - m) / (m * m) * squares),
+                            _ if evidence == 0 => Estimate { value: before, variance: None, interval: None },
+                            Kind::Count | Kind::Sum => {
+                                Estimate::normal(before.unwrap_or(0.0) + sum / m, (1.0 - m) / (m * m) * squares)
+                            }
+                            Kind::Median => match (before, pairs.get(&(g.clone(), j))) {
+                                (Some(before), Some(pairs)) => self.median_correction(before, pairs).unwrap_or(aqp[j]),
+                                _ => aqp[j],
                             },
                             Kind::Avg => match (before, ratio(&clean_sums, g, j), ratio(&stale_sums, g, j)) {
                                 (Some(before), Some((after, _)), Some((was, _))) => {
-                                    Estimate { value: Some(before + after - was), variance: Some((1.0 - m) * squares) }
+                                    Estimate::normal(before + after - was, (1.0 - m) * squares)
                                 }
                                 // A group new to the sample, or gone from it: no stale ratio
                                 // to correct.
@@ -472,6 +572,27 @@ impl Estimator<'_> {
                 (g.clone(), estimates)
             })
             .collect()
+    }
+}
+
+impl Estimator<'_> {
+    /// SVC+CORR of a MEDIAN: the stale median `before` plus the change of the medians of the
+    /// keys' clean and stale values `pairs`, resampled by key; `None` if either side has none.
+    fn median_correction(&self, before: f64, pairs: &[Pair]) -> Option<Estimate> {
+        let change = |pairs: &mut dyn Iterator<Item = &Pair>| {
+            let (mut after, mut was) = (Vec::new(), Vec::new());
+            for (a, b) in pairs {
+                after.extend(a);
+                was.extend(b);
+            }
+            Some(median(&mut after)? - median(&mut was)?)
+        };
+        let value = change(&mut pairs.iter())?;
+        let mut resampler = Resampler(0x2545_f491_4f6c_dd1d ^ pairs.len() as u64);
+        let replicates = (0..REPLICATES)
+            .filter_map(|_| change(&mut (0..pairs.len()).map(|_| &pairs[resampler.index(pairs.len())])))
+            .collect();
+        Some(bootstrapped(before + value, replicates, self.confidence, before))
     }
 }
 
@@ -522,7 +643,8 @@ impl Database {
             let (_, aggregate, predicates, input) = analyze(&plan)?;
             samples.push(self.sample_rows(&converter, &shape, aggregate, predicates, input, keys)?);
         }
-        let estimator = Estimator { kinds: &shape.kinds, m, clean: &samples[0], stale: &samples[1] };
+        let confidence = self.settings.confidence;
+        let estimator = Estimator { kinds: &shape.kinds, m, confidence, clean: &samples[0], stale: &samples[1] };
         let corr = estimator.corr(&stale);
         let clean_sums = estimator.sums(&samples[0]);
         let aqp: HashMap<OwnedRow, Vec<Estimate>> =
@@ -568,7 +690,7 @@ impl Database {
                 "interval".to_string(),
                 format!(
                     "{:.0}% confidence: CLT over the sampled keys, Bernoulli sampling of ratio {} (SUM and COUNT as \
-                     Horvitz-Thompson sums, AVG linearized)",
+                     Horvitz-Thompson sums, AVG linearized); MEDIAN by the bootstrap, 400 resamples",
                     self.settings.confidence * 100.0,
                     options.ratio
                 ),
@@ -731,13 +853,16 @@ fn answer_batch(
                 let column = |f: &dyn Fn(&Estimate) -> Option<f64>| -> ArrayRef {
                     Arc::new(groups.iter().map(|(_, e)| f(&e[j])).collect::<Float64Array>())
                 };
-                let half = |e: &Estimate| e.variance.map(|v| z * v.sqrt());
+                let bounds = |e: &Estimate| match e.interval {
+                    Some(interval) => Some(interval),
+                    None => Some((e.value? - z * e.variance?.sqrt(), e.value? + z * e.variance?.sqrt())),
+                };
                 fields.push(Field::new(name, DataType::Float64, true));
                 columns.push(column(&|e| e.value));
                 fields.push(Field::new(format!("{name}_ci_low"), DataType::Float64, true));
-                columns.push(column(&|e| Some(e.value? - half(e)?)));
+                columns.push(column(&|e| bounds(e).map(|b| b.0)));
                 fields.push(Field::new(format!("{name}_ci_high"), DataType::Float64, true));
-                columns.push(column(&|e| Some(e.value? + half(e)?)));
+                columns.push(column(&|e| bounds(e).map(|b| b.1)));
             }
         }
     }
