@@ -456,6 +456,23 @@ const VIEWS: [(&str, &str, bool); 27] = [
     ("over_recomputed", "SELECT k, running FROM windowed WHERE running > 0", true),
 ];
 
+/// A random change of the property tests' tables a, b and c: step `n` of kind `kind` (0 to 7)
+/// with key, group and value.
+fn change_statement(n: usize, kind: u8, key: i64, group: i64, value: Option<i64>) -> String {
+    let x = value.map_or("NULL".to_string(), |v| format!("{}.5", v));
+    let y = value.map_or("NULL".to_string(), |v| v.to_string());
+    match kind {
+        6 => format!("INSERT INTO c VALUES ({group})"),
+        7 => format!("DELETE FROM c WHERE w = {group}"),
+        0 => format!("INSERT INTO a VALUES ({key}, {group}, {x})"),
+        1 => format!("INSERT INTO b VALUES ({}, {}, {y})", 100 + n, key % 8),
+        2 => format!("UPDATE a SET x = {x}, g = {group} WHERE k = {key}"),
+        3 => format!("UPDATE b SET y = {y}, k = {} WHERE id % 4 = {group}", key % 8),
+        4 => format!("DELETE FROM a WHERE k = {key}"),
+        _ => format!("DELETE FROM b WHERE k = {}", key % 8),
+    }
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 16, ..Default::default() })]
     /// Views of every shape refreshed after random inserts, updates and deletes of both tables
@@ -484,18 +501,7 @@ proptest::proptest! {
             proptest::prop_assert_eq!(strategy.contains("incremental"), incremental, "{}: {:?}", name, explained);
         }
         for (n, (kind, key, group, value)) in steps.iter().enumerate() {
-            let x = value.map_or("NULL".to_string(), |v| format!("{}.5", v));
-            let y = value.map_or("NULL".to_string(), |v| v.to_string());
-            let sql = match kind {
-                6 => format!("INSERT INTO c VALUES ({group})"),
-                7 => format!("DELETE FROM c WHERE w = {group}"),
-                0 => format!("INSERT INTO a VALUES ({key}, {group}, {x})"),
-                1 => format!("INSERT INTO b VALUES ({}, {}, {y})", 100 + n, key % 8),
-                2 => format!("UPDATE a SET x = {x}, g = {group} WHERE k = {key}"),
-                3 => format!("UPDATE b SET y = {y}, k = {} WHERE id % 4 = {group}", key % 8),
-                4 => format!("DELETE FROM a WHERE k = {key}"),
-                _ => format!("DELETE FROM b WHERE k = {}", key % 8),
-            };
+            let sql = change_statement(n, *kind, *key, *group, *value);
             // A duplicate key is refused, and changes nothing.
             let _ = db.execute(&sql);
             if (n + 1) % refresh_every == 0 || n + 1 == steps.len() {

@@ -45,18 +45,7 @@ proptest::proptest! {
             db.execute(&format!("CREATE MATERIALIZED VIEW {name} WITH (sample = 0.5, sample_seed = {seed}) AS {query}")).unwrap();
         }
         for (n, (kind, key, group, value)) in steps.iter().enumerate() {
-            let x = value.map_or("NULL".to_string(), |v| format!("{}.5", v));
-            let y = value.map_or("NULL".to_string(), |v| v.to_string());
-            let sql = match kind {
-                6 => format!("INSERT INTO c VALUES ({group})"),
-                7 => format!("DELETE FROM c WHERE w = {group}"),
-                0 => format!("INSERT INTO a VALUES ({key}, {group}, {x})"),
-                1 => format!("INSERT INTO b VALUES ({}, {}, {y})", 100 + n, key % 8),
-                2 => format!("UPDATE a SET x = {x}, g = {group} WHERE k = {key}"),
-                3 => format!("UPDATE b SET y = {y}, k = {} WHERE id % 4 = {group}", key % 8),
-                4 => format!("DELETE FROM a WHERE k = {key}"),
-                _ => format!("DELETE FROM b WHERE k = {}", key % 8),
-            };
+            let sql = change_statement(n, *kind, *key, *group, *value);
             let _ = db.execute(&sql);
             if (n + 1) % clean_every == 0 {
                 for (name, _) in sampled_shapes() {
