@@ -27,7 +27,6 @@ import random
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 
@@ -37,18 +36,9 @@ except ImportError:
     sys.exit("bench-svc: the duckdb module is missing; run it with the python of scripts/python-env.sh")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_views import LINEITEM, ORDERS, VIEW  # noqa: E402
+from bench_views import LINEITEM, ORDERS, VIEW, tessera, tpch_data  # noqa: E402
 
 METHODS = ["stale", "svc_aqp", "svc_corr", "auto"]
-
-
-def tessera(binary, db, sql, cwd):
-    """The statement times (s) and stdout of `tessera sql --timer`."""
-    out = subprocess.run([binary, "sql", "--db", db, "--timer", "--format", "csv", "-c", sql], cwd=cwd,
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"bench-svc: tessera failed on {sql[:120]}: {out.stderr[-2000:]}")
-    return [float(t) for t in re.findall(r"time: ([0-9.]+) s", out.stderr)], out.stdout
 
 
 # The paper's join view: the foreign-key join of lineitem and orders (its key is lineitem's).
@@ -206,11 +196,7 @@ def main():
     parser.add_argument("--breakeven", default="")
     args = parser.parse_args()
     binary = os.path.abspath(args.tessera)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    data = os.path.join(root, "bench-data", f"tpch-{args.scale:g}")
-    if not os.path.exists(os.path.join(data, "lineitem.csv")):
-        subprocess.run([binary, "generate", "--tpch", "lineitem,orders", "--scale", str(args.scale), "--output", data],
-                       check=True)
+    data = tpch_data(binary, args.scale)
     work = os.path.join(data, "svc-work")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)

@@ -52,6 +52,17 @@ def tessera(binary, db, sql, cwd):
     return [float(t) for t in re.findall(r"time: ([0-9.]+) s", out.stderr)], out.stdout
 
 
+def tpch_data(binary, scale):
+    """The folder of TPC-H lineitem and orders at `scale` as CSV, written by `tessera generate`
+    the first time."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    data = os.path.join(root, "bench-data", f"tpch-{scale:g}")
+    if not os.path.exists(os.path.join(data, "lineitem.csv")):
+        subprocess.run([binary, "generate", "--tpch", "lineitem,orders", "--scale", str(scale), "--output", data],
+                       check=True)
+    return data
+
+
 def check_line(stdout):
     lines = [l for l in stdout.strip().splitlines() if l and not l.startswith("groups")]
     groups, revenue, n = lines[-1].split(",")
@@ -65,11 +76,7 @@ def main():
     parser.add_argument("--changes", default="0.001,0.01,0.1")
     args = parser.parse_args()
     binary = os.path.abspath(args.tessera)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    data = os.path.join(root, "bench-data", f"tpch-{args.scale:g}")
-    if not os.path.exists(os.path.join(data, "lineitem.csv")):
-        subprocess.run([binary, "generate", "--tpch", "lineitem,orders", "--scale", str(args.scale), "--output", data],
-                       check=True)
+    data = tpch_data(binary, args.scale)
     work = os.path.join(data, "work")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
