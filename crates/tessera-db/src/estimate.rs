@@ -192,7 +192,17 @@ enum Kind {
     Count,
     Sum,
     Avg,
-    Median,
+    /// MEDIAN (0.5), PERCENTILE_CONT and APPROX_PERCENTILE_CONT: the quantile in [0, 1].
+    Quantile(f64),
+    Min,
+    Max,
+}
+
+impl Kind {
+    /// Whether it is computed from the values themselves rather than sums of them.
+    fn by_values(self) -> bool {
+        matches!(self, Kind::Quantile(_) | Kind::Min | Kind::Max)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -235,15 +245,31 @@ fn analyze(plan: &LogicalPlan) -> Result<(Shape, &Aggregate, Vec<Expr>, &Logical
         let Expr::AggregateFunction(AggregateFunction { func, params }) = expr.clone().unalias_nested().data else {
             return Err(refused(format!("`{expr}` is not an aggregate")));
         };
-        if params.distinct || params.filter.is_some() || !params.order_by.is_empty() || params.args.len() != 1 {
-            return Err(refused(format!("`{expr}` has DISTINCT, FILTER, ORDER BY or several arguments")));
+        if params.distinct || params.filter.is_some() {
+            return Err(refused(format!("`{expr}` has DISTINCT or FILTER")));
         }
-        kinds.push(match func.name() {
-            "count" => Kind::Count,
-            "sum" => Kind::Sum,
-            "avg" | "mean" => Kind::Avg,
-            "median" => Kind::Median,
-            _ => return Err(refused(format!("`{expr}`: SUM, COUNT, AVG and MEDIAN are estimated"))),
+        let percentile = |p: &Expr| match p.clone().unalias_nested().data {
+            Expr::Literal(value, _) => match value.cast_to(&DataType::Float64) {
+                Ok(datafusion::common::ScalarValue::Float64(Some(p))) if (0.0..=1.0).contains(&p) => Ok(p),
+                _ => Err(refused(format!("`{expr}`: the percentile is a number in [0, 1]"))),
+            },
+            _ => Err(refused(format!("`{expr}`: the percentile is a constant"))),
+        };
+        let name = func.name().to_ascii_lowercase();
+        let ordered = !params.order_by.is_empty();
+        kinds.push(match (name.as_str(), params.args.as_slice(), ordered) {
+            ("count", [_], false) => Kind::Count,
+            ("sum", [_], false) => Kind::Sum,
+            ("avg" | "mean", [_], false) => Kind::Avg,
+            ("min", [_], false) => Kind::Min,
+            ("max", [_], false) => Kind::Max,
+            ("median" | "approx_median", [_], false) => Kind::Quantile(0.5),
+            ("percentile_cont" | "approx_percentile_cont", [_, p], _) => Kind::Quantile(percentile(p)?),
+            _ => {
+                return Err(refused(format!(
+                    "`{expr}`: SUM, COUNT, AVG, MIN, MAX, MEDIAN and PERCENTILE_CONT (or APPROX_) of one column are estimated"
+                )))
+            }
         });
     }
     let groups = aggregate.group_expr.len();
@@ -313,16 +339,32 @@ fn ordered(db: &Database, answer: RecordBatch, order: &[&LogicalPlan]) -> Result
 }
 
 /// The rows of a sample an estimate reads: per row its key, its group in the query, whether
-/// it meets the query's conditions, and per aggregate its value `y` (0 where it does not
-/// count) and whether it counts `c` (1 or 0).
+/// it meets the query's conditions, per aggregate its value `y` (0 where it does not count)
+/// and whether it counts `c` (1 or 0), and its weight: `w`, the inverse of the probability it
+/// is in the sample (`1 / m`, or 1 for a row of the outlier index, which is there whole), and
+/// `v`, what its value adds to the variance of a weighted sum (`(1 - m) / m^2`, or 0).
 struct SampleRows {
     keys: Vec<OwnedRow>,
     groups: Vec<OwnedRow>,
     y: Vec<Vec<f64>>,
     c: Vec<Vec<f64>>,
+    w: Vec<f64>,
+    v: Vec<f64>,
+    /// Whether the row is the outlier index's (there whole) rather than sampled.
+    whole: Vec<bool>,
 }
 
-/// Sums per group.
+/// A value that counts for a quantile, MIN or MAX, with its row's weight, and whether it was
+/// sampled (resampled by the bootstrap) rather than an outlier (kept).
+#[derive(Debug, Clone, Copy)]
+struct Weighted {
+    value: f64,
+    weight: f64,
+    sampled: bool,
+}
+
+/// Weighted sums per group: `y` = sum of `w * y`, `y2` = sum of `v * y^2`, `c` = sum of
+/// `w * c`, `vy` = sum of `v * y`, `vc` = sum of `v * c`.
 #[derive(Default, Clone)]
 struct Sums {
     /// Rows that meet the conditions.
@@ -330,14 +372,24 @@ struct Sums {
     y: Vec<f64>,
     y2: Vec<f64>,
     c: Vec<f64>,
-    /// The values that count, for MEDIAN.
-    values: Vec<Vec<f64>>,
+    vy: Vec<f64>,
+    vc: Vec<f64>,
+    /// The values that count, for quantiles, MIN and MAX.
+    values: Vec<Vec<Weighted>>,
 }
 
 impl Sums {
     fn new(aggregates: usize) -> Self {
         let zeros = vec![0.0; aggregates];
-        Sums { rows: 0, y: zeros.clone(), y2: zeros.clone(), c: zeros, values: vec![Vec::new(); aggregates] }
+        Sums {
+            rows: 0,
+            y: zeros.clone(),
+            y2: zeros.clone(),
+            c: zeros.clone(),
+            vy: zeros.clone(),
+            vc: zeros,
+            values: vec![Vec::new(); aggregates],
+        }
     }
 }
 
@@ -358,20 +410,49 @@ impl Estimate {
 
 const ABSENT: Estimate = Estimate { value: None, variance: None, interval: None };
 
-/// A key's clean and stale value, where it has one.
-type Pair = (Option<f64>, Option<f64>);
+/// A key's clean and stale value, where it has one, its weight and whether it was sampled.
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    clean: Option<f64>,
+    stale: Option<f64>,
+    weight: f64,
+    sampled: bool,
+}
 
-/// Bootstrap replicates of MEDIAN's estimates.
+/// Bootstrap replicates of the estimates of quantiles.
 const REPLICATES: usize = 400;
 
-/// The median of `values` (the mean of the middle two of an even count), `None` if empty.
-fn median(values: &mut [f64]) -> Option<f64> {
+/// The `q` quantile of `values`, `None` if empty. Of equally weighted values it is the
+/// interpolated one of SQL's PERCENTILE_CONT (the mean of the middle two for the median of an
+/// even count); otherwise the smallest value whose cumulative weight reaches `q` of the total.
+fn quantile(values: &mut [Weighted], q: f64) -> Option<f64> {
     if values.is_empty() {
         return None;
     }
-    values.sort_by(f64::total_cmp);
+    values.sort_by(|a, b| a.value.total_cmp(&b.value));
     let n = values.len();
-    Some(if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 })
+    if values.iter().all(|v| v.weight == values[0].weight) {
+        let h = (n - 1) as f64 * q;
+        let low = h.floor() as usize;
+        let high = (low + 1).min(n - 1);
+        return Some(values[low].value + (h - low as f64) * (values[high].value - values[low].value));
+    }
+    let target = q * values.iter().map(|v| v.weight).sum::<f64>();
+    let mut cumulative = 0.0;
+    for v in values.iter() {
+        cumulative += v.weight;
+        if cumulative >= target {
+            return Some(v.value);
+        }
+    }
+    values.last().map(|v| v.value)
+}
+
+/// `values` with the sampled ones drawn again with replacement (a bootstrap resample), the
+/// outliers kept.
+fn resampled(values: &[Weighted], resampler: &mut Resampler) -> Vec<Weighted> {
+    let sampled: Vec<&Weighted> = values.iter().filter(|v| v.sampled).collect();
+    values.iter().map(|v| if v.sampled { *sampled[resampler.index(sampled.len())] } else { *v }).collect()
 }
 
 /// A bootstrap estimate: `value` with the variance of `replicates` and their percentile
@@ -406,17 +487,44 @@ impl Resampler {
     }
 }
 
+/// The bounds of MAX (`max`, or MIN when false) over the fresh rows that count, of which
+/// `values` (sample and outliers) are seen: the extreme seen is a bound that always holds; the
+/// other is Cantelli's inequality over the rows not seen, each a draw of the sampled values'
+/// mean `mu` and variance `s^2`: with `u` such rows, estimated as the sampled rows' weights
+/// less one each, P(some row beyond `mu + e`) <= u * s^2 / (s^2 + e^2), which is `1 -
+/// confidence` at `e = s * sqrt(u / (1 - confidence) - 1)`. `None` with fewer than two
+/// sampled values.
+fn extreme_bounds(values: &[Weighted], max: bool, confidence: f64) -> Option<(f64, f64)> {
+    let sign = if max { 1.0 } else { -1.0 };
+    let seen = values.iter().map(|v| sign * v.value).fold(f64::NEG_INFINITY, f64::max);
+    let sampled: Vec<f64> = values.iter().filter(|v| v.sampled).map(|v| sign * v.value).collect();
+    if sampled.len() < 2 {
+        return None;
+    }
+    let n = sampled.len() as f64;
+    let mu = sampled.iter().sum::<f64>() / n;
+    let s2 = sampled.iter().map(|x| (x - mu).powi(2)).sum::<f64>() / (n - 1.0);
+    let unseen: f64 = values.iter().filter(|v| v.sampled).map(|v| v.weight - 1.0).sum();
+    let alpha = 1.0 - confidence;
+    let e = if unseen / alpha > 1.0 { (s2 * (unseen / alpha - 1.0)).sqrt() } else { 0.0 };
+    let far = seen.max(mu + e);
+    Some(if max { (seen, far) } else { (-far, -seen) })
+}
+
 /// The estimators of Stale View Cleaning, Section 5, for Bernoulli sampling of ratio `m` (a
-/// hash sample keeps each key independently with probability `m`): Horvitz-Thompson sums
-/// `sum(y) / m` with variance `(1 - m) / m^2 * sum(y^2)`; AVG as the ratio of the sums, its
-/// variance by linearization; SVC+CORR the same over the key-matched differences of the clean
-/// and the stale sample (a key missing from one counts 0 there). MEDIAN by the bootstrap: the
-/// clean sample's median with the percentile interval of the medians of resamples; under
-/// SVC+CORR the stale median plus the change of the samples' medians, resampled by key so
-/// that the clean and the stale value of a key stay together (Section 5.2).
+/// hash sample keeps each key independently with probability `m`), with the rows of the
+/// outlier index taken whole (Section 6.3: weight 1, no variance): Horvitz-Thompson sums
+/// `sum(w * y)` with variance `sum(v * y^2)`; AVG as the ratio of the sums, its variance by
+/// linearization; SVC+CORR the same over the key-matched differences of the clean and the
+/// stale sample (a key missing from one counts 0 there). Quantiles (MEDIAN, PERCENTILE_CONT,
+/// APPROX_PERCENTILE_CONT) by the bootstrap: the clean sample's weighted quantile with the
+/// percentile interval of the quantiles of resamples; under SVC+CORR the stale quantile plus
+/// the change of the samples' quantiles, resampled by key so that the clean and the stale
+/// value of a key stay together (Section 5.2). MIN and MAX as the Appendix (12.1) says: the
+/// clean sample's extreme, or under SVC+CORR the stale extreme moved by the largest change of
+/// a key, within the bounds of [`extreme_bounds`].
 struct Estimator<'a> {
     kinds: &'a [Kind],
-    m: f64,
     confidence: f64,
     clean: &'a SampleRows,
     stale: &'a SampleRows,
@@ -427,13 +535,17 @@ impl Estimator<'_> {
         let mut sums: HashMap<OwnedRow, Sums> = HashMap::new();
         for i in 0..rows.keys.len() {
             let s = sums.entry(rows.groups[i].clone()).or_insert_with(|| Sums::new(self.kinds.len()));
+            let (w, v, sampled) = (rows.w[i], rows.v[i], !rows.whole[i]);
             s.rows += 1;
             for j in 0..self.kinds.len() {
-                s.y[j] += rows.y[j][i];
-                s.y2[j] += rows.y[j][i] * rows.y[j][i];
-                s.c[j] += rows.c[j][i];
-                if self.kinds[j] == Kind::Median && rows.c[j][i] > 0.0 {
-                    s.values[j].push(rows.y[j][i]);
+                let (y, c) = (rows.y[j][i], rows.c[j][i]);
+                s.y[j] += w * y;
+                s.y2[j] += v * y * y;
+                s.c[j] += w * c;
+                s.vy[j] += v * y;
+                s.vc[j] += v * c;
+                if self.kinds[j].by_values() && c > 0.0 {
+                    s.values[j].push(Weighted { value: y, weight: w, sampled });
                 }
             }
         }
@@ -442,29 +554,34 @@ impl Estimator<'_> {
 
     /// SVC+AQP of group `sums` (of the clean sample).
     fn aqp(&self, sums: Option<&Sums>) -> Vec<Estimate> {
-        let m = self.m;
         let Some(s) = sums else { return vec![ABSENT; self.kinds.len()] };
         (0..self.kinds.len())
             .map(|j| match self.kinds[j] {
-                Kind::Count => Estimate::normal(s.y[j] / m, (1.0 - m) / (m * m) * s.y2[j]),
-                Kind::Sum if s.c[j] > 0.0 => Estimate::normal(s.y[j] / m, (1.0 - m) / (m * m) * s.y2[j]),
+                Kind::Count => Estimate::normal(s.y[j], s.y2[j]),
+                Kind::Sum if s.c[j] > 0.0 => Estimate::normal(s.y[j], s.y2[j]),
                 Kind::Avg if s.c[j] > 0.0 => {
                     let r = s.y[j] / s.c[j];
-                    let residual = s.y2[j] - 2.0 * r * s.y[j] + r * r * s.c[j];
-                    Estimate::normal(r, (1.0 - m) * residual.max(0.0) / (s.c[j] * s.c[j]))
+                    let residual = s.y2[j] - 2.0 * r * s.vy[j] + r * r * s.vc[j];
+                    Estimate::normal(r, residual.max(0.0) / (s.c[j] * s.c[j]))
                 }
-                Kind::Median if !s.values[j].is_empty() => {
-                    let values = &s.values[j];
-                    let value = median(&mut values.clone()).unwrap_or(f64::NAN);
+                Kind::Quantile(q) if !s.values[j].is_empty() => {
+                    // In value order, so that the resamples do not depend on the rows' order.
+                    let mut values = s.values[j].clone();
+                    values.sort_by(|a, b| a.value.total_cmp(&b.value));
+                    let values = &values;
+                    let value = quantile(&mut values.clone(), q).unwrap_or(f64::NAN);
                     let mut resampler = Resampler(0x9e37_79b9_7f4a_7c15 ^ values.len() as u64);
-                    let replicates = (0..REPLICATES)
-                        .filter_map(|_| {
-                            let mut drawn: Vec<f64> =
-                                values.iter().map(|_| values[resampler.index(values.len())]).collect();
-                            median(&mut drawn)
-                        })
-                        .collect();
+                    let replicates =
+                        (0..REPLICATES).filter_map(|_| quantile(&mut resampled(values, &mut resampler), q)).collect();
                     bootstrapped(value, replicates, self.confidence, 0.0)
+                }
+                Kind::Min | Kind::Max if !s.values[j].is_empty() => {
+                    let max = self.kinds[j] == Kind::Max;
+                    let bounds = extreme_bounds(&s.values[j], max, self.confidence);
+                    let seen = s.values[j].iter().map(|v| v.value);
+                    let value =
+                        if max { seen.fold(f64::NEG_INFINITY, f64::max) } else { seen.fold(f64::INFINITY, f64::min) };
+                    Estimate { value: Some(value), variance: None, interval: bounds }
                 }
                 _ => ABSENT,
             })
@@ -473,7 +590,7 @@ impl Estimator<'_> {
 
     /// SVC+CORR of every group: `stale` (the stale answer per group) corrected.
     fn corr(&self, stale: &HashMap<OwnedRow, Vec<Option<f64>>>) -> HashMap<OwnedRow, Vec<Estimate>> {
-        let (m, n) = (self.m, self.kinds.len());
+        let n = self.kinds.len();
         let clean_sums = self.sums(self.clean);
         let stale_sums = self.sums(self.stale);
         // The key-matched rows: (clean row, stale row).
@@ -484,10 +601,11 @@ impl Estimator<'_> {
         for (i, k) in self.stale.keys.iter().enumerate() {
             matched.entry(k).or_default().1 = Some(i);
         }
-        // Per group and aggregate: the sum of differences and of their squares; for AVG the
-        // differences are of the linearized ratios.
+        // Per group and aggregate: the weighted sum of differences and the sum of their
+        // squares' variances; for AVG the differences are of the linearized ratios.
         let mut diff: HashMap<OwnedRow, (Vec<f64>, Vec<f64>)> = HashMap::new();
-        // Per group and MEDIAN aggregate: each key's clean and stale value that count there.
+        // Per group and quantile, MIN or MAX: each key's clean and stale value that count
+        // there.
         let mut pairs: HashMap<(OwnedRow, usize), Vec<Pair>> = HashMap::new();
         let ratio = |sums: &HashMap<OwnedRow, Sums>, g: &OwnedRow, j: usize| {
             sums.get(g).filter(|s| s.c[j] > 0.0).map(|s| (s.y[j] / s.c[j], s.c[j]))
@@ -497,25 +615,35 @@ impl Estimator<'_> {
             _ => rows.y[j][i],
         };
         for (clean, stale_row) in matched.values() {
+            // A key's weight is the same in both samples: whether it is an outlier is a
+            // property of its key.
+            let (w, v, sampled) = match (clean, stale_row) {
+                (Some(i), _) => (self.clean.w[*i], self.clean.v[*i], !self.clean.whole[*i]),
+                (None, Some(s)) => (self.stale.w[*s], self.stale.v[*s], !self.stale.whole[*s]),
+                (None, None) => continue,
+            };
             let mut add = |g: &OwnedRow, d: Vec<f64>| {
                 let entry = diff.entry(g.clone()).or_insert_with(|| (vec![0.0; n], vec![0.0; n]));
                 for (j, d) in d.into_iter().enumerate() {
-                    entry.0[j] += d;
-                    entry.1[j] += d * d;
+                    entry.0[j] += w * d;
+                    entry.1[j] += v * d * d;
                 }
             };
-            for j in (0..n).filter(|&j| self.kinds[j] == Kind::Median) {
+            for j in (0..n).filter(|&j| self.kinds[j].by_values()) {
                 let value = |rows: &SampleRows, i: &Option<usize>| {
                     i.filter(|&i| rows.c[j][i] > 0.0).map(|i| (rows.groups[i].clone(), rows.y[j][i]))
                 };
+                let pair = |clean, stale| Pair { clean, stale, weight: w, sampled };
                 match (value(self.clean, clean), value(self.stale, stale_row)) {
-                    (Some((g, a)), Some((h, b))) if g == h => pairs.entry((g, j)).or_default().push((Some(a), Some(b))),
+                    (Some((g, a)), Some((h, b))) if g == h => {
+                        pairs.entry((g, j)).or_default().push(pair(Some(a), Some(b)))
+                    }
                     (a, b) => {
                         if let Some((g, a)) = a {
-                            pairs.entry((g, j)).or_default().push((Some(a), None));
+                            pairs.entry((g, j)).or_default().push(pair(Some(a), None));
                         }
                         if let Some((h, b)) = b {
-                            pairs.entry((h, j)).or_default().push((None, Some(b)));
+                            pairs.entry((h, j)).or_default().push(pair(None, Some(b)));
                         }
                     }
                 }
@@ -548,19 +676,24 @@ impl Estimator<'_> {
                 let estimates = (0..n)
                     .map(|j| {
                         let before = answer.and_then(|a| a[j]);
-                        let (sum, squares) = diff.get(g).map_or((0.0, 0.0), |(s, q)| (s[j], q[j]));
+                        let (sum, variance) = diff.get(g).map_or((0.0, 0.0), |(s, q)| (s[j], q[j]));
+                        let pairs = pairs.get(&(g.clone(), j));
                         match self.kinds[j] {
                             _ if evidence == 0 => Estimate { value: before, variance: None, interval: None },
-                            Kind::Count | Kind::Sum => {
-                                Estimate::normal(before.unwrap_or(0.0) + sum / m, (1.0 - m) / (m * m) * squares)
-                            }
-                            Kind::Median => match (before, pairs.get(&(g.clone(), j))) {
-                                (Some(before), Some(pairs)) => self.median_correction(before, pairs).unwrap_or(aqp[j]),
+                            Kind::Count | Kind::Sum => Estimate::normal(before.unwrap_or(0.0) + sum, variance),
+                            Kind::Quantile(q) => match (before, pairs) {
+                                (Some(before), Some(pairs)) => {
+                                    self.quantile_correction(before, pairs, q).unwrap_or(aqp[j])
+                                }
+                                _ => aqp[j],
+                            },
+                            Kind::Min | Kind::Max => match (before, pairs) {
+                                (Some(before), Some(pairs)) => extreme_correction(before, pairs, aqp[j], self.kinds[j]),
                                 _ => aqp[j],
                             },
                             Kind::Avg => match (before, ratio(&clean_sums, g, j), ratio(&stale_sums, g, j)) {
                                 (Some(before), Some((after, _)), Some((was, _))) => {
-                                    Estimate::normal(before + after - was, (1.0 - m) * squares)
+                                    Estimate::normal(before + after - was, variance)
                                 }
                                 // A group new to the sample, or gone from it: no stale ratio
                                 // to correct.
@@ -573,27 +706,55 @@ impl Estimator<'_> {
             })
             .collect()
     }
-}
 
-impl Estimator<'_> {
-    /// SVC+CORR of a MEDIAN: the stale median `before` plus the change of the medians of the
-    /// keys' clean and stale values `pairs`, resampled by key; `None` if either side has none.
-    fn median_correction(&self, before: f64, pairs: &[Pair]) -> Option<Estimate> {
+    /// SVC+CORR of a quantile `q`: the stale quantile `before` plus the change of the
+    /// quantiles of the keys' clean and stale values `pairs`, resampled by key; `None` if
+    /// either side has none.
+    fn quantile_correction(&self, before: f64, pairs: &[Pair], q: f64) -> Option<Estimate> {
         let change = |pairs: &mut dyn Iterator<Item = &Pair>| {
             let (mut after, mut was) = (Vec::new(), Vec::new());
-            for (a, b) in pairs {
-                after.extend(a);
-                was.extend(b);
+            for p in pairs {
+                let weighted = |value| Weighted { value, weight: p.weight, sampled: p.sampled };
+                after.extend(p.clean.map(weighted));
+                was.extend(p.stale.map(weighted));
             }
-            Some(median(&mut after)? - median(&mut was)?)
+            Some(quantile(&mut after, q)? - quantile(&mut was, q)?)
         };
         let value = change(&mut pairs.iter())?;
+        // In value order, so that the resamples do not depend on the rows' order.
+        let mut pairs = pairs.to_vec();
+        let order = |p: &Pair| (p.clean.unwrap_or(f64::NAN), p.stale.unwrap_or(f64::NAN));
+        pairs.sort_by(|a, b| order(a).0.total_cmp(&order(b).0).then(order(a).1.total_cmp(&order(b).1)));
+        let sampled: Vec<&Pair> = pairs.iter().filter(|p| p.sampled).collect();
         let mut resampler = Resampler(0x2545_f491_4f6c_dd1d ^ pairs.len() as u64);
         let replicates = (0..REPLICATES)
-            .filter_map(|_| change(&mut (0..pairs.len()).map(|_| &pairs[resampler.index(pairs.len())])))
+            .filter_map(|_| {
+                let mut drawn =
+                    pairs.iter().map(|p| if p.sampled { sampled[resampler.index(sampled.len())] } else { p });
+                change(&mut drawn)
+            })
             .collect();
         Some(bootstrapped(before + value, replicates, self.confidence, before))
     }
+}
+
+/// SVC+CORR of MIN or MAX (`kind`): the stale extreme `before` moved by the largest change
+/// (for MIN the smallest) of a key's value over the key-matched `pairs`, kept within the
+/// bounds of the clean sample's `aqp` estimate: never short of the extreme the clean sample
+/// holds.
+fn extreme_correction(before: f64, pairs: &[Pair], aqp: Estimate, kind: Kind) -> Estimate {
+    let changes = pairs.iter().filter_map(|p| Some(p.clean? - p.stale?));
+    let change = if kind == Kind::Max {
+        changes.fold(None, |a: Option<f64>, d| Some(a.map_or(d, |a| a.max(d))))
+    } else {
+        changes.fold(None, |a: Option<f64>, d| Some(a.map_or(d, |a| a.min(d))))
+    };
+    let (Some(change), Some(seen)) = (change, aqp.value) else { return aqp };
+    let mut value = if kind == Kind::Max { (before + change).max(seen) } else { (before + change).min(seen) };
+    if let Some((low, high)) = aqp.interval {
+        value = value.clamp(low, high);
+    }
+    Estimate { value: Some(value), ..aqp }
 }
 
 /// Which estimator answered, and why.
@@ -613,7 +774,7 @@ impl Database {
         let ctx = self.context(&[&statement], None)?;
         let plan = self.plan_statement(&ctx, &statement)?;
         let (shape, aggregate, _, _) = analyze(&plan)?;
-        let (_, answer) = self.run_plan(LogicalPlan::Aggregate(aggregate.clone()))?;
+        let (_, answer) = self.run_plan(exact_quantiles(aggregate)?)?;
         let group_types: Vec<DataType> =
             aggregate.schema.fields().iter().take(shape.groups).map(|f| f.data_type().clone()).collect();
         let converter = group_converter(&group_types)?;
@@ -632,19 +793,18 @@ impl Database {
         // The clean and the stale sample.
         let view = &self.views[&key];
         let sample = view.sample.as_ref().expect("a sampled view");
-        let m = sample.sampling.options.ratio;
-        let keys = sample.sampling.key_columns.len();
+        let outliers = self.outlier_hashes(sample)?;
         let mut samples = Vec::new();
         for stale in [false, true] {
             let ctx = self.plain_context();
-            let rows = self.sample_plan(view, sample, stale)?;
+            let rows = self.sample_plan(view, sample, stale, outliers.as_deref())?;
             ctx.register_table(key.as_str(), Arc::new(ViewTable::new(rows, None)))?;
             let plan = self.plan_statement(&ctx, &statement)?;
             let (_, aggregate, predicates, input) = analyze(&plan)?;
-            samples.push(self.sample_rows(&converter, &shape, aggregate, predicates, input, keys)?);
+            samples.push(self.sample_rows(&converter, &shape, aggregate, predicates, input, &sample.sampling)?);
         }
         let confidence = self.settings.confidence;
-        let estimator = Estimator { kinds: &shape.kinds, m, confidence, clean: &samples[0], stale: &samples[1] };
+        let estimator = Estimator { kinds: &shape.kinds, confidence, clean: &samples[0], stale: &samples[1] };
         let corr = estimator.corr(&stale);
         let clean_sums = estimator.sums(&samples[0]);
         let aqp: HashMap<OwnedRow, Vec<Estimate>> =
@@ -690,7 +850,8 @@ impl Database {
                 "interval".to_string(),
                 format!(
                     "{:.0}% confidence: CLT over the sampled keys, Bernoulli sampling of ratio {} (SUM and COUNT as \
-                     Horvitz-Thompson sums, AVG linearized); MEDIAN by the bootstrap, 400 resamples",
+                     Horvitz-Thompson sums, AVG linearized); quantiles by the bootstrap, 400 resamples; MIN and MAX \
+                     from the extreme seen to Cantelli's bound on the rows not sampled",
                     self.settings.confidence * 100.0,
                     options.ratio
                 ),
@@ -707,8 +868,21 @@ impl Database {
             ),
             ("sample key".to_string(), sample.sampling.key.clone()),
             ("sample hash".to_string(), sample.sampling.trace.join("\n")),
-            ("stale answer".to_string(), plan.display_indent().to_string()),
         ];
+        let mut items = items;
+        if let (Some(index), Some(hashes)) = (&sample.sampling.outliers, self.outlier_hashes(sample)?) {
+            items.push((
+                "outlier index".to_string(),
+                format!(
+                    "{}: {} keys of the view, kept whole and counted exactly (weight 1), the sample's other keys \
+                     weighted 1/{}",
+                    index.options.describe(),
+                    hashes.len(),
+                    options.ratio
+                ),
+            ));
+        }
+        items.push(("stale answer".to_string(), plan.display_indent().to_string()));
         crate::items_outcome(items)
     }
 
@@ -741,8 +915,9 @@ impl Database {
         aggregate: &Aggregate,
         predicates: Vec<Expr>,
         input: &LogicalPlan,
-        keys: usize,
+        sampling: &crate::sample::Sampling,
     ) -> Result<SampleRows> {
+        let (keys, m) = (sampling.key_columns.len(), sampling.options.ratio);
         let mut exprs: Vec<Expr> = (0..keys).map(|i| col(format!("__key{i}"))).collect();
         exprs.extend(aggregate.group_expr.iter().enumerate().map(|(i, g)| g.clone().alias(format!("__grp{i}"))));
         let cond = predicates.into_iter().reduce(Expr::and).unwrap_or(lit(true));
@@ -753,6 +928,7 @@ impl Database {
             };
             exprs.push(params.args[0].clone().alias(format!("__arg{j}")));
         }
+        exprs.push(col("__outlier"));
         let plan = LogicalPlanBuilder::from(input.clone()).project(exprs)?.build()?;
         let (_, batches) = self.run_plan(plan)?;
         let key_converter = match batches.first() {
@@ -762,13 +938,27 @@ impl Database {
             None => RowConverter::new(Vec::new())?,
         };
         let n = shape.kinds.len();
-        let mut rows =
-            SampleRows { keys: Vec::new(), groups: Vec::new(), y: vec![Vec::new(); n], c: vec![Vec::new(); n] };
+        let mut rows = SampleRows {
+            keys: Vec::new(),
+            groups: Vec::new(),
+            y: vec![Vec::new(); n],
+            c: vec![Vec::new(); n],
+            w: Vec::new(),
+            v: Vec::new(),
+            whole: Vec::new(),
+        };
         for batch in &batches {
             let k = key_converter.convert_columns(&batch.columns()[..keys])?;
             rows.keys.extend(k.iter().map(|r| r.owned()));
             rows.groups.extend(group_rows(converter, &batch.columns()[keys..keys + shape.groups], batch.num_rows())?);
             let cond = batch.column(keys + shape.groups).as_boolean();
+            let outlier = batch.column(keys + shape.groups + 1 + n).as_boolean();
+            for row in 0..batch.num_rows() {
+                let whole = outlier.is_valid(row) && outlier.value(row);
+                rows.w.push(if whole { 1.0 } else { 1.0 / m });
+                rows.v.push(if whole { 0.0 } else { (1.0 - m) / (m * m) });
+                rows.whole.push(whole);
+            }
             for (j, kind) in shape.kinds.iter().enumerate() {
                 let arg = batch.column(keys + shape.groups + 1 + j);
                 let values = match kind {
@@ -799,6 +989,39 @@ impl Database {
         let statement = datafusion::sql::parser::Statement::Statement(Box::new(statement.clone()));
         Ok(self.runtime.block_on(ctx.state().statement_to_plan(statement))?)
     }
+}
+
+/// `aggregate` with its approximate quantiles (APPROX_PERCENTILE_CONT, APPROX_MEDIAN) computed
+/// exactly, as the samples' are: the stale answer an estimate corrects.
+fn exact_quantiles(aggregate: &Aggregate) -> Result<LogicalPlan> {
+    use datafusion::functions_aggregate::{median::median_udaf, percentile_cont::percentile_cont_udaf};
+    let exprs = aggregate
+        .aggr_expr
+        .iter()
+        .map(|e| {
+            e.clone()
+                .transform(|e| match &e {
+                    Expr::AggregateFunction(f) if f.func.name() == "approx_median" => {
+                        Ok(Transformed::yes(Expr::AggregateFunction(AggregateFunction {
+                            func: median_udaf(),
+                            params: f.params.clone(),
+                        })))
+                    }
+                    Expr::AggregateFunction(f) if f.func.name() == "approx_percentile_cont" => {
+                        let mut params = f.params.clone();
+                        params.args.truncate(2);
+                        Ok(Transformed::yes(Expr::AggregateFunction(AggregateFunction {
+                            func: percentile_cont_udaf(),
+                            params,
+                        })))
+                    }
+                    _ => Ok(Transformed::no(e)),
+                })
+                .map(|t| t.data)
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let exact = Aggregate::try_new(Arc::clone(&aggregate.input), aggregate.group_expr.clone(), exprs)?;
+    Ok(LogicalPlan::Aggregate(exact))
 }
 
 /// Comparable rows of the group columns of types `types` (no GROUP BY: one group, of a

@@ -39,43 +39,101 @@ pub struct SampleOptions {
     pub seed: Option<i32>,
 }
 
-impl SampleOptions {
-    /// The sample options among a view's `options` (lower-case names), `None` if it has no
-    /// sample; an option not known or a ratio outside (0, 1] is an error.
-    pub fn parse(options: &[(String, String)]) -> Result<Option<SampleOptions>> {
-        let mut ratio = None;
-        let mut seed = None;
-        for (name, value) in options {
-            match name.as_str() {
-                "sample" => match value.parse::<f64>() {
-                    Ok(m) if m > 0.0 && m <= 1.0 => ratio = Some(m),
-                    _ => return Err(format!("sample = {value}: the sampling ratio must be in (0, 1]")),
-                },
-                "sample_seed" => {
-                    seed = Some(value.parse::<i32>().map_err(|_| format!("sample_seed = {value}: not an INT"))?)
-                }
-                other => {
-                    return Err(format!(
-                        "unknown option `{other}` of a materialized view: it takes sample and sample_seed"
-                    ))
-                }
-            }
-        }
-        match (ratio, seed) {
-            (Some(ratio), seed) => Ok(Some(SampleOptions { ratio, seed })),
-            (None, Some(_)) => Err("sample_seed without sample: give the sampling ratio too".into()),
-            (None, None) => Ok(None),
+/// `WITH (outlier_index = 'table.column', outlier_threshold = v, outlier_k = k)` of a sampled
+/// view (Stale View Cleaning, Section 6): the rows of `table` whose `column` is above `v`, at
+/// most the `k` largest, are outliers; the view's rows they derive, found by the sample's key,
+/// are kept whole beside the sample.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OutlierOptions {
+    pub table: String,
+    pub column: String,
+    pub threshold: Option<f64>,
+    pub k: Option<u64>,
+}
+
+impl OutlierOptions {
+    /// The rule, as a user reads it.
+    pub fn describe(&self) -> String {
+        let above = self.threshold.map(|t| format!(" > {t}"));
+        let top = self.k.map(|k| format!("the {k} largest"));
+        match (above, top) {
+            (Some(above), Some(top)) => format!("{}.{}{above}, {top}", self.table, self.column),
+            (Some(above), None) => format!("{}.{}{above}", self.table, self.column),
+            (None, Some(top)) => format!("{top} of {}.{}", self.table, self.column),
+            (None, None) => unreachable!("an outlier index has a threshold or a size"),
         }
     }
+}
 
+/// The sample options and the outlier index among a view's `options` (lower-case names), each
+/// `None` if not given; an option not known, a ratio outside (0, 1] or an outlier index
+/// without a sample or a rule is an error.
+pub fn parse_options(options: &[(String, String)]) -> Result<(Option<SampleOptions>, Option<OutlierOptions>)> {
+    let mut ratio = None;
+    let mut seed = None;
+    let (mut index, mut threshold, mut k) = (None, None, None);
+    for (name, value) in options {
+        match name.as_str() {
+            "sample" => match value.parse::<f64>() {
+                Ok(m) if m > 0.0 && m <= 1.0 => ratio = Some(m),
+                _ => return Err(format!("sample = {value}: the sampling ratio must be in (0, 1]")),
+            },
+            "sample_seed" => {
+                seed = Some(value.parse::<i32>().map_err(|_| format!("sample_seed = {value}: not an INT"))?)
+            }
+            "outlier_index" => match value.split_once('.') {
+                Some((table, column)) if !table.is_empty() && !column.is_empty() => {
+                    index = Some((table.trim().to_lowercase(), column.trim().to_lowercase()))
+                }
+                _ => return Err(format!("outlier_index = '{value}': name the indexed column as 'table.column'")),
+            },
+            "outlier_threshold" => match value.parse::<f64>() {
+                Ok(t) if t.is_finite() => threshold = Some(t),
+                _ => return Err(format!("outlier_threshold = {value}: not a number")),
+            },
+            "outlier_k" => match value.parse::<u64>() {
+                Ok(n) if n > 0 => k = Some(n),
+                _ => return Err(format!("outlier_k = {value}: the index's size must be a positive integer")),
+            },
+            other => {
+                return Err(format!(
+                    "unknown option `{other}` of a materialized view: it takes sample, sample_seed, outlier_index, \
+                     outlier_threshold and outlier_k"
+                ))
+            }
+        }
+    }
+    let sample = match (ratio, seed) {
+        (Some(ratio), seed) => Some(SampleOptions { ratio, seed }),
+        (None, Some(_)) => return Err("sample_seed without sample: give the sampling ratio too".into()),
+        (None, None) => None,
+    };
+    let outliers = match (index, threshold, k) {
+        (None, None, None) => None,
+        (None, _, _) => return Err("outlier_threshold or outlier_k without outlier_index = 'table.column'".into()),
+        (Some(_), None, None) => {
+            return Err(
+                "outlier_index needs outlier_threshold = v (rows above v), outlier_k = k (the k largest), or both"
+                    .into(),
+            )
+        }
+        (Some((table, column)), threshold, k) => Some(OutlierOptions { table, column, threshold, k }),
+    };
+    if outliers.is_some() && sample.is_none() {
+        return Err("an outlier index is kept beside a sample: give sample = m too".into());
+    }
+    Ok((sample, outliers))
+}
+
+impl SampleOptions {
     /// The largest unsigned 32-bit hash kept, plus one.
     pub fn threshold(&self) -> i64 {
         (self.ratio * 4_294_967_296.0).floor() as i64
     }
 
-    /// `eta(key, m)`: whether the row whose key is `key` (expressions over `schema`) is
-    /// sampled.
-    pub fn predicate(&self, key: &[Expr], schema: &DFSchema) -> Result<Expr> {
+    /// The sample's hash of `key` (expressions over `schema`): Spark's `xxhash64`, integer keys
+    /// as BIGINT, the seed first where there is one.
+    pub fn hash(&self, key: &[Expr], schema: &DFSchema) -> Result<Expr> {
         let mut args: Vec<Expr> = self.seed.map(lit).into_iter().collect();
         for k in key {
             let data_type = k.get_type(schema).map_err(|e| e.to_string())?;
@@ -85,10 +143,33 @@ impl SampleOptions {
                 k.clone()
             });
         }
-        let hash = Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(crate::spark_hash::xxhash64()), args));
+        Ok(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(crate::spark_hash::xxhash64()), args)))
+    }
+
+    /// `eta(key, m)`: whether the row whose key is `key` (expressions over `schema`) is
+    /// sampled.
+    pub fn predicate(&self, key: &[Expr], schema: &DFSchema) -> Result<Expr> {
+        let hash = self.hash(key, schema)?;
         let low =
             Expr::BinaryExpr(BinaryExpr::new(Box::new(hash), Operator::BitwiseAnd, Box::new(lit(0xFFFF_FFFFi64))));
         Ok(low.lt(lit(self.threshold())))
+    }
+
+    /// Whether the hash of `key` (expressions over `schema`) is one of `hashes`.
+    pub fn among(&self, key: &[Expr], schema: &DFSchema, hashes: &[i64]) -> Result<Expr> {
+        if hashes.is_empty() {
+            return Ok(lit(false));
+        }
+        Ok(self.hash(key, schema)?.in_list(hashes.iter().map(|h| lit(*h)).collect(), false))
+    }
+
+    /// The filter on keys a cleaning expression pushes down: the sample's, or, for the
+    /// outlier index, the keys of `hashes`.
+    fn key_filter(&self, key: &[Expr], schema: &DFSchema, hashes: Option<&[i64]>) -> Result<Expr> {
+        match hashes {
+            None => self.predicate(key, schema),
+            Some(hashes) => self.among(key, schema, hashes),
+        }
     }
 }
 
@@ -105,62 +186,82 @@ pub struct Sampling {
     pub cleaning: maintain::Incremental,
     /// Where the hash went, operator by operator, and where it was blocked and why.
     pub trace: Vec<String>,
+    /// The outlier index, where the view has one.
+    pub outliers: Option<OutlierIndex>,
+    /// The view's own maintenance, from which the outliers' cleaning is derived.
+    view: maintain::Incremental,
     /// Whether the hash stays at the view's root: the change is sampled, not the query.
     at_root: bool,
 }
 
+/// An outlier index (Stale View Cleaning, Definition 5), pushed up to the view through the
+/// sample's key: the indexed table's rows are outliers by the rule of `options`, and the
+/// view's outlier rows are those whose key is the key of an outlier row, as the hash sees it
+/// where it reaches the table.
+#[derive(Debug, Clone)]
+pub struct OutlierIndex {
+    pub options: OutlierOptions,
+    /// The sample's key over the indexed table's columns (unqualified).
+    key: Vec<Expr>,
+}
+
+/// The view's query with a filter on keys pushed down, and where it went.
+struct Pushed {
+    /// `None`: blocked at the view's root, for the reason in the trace.
+    body: Option<LogicalPlan>,
+    key_columns: Vec<String>,
+    key: String,
+    trace: Vec<String>,
+    /// The scans the filter reached: the table and the key over its columns.
+    reached: Vec<(String, Vec<Expr>)>,
+}
+
 impl Sampling {
-    /// How the sample of the view maintained by `incremental` is cleaned.
+    /// How the sample of the view maintained by `incremental` is cleaned, with the outlier
+    /// index `outliers`, which must be on a table the hash reaches.
     pub fn plan(
         options: SampleOptions,
+        outliers: Option<OutlierOptions>,
         incremental: &maintain::Incremental,
         relations: &dyn Relations,
     ) -> Result<Self> {
-        let body = incremental.body();
-        match &incremental.root {
-            maintain::Root::Grouped { groups, .. } => {
-                let (kept, left_out) = reduce_key(body, groups, relations);
-                let key_columns: Vec<String> = kept.iter().map(|g| format!("__g{g}")).collect();
-                let key_exprs: Vec<Expr> = kept.iter().map(|&g| groups[g].clone()).collect();
-                let mut pusher =
-                    Pusher { options, trace: vec!["through the GROUP BY: the key is in the group".into()] };
-                let pushed = pusher.push(body, key_exprs.clone(), &[])?;
-                let described = key_exprs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
-                let key = if left_out.is_empty() {
-                    format!("({described})")
-                } else {
-                    format!("({described}); {}", left_out.join("; "))
+        let pushed = push(options, None, incremental, relations)?;
+        let outliers = match outliers {
+            None => None,
+            Some(index) => {
+                let at_table = pushed.reached.iter().find(|(table, _)| table.eq_ignore_ascii_case(&index.table));
+                let Some((_, key)) = at_table else {
+                    return Err(format!(
+                        "the outlier index on `{}.{}` is kept on a table the sample's hash reaches (Definition 5), \
+                         and it reaches {}: {}",
+                        index.table,
+                        index.column,
+                        if pushed.reached.is_empty() {
+                            "none".to_string()
+                        } else {
+                            pushed.reached.iter().map(|(t, _)| format!("`{t}`")).collect::<Vec<_>>().join(", ")
+                        },
+                        pushed.trace.join("; ")
+                    ));
                 };
-                let cleaning = incremental.with_body(pushed, relations)?;
-                Ok(Sampling { options, key_columns, key, cleaning, trace: pusher.trace, at_root: false })
+                let key = key.iter().map(|k| unqualified(k.clone())).collect::<Result<Vec<_>>>()?;
+                Some(OutlierIndex { options: index, key })
             }
-            maintain::Root::Rows { keys, .. } => match rows_key(body, keys.len(), relations) {
-                Ok((scan, range, table, notes)) => {
-                    let key_columns: Vec<String> = range.clone().map(|k| format!("__k{k}")).collect();
-                    let mut described = format!("({})", keys[range].join(", "));
-                    if !notes.is_empty() {
-                        described = format!("{described}; {}", notes.join("; "));
-                    }
-                    let pushed = at_scan(body, scan, &relations.key(&table), options)?;
-                    let trace = vec![format!(
-                        "to `{table}`: the key of every row of the view is the key of a row of `{table}`, \
-                         on the side of every join that keeps its rows (a foreign-key join to the fact side)"
-                    )];
-                    let cleaning = incremental.with_body(pushed, relations)?;
-                    Ok(Sampling { options, key_columns, key: described, cleaning, trace, at_root: false })
-                }
-                Err(reason) => Ok(Sampling {
-                    options,
-                    key_columns: (0..keys.len()).map(|k| format!("__k{k}")).collect(),
-                    key: format!("({})", keys.join(", ")),
-                    cleaning: incremental.clone(),
-                    trace: vec![format!(
-                        "blocked at the view's root: {reason}; the change is computed whole and sampled before it is applied"
-                    )],
-                    at_root: true,
-                }),
-            },
-        }
+        };
+        let (cleaning, at_root) = match pushed.body {
+            Some(body) => (incremental.with_body(body, relations)?, false),
+            None => (incremental.clone(), true),
+        };
+        Ok(Sampling {
+            options,
+            key_columns: pushed.key_columns,
+            key: pushed.key,
+            cleaning,
+            trace: pushed.trace,
+            outliers,
+            view: incremental.clone(),
+            at_root,
+        })
     }
 
     /// Whether the hash stays at the view's root (the change is sampled, not the query).
@@ -170,9 +271,16 @@ impl Sampling {
 
     /// `eta` over the view's stored rows of `schema`.
     pub fn stored_predicate(&self, schema: &DFSchema) -> Result<Expr> {
-        let key: Vec<Expr> =
-            self.key_columns.iter().map(|c| Expr::Column(Column::new_unqualified(c.as_str()))).collect();
-        self.options.predicate(&key, schema)
+        self.options.predicate(&self.stored_key(), schema)
+    }
+
+    /// Whether a stored row's key is among `hashes` (of the outlier index's keys).
+    pub fn stored_among(&self, schema: &DFSchema, hashes: &[i64]) -> Result<Expr> {
+        self.options.among(&self.stored_key(), schema, hashes)
+    }
+
+    fn stored_key(&self) -> Vec<Expr> {
+        self.key_columns.iter().map(|c| Expr::Column(Column::new_unqualified(c.as_str()))).collect()
     }
 
     /// `plan` (stored rows of the view) sampled.
@@ -180,15 +288,122 @@ impl Sampling {
         let predicate = self.stored_predicate(plan.schema())?;
         LogicalPlanBuilder::from(plan).filter(predicate).and_then(|b| b.build()).map_err(|e| e.to_string())
     }
+
+    /// The hashes of the keys of the outlier index's rows, over `table` (the indexed table's
+    /// rows as they are now); `None` without an index.
+    pub fn outlier_hashes_plan(&self, table: LogicalPlan) -> Result<Option<LogicalPlan>> {
+        let Some(index) = &self.outliers else { return Ok(None) };
+        let error = |e: datafusion::error::DataFusionError| e.to_string();
+        let column = Expr::Column(Column::new_unqualified(index.options.column.as_str()));
+        let mut builder = LogicalPlanBuilder::from(table).filter(column.clone().is_not_null()).map_err(error)?;
+        if let Some(threshold) = index.options.threshold {
+            builder = builder.filter(column.clone().gt(lit(threshold))).map_err(error)?;
+        }
+        if let Some(k) = index.options.k {
+            builder = builder.sort(vec![column.sort(false, false)]).map_err(error)?;
+            builder = builder.limit(0, Some(k as usize)).map_err(error)?;
+        }
+        let plan = builder.build().map_err(error)?;
+        let hash = self.options.hash(&index.key, plan.schema())?;
+        let plan = LogicalPlanBuilder::from(plan).project(vec![hash.alias("__hash")]).map_err(error)?;
+        plan.distinct().and_then(|b| b.build()).map(Some).map_err(error)
+    }
+
+    /// The maintenance of the view's rows whose keys hash to `hashes` (the outlier index's
+    /// rows): the view's, derived from its query with that filter pushed down where the
+    /// sample's hash goes.
+    pub fn outliers_cleaning(&self, hashes: &[i64], relations: &dyn Relations) -> Result<maintain::Incremental> {
+        let pushed = push(self.options, Some(hashes), &self.view, relations)?;
+        let body = pushed.body.ok_or("the outlier index is kept on a sample pushed below the view's root")?;
+        self.view.with_body(body, relations)
+    }
+}
+
+/// `expr` with its columns unqualified.
+fn unqualified(expr: Expr) -> Result<Expr> {
+    expr.transform(|e| match &e {
+        Expr::Column(c) => Ok(Transformed::yes(Expr::Column(Column::new_unqualified(c.name.as_str())))),
+        _ => Ok(Transformed::no(e)),
+    })
+    .map(|t| t.data)
+    .map_err(|e| e.to_string())
+}
+
+/// The query of the view maintained by `incremental` with its rows filtered by key (the
+/// sample's hash, or the keys of `hashes`) as far down as the filter goes.
+fn push(
+    options: SampleOptions,
+    hashes: Option<&[i64]>,
+    incremental: &maintain::Incremental,
+    relations: &dyn Relations,
+) -> Result<Pushed> {
+    let body = incremental.body();
+    match &incremental.root {
+        maintain::Root::Grouped { groups, .. } => {
+            let (kept, left_out) = reduce_key(body, groups, relations);
+            let key_columns: Vec<String> = kept.iter().map(|g| format!("__g{g}")).collect();
+            let key_exprs: Vec<Expr> = kept.iter().map(|&g| groups[g].clone()).collect();
+            let mut pusher = Pusher {
+                options,
+                hashes,
+                trace: vec!["through the GROUP BY: the key is in the group".into()],
+                reached: Vec::new(),
+            };
+            let pushed = pusher.push(body, key_exprs.clone(), &[])?;
+            let described = key_exprs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+            let key = if left_out.is_empty() {
+                format!("({described})")
+            } else {
+                format!("({described}); {}", left_out.join("; "))
+            };
+            Ok(Pushed { body: Some(pushed), key_columns, key, trace: pusher.trace, reached: pusher.reached })
+        }
+        maintain::Root::Rows { keys, .. } => match rows_key(body, keys.len(), relations) {
+            Ok((scan, range, table, notes)) => {
+                let key_columns: Vec<String> = range.clone().map(|k| format!("__k{k}")).collect();
+                let mut described = format!("({})", keys[range].join(", "));
+                if !notes.is_empty() {
+                    described = format!("{described}; {}", notes.join("; "));
+                }
+                let table_key = relations.key(&table);
+                let pushed = at_scan(body, scan, &table_key, |key, schema| options.key_filter(key, schema, hashes))?;
+                let trace = vec![format!(
+                    "to `{table}`: the key of every row of the view is the key of a row of `{table}`, \
+                     on the side of every join that keeps its rows (a foreign-key join to the fact side)"
+                )];
+                let reached_key = table_key.iter().map(|k| Expr::Column(Column::new_unqualified(k.as_str()))).collect();
+                Ok(Pushed {
+                    body: Some(pushed),
+                    key_columns,
+                    key: described,
+                    trace,
+                    reached: vec![(table, reached_key)],
+                })
+            }
+            Err(reason) => Ok(Pushed {
+                body: None,
+                key_columns: (0..keys.len()).map(|k| format!("__k{k}")).collect(),
+                key: format!("({})", keys.join(", ")),
+                trace: vec![format!(
+                    "blocked at the view's root: {reason}; the change is computed whole and sampled before it is applied"
+                )],
+                reached: Vec::new(),
+            }),
+        },
+    }
 }
 
 /// Pushes the sampling operator down a query.
-struct Pusher {
+struct Pusher<'h> {
     options: SampleOptions,
+    /// The keys' hashes the filter keeps, instead of the sample's (the outlier index).
+    hashes: Option<&'h [i64]>,
     trace: Vec<String>,
+    /// The tables the filter reached, with the key over their columns.
+    reached: Vec<(String, Vec<Expr>)>,
 }
 
-impl Pusher {
+impl Pusher<'_> {
     /// `plan` with only the rows whose `key` (expressions over its columns) is sampled, the
     /// sampling as far down as it goes; `equal`: pairs of expressions the rows above equate.
     fn push(&mut self, plan: &LogicalPlan, key: Vec<Expr>, equal: &[(Expr, Expr)]) -> Result<LogicalPlan> {
@@ -324,6 +539,7 @@ impl Pusher {
             }
             LogicalPlan::TableScan(scan) => {
                 self.trace.push(format!("reaches `{}`: only its sampled keys are read", scan.table_name));
+                self.reached.push((scan.table_name.table().to_lowercase(), key.clone()));
                 self.filter(plan, &key)
             }
             other => {
@@ -340,7 +556,7 @@ impl Pusher {
     }
 
     fn filter(&self, plan: &LogicalPlan, key: &[Expr]) -> Result<LogicalPlan> {
-        let predicate = self.options.predicate(key, plan.schema())?;
+        let predicate = self.options.key_filter(key, plan.schema(), self.hashes)?;
         LogicalPlanBuilder::from(plan.clone()).filter(predicate).and_then(|b| b.build()).map_err(|e| e.to_string())
     }
 }
@@ -638,8 +854,13 @@ fn preserved_scans(plan: &LogicalPlan) -> Vec<bool> {
     out
 }
 
-/// `plan` with the rows of its `scan`th scan sampled by its key columns `key`.
-fn at_scan(plan: &LogicalPlan, scan: usize, key: &[String], options: SampleOptions) -> Result<LogicalPlan> {
+/// `plan` with the rows of its `scan`th scan filtered by `filter` of its key columns `key`.
+fn at_scan(
+    plan: &LogicalPlan,
+    scan: usize,
+    key: &[String],
+    filter: impl Fn(&[Expr], &DFSchema) -> Result<Expr>,
+) -> Result<LogicalPlan> {
     let mut seen = 0;
     plan.clone()
         .transform_down(|node| {
@@ -649,7 +870,7 @@ fn at_scan(plan: &LogicalPlan, scan: usize, key: &[String], options: SampleOptio
                     let columns: Vec<Expr> =
                         key.iter().map(|k| Expr::Column(Column::new(Some(t.table_name.clone()), k.as_str()))).collect();
                     let predicate =
-                        options.predicate(&columns, node.schema()).map_err(datafusion::error::DataFusionError::Plan)?;
+                        filter(&columns, node.schema()).map_err(datafusion::error::DataFusionError::Plan)?;
                     let filtered = LogicalPlanBuilder::from(node).filter(predicate)?.build()?;
                     return Ok(Transformed::new(filtered, true, TreeNodeRecursion::Jump));
                 }

@@ -57,7 +57,7 @@ pub struct ViewEntry {
     pub sample: Option<SampleEntry>,
 }
 
-/// A view's sample (`WITH (sample = m)`): its ratio and seed, its rows, and the sequence number
+/// A view's sample (`WITH (sample = m)`): its ratio and seed, its outlier index, its rows, and the sequence number
 /// of the last statement they are clean as of.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SampleEntry {
@@ -65,6 +65,9 @@ pub struct SampleEntry {
     pub seed: Option<i32>,
     pub contents: TableEntry,
     pub cleaned_at: u64,
+    /// Its outlier index (`WITH (outlier_index = ...)`), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outliers: Option<crate::sample::OutlierOptions>,
 }
 
 /// A table: its columns, its key, and the files of its rows.

@@ -15,7 +15,7 @@ use datafusion::prelude::SessionContext;
 use datafusion_sql::sqlparser::ast;
 use tessera::error::{Result, TesseraError};
 
-use crate::sample::{SampleOptions, Sampling};
+use crate::sample::{OutlierOptions, SampleOptions, Sampling};
 use crate::table::{self, Edit, Table};
 use crate::{
     key_value, maintain, mem_table, object_name, parse_one, register, register_batches, sample, statement, storage,
@@ -52,6 +52,7 @@ impl Sample {
             seed: self.sampling.options.seed,
             contents: self.contents.entry(),
             cleaned_at: self.cleaned_at,
+            outliers: self.sampling.outliers.as_ref().map(|o| o.options.clone()),
         }
     }
 }
@@ -214,6 +215,7 @@ impl Database {
                         &query,
                         &maintenance,
                         SampleOptions { ratio: s.ratio, seed: s.seed },
+                        s.outliers.clone(),
                     )?,
                     contents: Table::load(&s.contents, &self.storage)?,
                     cleaned_at: s.cleaned_at,
@@ -251,6 +253,7 @@ impl Database {
         query: &ast::Query,
         maintenance: &maintain::Maintenance,
         options: SampleOptions,
+        outliers: Option<OutlierOptions>,
     ) -> Result<Sampling> {
         let refused =
             |why: String| TesseraError::Plan(format!("materialized view `{name}` cannot keep a sample: {why}"));
@@ -261,7 +264,27 @@ impl Database {
         if let Some(view) = self.references(query)?.into_iter().find(|n| self.views.contains_key(n)) {
             return Err(refused(format!("it reads the view `{view}`; a sampled view reads tables only")));
         }
-        Sampling::plan(options, incremental, &Sources { db: self, since: 0, planning: true }).map_err(refused)
+        if let Some(index) = &outliers {
+            let refused = |why: String| {
+                TesseraError::Plan(format!("materialized view `{name}` cannot keep the outlier index: {why}"))
+            };
+            let table =
+                self.tables.get(&index.table).ok_or_else(|| refused(format!("`{}` is not a table", index.table)))?;
+            let field = table.schema.fields().iter().find(|f| f.name().eq_ignore_ascii_case(&index.column));
+            match field {
+                None => return Err(refused(format!("`{}` has no column `{}`", index.table, index.column))),
+                Some(f) if !f.data_type().is_numeric() => {
+                    return Err(refused(format!(
+                        "`{}.{}` is {}; an outlier index is on a numeric column",
+                        index.table,
+                        index.column,
+                        f.data_type()
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        Sampling::plan(options, outliers, incremental, &Sources { db: self, since: 0, planning: true }).map_err(refused)
     }
 
     /// The edit that brings `contents` (a view's stored rows, or its sample's) up to date
@@ -317,24 +340,76 @@ impl Database {
     }
 
     /// The rows users see of the clean sample of `view`, or of its stale sample (its stored
-    /// rows sampled), with the sample key's columns after them as `__key0` ...
-    pub(crate) fn sample_plan(&self, view: &View, sample: &Sample, stale: bool) -> Result<LogicalPlan> {
+    /// rows sampled), with the sample key's columns after them as `__key0` ... and whether the
+    /// row is an outlier, `__outlier`. With the outlier index's keys `outliers` (their
+    /// hashes), the rows of those keys are all there, clean or stale, and no others of them.
+    pub(crate) fn sample_plan(
+        &self,
+        view: &View,
+        sample: &Sample,
+        stale: bool,
+        outliers: Option<&[i64]>,
+    ) -> Result<LogicalPlan> {
         let contents = if stale { &view.contents } else { &sample.contents };
-        let mut plan = LogicalPlanBuilder::scan(
-            "__stored",
-            provider_as_source(mem_table(Arc::clone(&contents.schema), contents.batches(false)?)?),
-            None,
-        )?
-        .build()?;
+        let scan = |table: &Table| -> Result<LogicalPlan> {
+            let rows = mem_table(Arc::clone(&table.schema), table.batches(false)?)?;
+            Ok(LogicalPlanBuilder::scan("__stored", provider_as_source(rows), None)?.build()?)
+        };
+        let internal = TesseraError::Internal;
+        let mut plan = scan(contents)?;
         if stale {
-            plan = sample.sampling.sample_stored(plan).map_err(TesseraError::Internal)?;
+            plan = sample.sampling.sample_stored(plan).map_err(internal)?;
         }
         let maintain::Maintenance::Incremental(incremental) = &view.maintenance else {
             return Err(TesseraError::Internal("a sampled view is maintained incrementally".into()));
         };
+        let flag = match outliers {
+            None => lit(false),
+            Some(hashes) => {
+                let among = sample.sampling.stored_among(plan.schema(), hashes).map_err(internal)?;
+                // The sample's rows of other keys, and the outliers' rows: stale from the
+                // view's contents, or clean from the tables.
+                let regular = LogicalPlanBuilder::from(plan).filter(!among.clone())?.build()?;
+                let outlier_rows = if stale {
+                    let rows = scan(&view.contents)?;
+                    LogicalPlanBuilder::from(rows).filter(among.clone())?.build()?
+                } else {
+                    let sources = Sources { db: self, since: self.manifest.sequence, planning: false };
+                    let cleaning = sample.sampling.outliers_cleaning(hashes, &sources).map_err(internal)?;
+                    let (_, rows) = self.run_plan(cleaning.stored(&sources).map_err(internal)?)?;
+                    let rows =
+                        rows.iter().map(|b| contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
+                    let table = mem_table(Arc::clone(&contents.schema), rows)?;
+                    LogicalPlanBuilder::scan("__outliers", provider_as_source(table), None)?.build()?
+                };
+                plan = LogicalPlanBuilder::from(regular).union(outlier_rows)?.build()?;
+                sample.sampling.stored_among(plan.schema(), hashes).map_err(internal)?
+            }
+        };
         let keys = sample.sampling.key_columns.iter().enumerate();
-        let keys = keys.map(|(i, k)| col(Column::new_unqualified(k)).alias(format!("__key{i}"))).collect();
-        incremental.visible_with(plan, keys).map_err(TesseraError::Internal)
+        let mut extra: Vec<Expr> =
+            keys.map(|(i, k)| col(Column::new_unqualified(k)).alias(format!("__key{i}"))).collect();
+        extra.push(flag.alias("__outlier"));
+        incremental.visible_with(plan, extra).map_err(TesseraError::Internal)
+    }
+
+    /// The hashes of the keys of the outlier index's rows of view `view`'s sample, from its
+    /// indexed table as it is now; `None` without an index.
+    pub(crate) fn outlier_hashes(&self, sample: &Sample) -> Result<Option<Vec<i64>>> {
+        let Some(index) = &sample.sampling.outliers else { return Ok(None) };
+        let table = self.tables.get(&index.options.table).ok_or_else(|| {
+            TesseraError::Plan(format!("the outlier index's table `{}` is gone", index.options.table))
+        })?;
+        let rows = mem_table(Arc::clone(&table.schema), table.batches(false)?)?;
+        let scan = LogicalPlanBuilder::scan("__indexed", provider_as_source(rows), None)?.build()?;
+        let plan = sample.sampling.outlier_hashes_plan(scan).map_err(TesseraError::Internal)?.expect("an index");
+        let (_, batches) = self.run_plan(plan)?;
+        let mut hashes: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().iter().flatten().collect::<Vec<_>>())
+            .collect();
+        hashes.sort_unstable();
+        Ok(Some(hashes))
     }
 
     /// Cleans the sample of view `key` from the changes since it was last cleaned, if any
@@ -378,12 +453,12 @@ impl Database {
                 return Err(TesseraError::Plan(format!("view options `{other}` are not supported: use WITH (...)")))
             }
         };
-        let sample_options = SampleOptions::parse(&options)
+        let (sample_options, outliers) = sample::parse_options(&options)
             .map_err(|m| TesseraError::Plan(format!("materialized view `{name}`: {m}")))?;
         let (mut view, rows) = self.compute_view(&name, &create.query)?;
         if let Some(options) = sample_options {
             view.sample = Some(Sample {
-                sampling: self.plan_sampling(&name, &create.query, &view.maintenance, options)?,
+                sampling: self.plan_sampling(&name, &create.query, &view.maintenance, options, outliers)?,
                 contents: Table::new(
                     &name,
                     view.contents.schema.fields().iter().map(|f| f.as_ref().clone()).collect(),
@@ -505,6 +580,17 @@ impl Database {
                     ));
                     items.push(("sample key".into(), sample.sampling.key.clone()));
                     items.push(("sample hash".into(), sample.sampling.trace.join("\n")));
+                    if let Some(index) = &sample.sampling.outliers {
+                        items.push((
+                            "outlier index".into(),
+                            format!(
+                                "{}: pushed up to the view by the sample's key at `{}`; its rows recomputed from the \
+                                 tables for each estimate",
+                                index.options.describe(),
+                                index.options.table
+                            ),
+                        ));
+                    }
                     let sources = Sources { db: self, since: sample.cleaned_at, planning: false };
                     if let Some(mut change) =
                         sample.sampling.cleaning.change(&sources).map_err(TesseraError::Internal)?
