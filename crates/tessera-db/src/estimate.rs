@@ -768,7 +768,7 @@ impl Database {
     /// the sample cleaned first; and which estimator answered.
     pub(crate) fn estimate(&mut self, query: &ast::Query) -> Result<(SchemaRef, Vec<RecordBatch>, Chosen)> {
         let key = self.sampled_view_read_by(query)?;
-        self.clean_sample(&key)?;
+        self.clean_outliers(&key)?;
         let statement = ast::Statement::Query(Box::new(query.clone()));
         // The stale answer, from the whole view.
         let ctx = self.context(&[&statement], None)?;
@@ -793,11 +793,10 @@ impl Database {
         // The clean and the stale sample.
         let view = &self.views[&key];
         let sample = view.sample.as_ref().expect("a sampled view");
-        let outliers = self.outlier_hashes(sample)?;
         let mut samples = Vec::new();
         for stale in [false, true] {
             let ctx = self.plain_context();
-            let rows = self.sample_plan(view, sample, stale, outliers.as_deref())?;
+            let rows = self.sample_plan(view, sample, stale, sample.outlier_rows.as_ref())?;
             ctx.register_table(key.as_str(), Arc::new(ViewTable::new(rows, None)))?;
             let plan = self.plan_statement(&ctx, &statement)?;
             let (_, aggregate, predicates, input) = analyze(&plan)?;
@@ -870,14 +869,14 @@ impl Database {
             ("sample hash".to_string(), sample.sampling.trace.join("\n")),
         ];
         let mut items = items;
-        if let (Some(index), Some(hashes)) = (&sample.sampling.outliers, self.outlier_hashes(sample)?) {
+        if let (Some(index), Some(rows)) = (&sample.sampling.outliers, &sample.outlier_rows) {
             items.push((
                 "outlier index".to_string(),
                 format!(
                     "{}: {} keys of the view, kept whole and counted exactly (weight 1), the sample's other keys \
                      weighted 1/{}",
                     index.options.describe(),
-                    hashes.len(),
+                    rows.hashes.len(),
                     options.ratio
                 ),
             ));

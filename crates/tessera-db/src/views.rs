@@ -43,6 +43,17 @@ pub struct Sample {
     pub contents: Table,
     /// The sequence number of the last statement the rows reflect.
     pub cleaned_at: u64,
+    /// The outlier index's rows, where it has one and they were computed.
+    pub outlier_rows: Option<OutlierRows>,
+}
+
+/// The rows of a sample's outlier index as of a statement: the hashes of their keys, and
+/// their stored rows, clean.
+pub struct OutlierRows {
+    /// The sequence number of the last statement they reflect.
+    pub at: u64,
+    pub hashes: Vec<i64>,
+    pub clean: Vec<RecordBatch>,
 }
 
 impl Sample {
@@ -219,6 +230,7 @@ impl Database {
                     )?,
                     contents: Table::load(&s.contents, &self.storage)?,
                     cleaned_at: s.cleaned_at,
+                    outlier_rows: None,
                 }),
                 None => None,
             };
@@ -342,13 +354,14 @@ impl Database {
     /// The rows users see of the clean sample of `view`, or of its stale sample (its stored
     /// rows sampled), with the sample key's columns after them as `__key0` ... and whether the
     /// row is an outlier, `__outlier`. With the outlier index's keys `outliers` (their
-    /// hashes), the rows of those keys are all there, clean or stale, and no others of them.
+    /// hashes and clean rows), the rows of those keys are all there, clean or stale, and no
+    /// others of them.
     pub(crate) fn sample_plan(
         &self,
         view: &View,
         sample: &Sample,
         stale: bool,
-        outliers: Option<&[i64]>,
+        outliers: Option<&OutlierRows>,
     ) -> Result<LogicalPlan> {
         let contents = if stale { &view.contents } else { &sample.contents };
         let scan = |table: &Table| -> Result<LogicalPlan> {
@@ -365,7 +378,7 @@ impl Database {
         };
         let flag = match outliers {
             None => lit(false),
-            Some(hashes) => {
+            Some(OutlierRows { hashes, clean, .. }) => {
                 let among = sample.sampling.stored_among(plan.schema(), hashes).map_err(internal)?;
                 // The sample's rows of other keys, and the outliers' rows: stale from the
                 // view's contents, or clean from the tables.
@@ -374,12 +387,7 @@ impl Database {
                     let rows = scan(&view.contents)?;
                     LogicalPlanBuilder::from(rows).filter(among.clone())?.build()?
                 } else {
-                    let sources = Sources { db: self, since: self.manifest.sequence, planning: false };
-                    let cleaning = sample.sampling.outliers_cleaning(hashes, &sources).map_err(internal)?;
-                    let (_, rows) = self.run_plan(cleaning.stored(&sources).map_err(internal)?)?;
-                    let rows =
-                        rows.iter().map(|b| contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
-                    let table = mem_table(Arc::clone(&contents.schema), rows)?;
+                    let table = mem_table(Arc::clone(&contents.schema), clean.clone())?;
                     LogicalPlanBuilder::scan("__outliers", provider_as_source(table), None)?.build()?
                 };
                 plan = LogicalPlanBuilder::from(regular).union(outlier_rows)?.build()?;
@@ -393,23 +401,39 @@ impl Database {
         incremental.visible_with(plan, extra).map_err(TesseraError::Internal)
     }
 
-    /// The hashes of the keys of the outlier index's rows of view `view`'s sample, from its
-    /// indexed table as it is now; `None` without an index.
-    pub(crate) fn outlier_hashes(&self, sample: &Sample) -> Result<Option<Vec<i64>>> {
-        let Some(index) = &sample.sampling.outliers else { return Ok(None) };
+    /// Computes the rows of the outlier index of view `key`'s sample (cleaned first) from the
+    /// tables as they are, unless they are as of its cleaning already (or it has no index): the keys
+    /// of the indexed table's rows the index's rule picks (their hashes), and the view's rows
+    /// of those keys, from the view's query with the filter on their hashes pushed down where
+    /// the sample's hash goes.
+    pub(crate) fn clean_outliers(&mut self, key: &str) -> Result<()> {
+        self.clean_sample(key)?;
+        let view = self.views.get(key).ok_or_else(|| TesseraError::Internal("no view".into()))?;
+        let Some(sample) = &view.sample else { return Ok(()) };
+        let Some(index) = &sample.sampling.outliers else { return Ok(()) };
+        // As of the sample's cleaning: the tables have not changed since.
+        let at = sample.cleaned_at;
+        if sample.outlier_rows.as_ref().is_some_and(|rows| rows.at == at) {
+            return Ok(());
+        }
+        let internal = TesseraError::Internal;
         let table = self.tables.get(&index.options.table).ok_or_else(|| {
             TesseraError::Plan(format!("the outlier index's table `{}` is gone", index.options.table))
         })?;
         let rows = mem_table(Arc::clone(&table.schema), table.batches(false)?)?;
         let scan = LogicalPlanBuilder::scan("__indexed", provider_as_source(rows), None)?.build()?;
-        let plan = sample.sampling.outlier_hashes_plan(scan).map_err(TesseraError::Internal)?.expect("an index");
+        let plan = sample.sampling.outlier_hashes_plan(scan).map_err(internal)?.expect("an index");
         let (_, batches) = self.run_plan(plan)?;
-        let mut hashes: Vec<i64> = batches
-            .iter()
-            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().iter().flatten().collect::<Vec<_>>())
-            .collect();
+        let mut hashes: Vec<i64> =
+            batches.iter().flat_map(|b| b.column(0).as_primitive::<Int64Type>().iter().flatten()).collect();
         hashes.sort_unstable();
-        Ok(Some(hashes))
+        let sources = Sources { db: self, since: at, planning: false };
+        let cleaning = sample.sampling.outliers_cleaning(&hashes, &sources).map_err(internal)?;
+        let (_, rows) = self.run_plan(cleaning.stored(&sources).map_err(internal)?)?;
+        let clean = rows.iter().map(|b| sample.contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
+        let sample = self.views.get_mut(key).and_then(|v| v.sample.as_mut()).expect("the view has a sample");
+        sample.outlier_rows = Some(OutlierRows { at, hashes, clean });
+        Ok(())
     }
 
     /// Cleans the sample of view `key` from the changes since it was last cleaned, if any
@@ -418,6 +442,11 @@ impl Database {
     pub(crate) fn clean_sample(&mut self, key: &str) -> Result<u64> {
         let view = self.views.get(key).ok_or_else(|| TesseraError::Internal("no view".into()))?;
         let Some(sample) = &view.sample else { return Ok(0) };
+        let sources = Sources { db: self, since: sample.cleaned_at, planning: false };
+        if !sample.sampling.cleaning.tables.iter().any(|t| maintain::Relations::changed(&sources, t)) {
+            // Clean already: nothing to write.
+            return Ok(0);
+        }
         let sampled = sample.sampling.sampled_at_root().then_some(&sample.sampling);
         let edit = self.maintained_edit(&sample.contents, sample.cleaned_at, &sample.sampling.cleaning, sampled)?;
         let count = (edit.deleted.len() + edit.inserted.as_ref().map_or(0, |r| r.num_rows())) as u64;
@@ -465,6 +494,7 @@ impl Database {
                     &[],
                 )?,
                 cleaned_at: view.refreshed_at,
+                outlier_rows: None,
             });
         }
         self.save_view(key, view, Edit { inserted: Some(rows), ..Edit::default() })?;

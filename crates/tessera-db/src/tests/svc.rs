@@ -440,11 +440,11 @@ fn the_outlier_index_keeps_the_extreme_rows_whole_and_tames_the_tail() {
 
     // The definition: the rows flagged as outliers are the fresh view's rows of the keys of
     // the rows of `t` above the threshold (clean), or the stale view's (stale).
-    let flagged = |db: &Database, name: &str, stale: bool| -> Vec<String> {
+    let flagged = |db: &mut Database, name: &str, stale: bool| -> Vec<String> {
+        db.clean_outliers(name).unwrap();
         let view = db.view(name).unwrap();
         let sample = view.sample.as_ref().unwrap();
-        let hashes = db.outlier_hashes(sample).unwrap().expect("an index");
-        let plan = db.sample_plan(view, sample, stale, Some(&hashes)).unwrap();
+        let plan = db.sample_plan(view, sample, stale, sample.outlier_rows.as_ref()).unwrap();
         let plan = LogicalPlanBuilder::from(plan)
             .filter(col("__outlier"))
             .unwrap()
@@ -461,13 +461,13 @@ fn the_outlier_index_keeps_the_extreme_rows_whole_and_tames_the_tail() {
     );
     assert_eq!(fresh_outliers.len(), 13, "{fresh_outliers:?}");
     let stale_outliers = query(&mut db, "SELECT * FROM o0 WHERE id IN (SELECT id FROM t WHERE x > 10000) ORDER BY id");
-    assert_eq!(flagged(&db, "o0", false), fresh_outliers);
-    assert_eq!(flagged(&db, "o0", true), stale_outliers);
+    assert_eq!(flagged(&mut db, "o0", false), fresh_outliers);
+    assert_eq!(flagged(&mut db, "o0", true), stale_outliers);
     let top_five = query(
         &mut db,
         &format!("SELECT * FROM ({view}) AS f WHERE id IN (SELECT id FROM t ORDER BY x DESC LIMIT 5) ORDER BY id"),
     );
-    assert_eq!(flagged(&db, "top", false), top_five);
+    assert_eq!(flagged(&mut db, "top", false), top_five);
 
     // Over the samples: unbiased with the index, and far more accurate than without.
     let fresh = format!("({view}) AS f");
