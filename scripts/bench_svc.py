@@ -6,6 +6,7 @@ answer, of svc_aqp, svc_corr and auto against the fresh answer, with interval co
 Usage:
     python scripts/bench_svc.py --tessera BINARY [--scale 1] [--updates 0.1] [--ratio 0.1]
                                 [--queries 100] [--breakeven 0.025,0.05,0.1,0.2,0.3,0.4]
+                                [--outliers 1000] [--views join,grouped]
 
 Data: `tessera generate --tpch lineitem,orders` (as scripts/bench_views.py), and a skewed
 variant as TPCD-Skew builds it with Zipf z = 2: each lineitem's order drawn from a Zipf
@@ -19,6 +20,9 @@ process: the sample cleaned (`REFRESH MATERIALIZED VIEW v SAMPLE`, timed), every
 answered stale, by svc_aqp, svc_corr and auto, the view refreshed incrementally (timed), and
 every query answered again: the truth. The queries are TPC-H-style group-by aggregates over the
 view with random conditions. Errors are relative, per group and aggregate, medians over all.
+With --outliers K the skewed join view is run again with an outlier index on the K largest
+l_extendedprice (Section 6), and each query's time (estimates with the sample cleaned) is
+reported for both.
 """
 
 import argparse
@@ -183,7 +187,9 @@ def run(binary, work, base, lineitem_table, con, fraction, qs, label):
     shutil.rmtree(os.path.join(work, db))
     medians = {m: statistics.median(e) if e else float("nan") for m, e in errors.items()}
     coverage = {m: c[0] / c[1] if c[1] else float("nan") for m, c in covered.items()}
-    return changed, t_clean, t_refresh, medians, coverage, len(errors["stale"])
+    corr = 2 + METHODS.index("svc_corr") * (len(qs) + 1) + 1
+    t_query = statistics.median(times[corr:corr + len(qs)])
+    return changed, t_clean, t_refresh, medians, coverage, len(errors["stale"]), t_query
 
 
 def main():
@@ -194,6 +200,8 @@ def main():
     parser.add_argument("--ratio", type=float, default=0.1)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--breakeven", default="")
+    parser.add_argument("--outliers", type=int, default=0)
+    parser.add_argument("--views", default="join,grouped")
     args = parser.parse_args()
     binary = os.path.abspath(args.tessera)
     data = tpch_data(binary, args.scale)
@@ -210,24 +218,30 @@ def main():
           f"sample {args.ratio:g} · updates {args.updates:g} of lineitem · {args.queries} queries per view")
     print("\n| view | data | rows changed | clean the sample (s) | full incremental refresh (s) | speedup | "
           "median relative error: stale | svc_aqp | svc_corr | auto | stale / svc_corr | svc_aqp / svc_corr | "
-          "coverage (95%): svc_aqp | svc_corr | answers |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "coverage (95%): svc_aqp | svc_corr | answers | median svc_corr query (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     views = [("join", "lineitem JOIN orders (the paper's join view)", JOIN_VIEW),
              ("grouped", "grouped by o_custkey, l_returnflag", VIEW)]
-    rounds = [("uniform", "lineitem", f"{data}/lineitem.csv"), ("skewed z=2", "lineitem_skew", skew_path)]
+    views = [v for v in views if v[0] in args.views.split(",")]
+    rounds = [("uniform", "lineitem", f"{data}/lineitem.csv", ""), ("skewed z=2", "lineitem_skew", skew_path, "")]
+    index = f", outlier_index = 'lineitem.l_extendedprice', outlier_k = {args.outliers}"
     for view, description, definition in views:
         qs = queries(view, args.queries, 7)
-        for label, table, path in rounds:
+        extra = [(f"skewed z=2, outlier index on the {args.outliers} largest l_extendedprice", "lineitem_skew", skew_path,
+                  index)] if view == "join" and args.outliers else []
+        for label, table, path, options in rounds + extra:
             base = f"base-{view}-{table}"
             load = (f"CREATE TABLE orders ({ORDERS}) WITH (path = '{data}/orders.csv'); CREATE TABLE lineitem ({LINEITEM}); "
-                    f"COPY lineitem FROM '{path}'; CREATE MATERIALIZED VIEW v WITH (sample = {args.ratio}) AS {definition}")
+                    f"COPY lineitem FROM '{path}'; "
+                    f"CREATE MATERIALIZED VIEW v WITH (sample = {args.ratio}{options}) AS {definition}")
             tessera(binary, base, load, work)
-            changed, t_clean, t_refresh, med, cov, n = run(binary, work, base, table, con, args.updates, qs, f"{view}-{table}")
+            changed, t_clean, t_refresh, med, cov, n, t_query = run(binary, work, base, table, con, args.updates, qs,
+                                                            f"{view}-{table}{'-index' if options else ''}")
             print(f"| {description} | {label} | {changed} | {t_clean:.3f} | {t_refresh:.3f} | {t_refresh / t_clean:.1f}x | "
                   f"{med['stale']:.4f} | {med['svc_aqp']:.4f} | {med['svc_corr']:.4f} | {med['auto']:.4f} | "
                   f"{med['stale'] / med['svc_corr']:.1f}x | {med['svc_aqp'] / med['svc_corr']:.1f}x | "
-                  f"{cov['svc_aqp']:.3f} | {cov['svc_corr']:.3f} | {n} |", flush=True)
-            if view == "join" and table == "lineitem_skew" and args.breakeven:
+                  f"{cov['svc_aqp']:.3f} | {cov['svc_corr']:.3f} | {n} | {t_query:.3f} |", flush=True)
+            if view == "join" and table == "lineitem_skew" and not options and args.breakeven:
                 breakeven = [(f, run(binary, work, base, table, con, f, qs, f"be-{f:g}")[3])
                              for f in [float(x) for x in args.breakeven.split(",")]]
             shutil.rmtree(os.path.join(work, base))

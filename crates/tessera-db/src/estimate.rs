@@ -185,6 +185,8 @@ struct Shape {
     groups: usize,
     /// The columns of the answer, by name: a group column or an aggregate.
     outputs: Vec<(String, Output)>,
+    /// The condition of HAVING on the aggregate's columns, applied to the estimates.
+    having: Option<Expr>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -223,12 +225,14 @@ fn analyze(plan: &LogicalPlan) -> Result<(Shape, &Aggregate, Vec<Expr>, &Logical
         LogicalPlan::Projection(p) => (Some(p), p.input.as_ref()),
         other => (None, other),
     };
+    let (having, rest) = match rest {
+        LogicalPlan::Filter(filter) => (Some(filter.predicate.clone()), filter.input.as_ref()),
+        other => (None, other),
+    };
     let LogicalPlan::Aggregate(aggregate) = rest else {
-        let what = match rest {
-            LogicalPlan::Filter(_) => "HAVING is not estimated",
-            _ => "an estimate is of SELECT [group columns,] aggregates FROM view [WHERE ...] [GROUP BY ...]",
-        };
-        return Err(refused(what));
+        return Err(refused(
+            "an estimate is of SELECT [group columns,] aggregates FROM view [WHERE ...] [GROUP BY ...] [HAVING ...]",
+        ));
     };
     let mut predicates = Vec::new();
     let mut input = aggregate.input.as_ref();
@@ -293,7 +297,7 @@ fn analyze(plan: &LogicalPlan) -> Result<(Shape, &Aggregate, Vec<Expr>, &Logical
             .collect::<Result<Vec<_>>>()?,
         None => aggregate.schema.fields().iter().enumerate().map(|(i, f)| (f.name().clone(), output_of(i))).collect(),
     };
-    Ok((Shape { kinds, groups, outputs }, aggregate, predicates, input))
+    Ok((Shape { kinds, groups, outputs, having }, aggregate, predicates, input))
 }
 
 /// The plan below the ORDER BY and LIMIT at the top of `plan`, and those (outermost first).
@@ -768,7 +772,7 @@ impl Database {
     /// the sample cleaned first; and which estimator answered.
     pub(crate) fn estimate(&mut self, query: &ast::Query) -> Result<(SchemaRef, Vec<RecordBatch>, Chosen)> {
         let key = self.sampled_view_read_by(query)?;
-        self.clean_outliers(&key)?;
+        self.clean_sample(&key)?;
         let statement = ast::Statement::Query(Box::new(query.clone()));
         // The stale answer, from the whole view.
         let ctx = self.context(&[&statement], None)?;
@@ -821,6 +825,7 @@ impl Database {
             freshness => Chosen { freshness, why: format!("freshness = '{}'", freshness.name()) },
         };
         let estimates = if chosen.freshness == Freshness::SvcCorr { corr } else { aqp };
+        let estimates = self.having(&shape, aggregate, &converter, estimates)?;
         let z = normal_quantile(0.5 + self.settings.confidence / 2.0);
         let (schema, batch) = answer_batch(&shape, &converter, &group_types, estimates, z)?;
         let batch = ordered(self, batch, &below_order(&plan).1)?;
@@ -977,6 +982,59 @@ impl Database {
             }
         }
         Ok(rows)
+    }
+
+    /// The groups of `estimates` whose estimated values meet the query's HAVING (all of them
+    /// without one); a value that could not be estimated meets no condition.
+    fn having(
+        &self,
+        shape: &Shape,
+        aggregate: &Aggregate,
+        converter: &RowConverter,
+        estimates: HashMap<OwnedRow, Vec<Estimate>>,
+    ) -> Result<HashMap<OwnedRow, Vec<Estimate>>> {
+        let Some(having) = &shape.having else { return Ok(estimates) };
+        let groups: Vec<(OwnedRow, Vec<Estimate>)> = estimates.into_iter().collect();
+        // The aggregate's columns as `__h0` ..: the groups', then the estimates.
+        let mut fields = Vec::new();
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        if shape.groups > 0 {
+            let group_columns = converter.convert_rows(groups.iter().map(|(g, _)| g.row()))?;
+            for (i, column) in group_columns.into_iter().enumerate() {
+                fields.push(Field::new(format!("__h{i}"), column.data_type().clone(), true));
+                columns.push(column);
+            }
+        }
+        for j in 0..shape.kinds.len() {
+            fields.push(Field::new(format!("__h{}", shape.groups + j), DataType::Float64, true));
+            columns.push(Arc::new(groups.iter().map(|(_, e)| e[j].value).collect::<Float64Array>()));
+        }
+        fields.push(Field::new("__row", DataType::UInt64, false));
+        columns.push(Arc::new(arrow::array::UInt64Array::from_iter_values(0..groups.len() as u64)));
+        let schema = Arc::new(Schema::new(fields));
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+        let condition = having
+            .clone()
+            .transform(|e| match &e {
+                Expr::Column(c) => match aggregate.schema.index_of_column(c) {
+                    Ok(i) => Ok(Transformed::yes(col(format!("__h{i}")))),
+                    Err(error) => Err(error),
+                },
+                _ => Ok(Transformed::no(e)),
+            })?
+            .data;
+        let scan = LogicalPlanBuilder::scan(
+            "__estimates",
+            datafusion::datasource::provider_as_source(crate::mem_table(schema, vec![batch])?),
+            None,
+        )?;
+        let plan = scan.filter(condition)?.project(vec![col("__row")])?.build()?;
+        let (_, kept) = self.run_plan(plan).map_err(|e| refused(format!("its HAVING: {e}")))?;
+        let kept: std::collections::HashSet<u64> = kept
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<arrow::datatypes::UInt64Type>().values().to_vec())
+            .collect();
+        Ok(groups.into_iter().enumerate().filter(|(i, _)| kept.contains(&(*i as u64))).map(|(_, g)| g).collect())
     }
 
     /// The logical plan DataFusion makes of `statement` in `ctx`.

@@ -401,13 +401,12 @@ impl Database {
         incremental.visible_with(plan, extra).map_err(TesseraError::Internal)
     }
 
-    /// Computes the rows of the outlier index of view `key`'s sample (cleaned first) from the
-    /// tables as they are, unless they are as of its cleaning already (or it has no index): the keys
+    /// Computes the rows of the outlier index of view `key`'s clean sample from the tables as
+    /// they are, unless they are as of its cleaning already (or it has no index): the keys
     /// of the indexed table's rows the index's rule picks (their hashes), and the view's rows
     /// of those keys, from the view's query with the filter on their hashes pushed down where
     /// the sample's hash goes.
-    pub(crate) fn clean_outliers(&mut self, key: &str) -> Result<()> {
-        self.clean_sample(key)?;
+    fn clean_outliers(&mut self, key: &str) -> Result<()> {
         let view = self.views.get(key).ok_or_else(|| TesseraError::Internal("no view".into()))?;
         let Some(sample) = &view.sample else { return Ok(()) };
         let Some(index) = &sample.sampling.outliers else { return Ok(()) };
@@ -438,13 +437,15 @@ impl Database {
 
     /// Cleans the sample of view `key` from the changes since it was last cleaned, if any
     /// (the cleaning expression, [`sample`]): the rows of sampled keys brought up to date,
-    /// the view's other rows left stale. The number of sample rows it edited.
+    /// the view's other rows left stale; and its outlier index's rows. The number of sample
+    /// rows it edited.
     pub(crate) fn clean_sample(&mut self, key: &str) -> Result<u64> {
         let view = self.views.get(key).ok_or_else(|| TesseraError::Internal("no view".into()))?;
         let Some(sample) = &view.sample else { return Ok(0) };
         let sources = Sources { db: self, since: sample.cleaned_at, planning: false };
         if !sample.sampling.cleaning.tables.iter().any(|t| maintain::Relations::changed(&sources, t)) {
             // Clean already: nothing to write.
+            self.clean_outliers(key)?;
             return Ok(0);
         }
         let sampled = sample.sampling.sampled_at_root().then_some(&sample.sampling);
@@ -464,6 +465,7 @@ impl Database {
         }
         self.storage.commit(&manifest)?;
         self.manifest = manifest;
+        self.clean_outliers(key)?;
         Ok(count)
     }
 

@@ -150,6 +150,10 @@ fn estimates_name_their_intervals_and_are_exact_with_the_whole_view_as_sample() 
                  FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration) AS fresh";
     let global = "SELECT COUNT(*) AS n, AVG(duration) AS d FROM {v} WHERE visit_count > 15";
     let grouped = "SELECT owner_id, SUM(visit_count) AS v FROM {v} GROUP BY owner_id";
+    // HAVING keeps the groups whose estimates meet it: some, not all, of the owners.
+    let having = "SELECT owner_id, SUM(visit_count) AS v FROM {v} GROUP BY owner_id HAVING COUNT(*) > 25";
+    let kept = query(&mut db, &having.replace("{v}", fresh)).len();
+    assert!((1..7).contains(&kept), "{kept}");
     for freshness in ["svc_aqp", "svc_corr", "auto"] {
         db.execute(&format!("SET freshness = '{freshness}'")).unwrap();
         let Outcome::Rows { schema, .. } = db.execute(&global.replace("{v}", "tenth")).unwrap().pop().unwrap() else {
@@ -158,7 +162,7 @@ fn estimates_name_their_intervals_and_are_exact_with_the_whole_view_as_sample() 
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         assert_eq!(names, ["n", "n_ci_low", "n_ci_high", "d", "d_ci_low", "d_ci_high"]);
         // A sample of the whole view estimates the fresh answer exactly, with no spread.
-        for sql in [global, grouped] {
+        for sql in [global, grouped, having] {
             let estimated = query(&mut db, &sql.replace("{v}", "whole"));
             let truth = query(&mut db, &sql.replace("{v}", fresh));
             let widened: Vec<String> = truth
@@ -441,7 +445,7 @@ fn the_outlier_index_keeps_the_extreme_rows_whole_and_tames_the_tail() {
     // The definition: the rows flagged as outliers are the fresh view's rows of the keys of
     // the rows of `t` above the threshold (clean), or the stale view's (stale).
     let flagged = |db: &mut Database, name: &str, stale: bool| -> Vec<String> {
-        db.clean_outliers(name).unwrap();
+        db.clean_sample(name).unwrap();
         let view = db.view(name).unwrap();
         let sample = view.sample.as_ref().unwrap();
         let plan = db.sample_plan(view, sample, stale, sample.outlier_rows.as_ref()).unwrap();
