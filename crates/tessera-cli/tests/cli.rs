@@ -1254,6 +1254,41 @@ fn run_estimates_fresh_answers_from_a_sampled_view() {
     assert!(stdout.ends_with("n,d\n960,330.8125\n"), "exact last: {stdout}");
 }
 
+/// The outlier index example: the region holding the wholesale orders is estimated with an
+/// interval that covers the refreshed answer and is far narrower than the sample's alone; the
+/// other regions' estimates are the same either way. The index holds 103 orders: the 102 above
+/// the threshold now and the one deleted since the view was created.
+#[test]
+fn run_outliers_keeps_the_long_tail_out_of_the_intervals() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tables/outliers.sql");
+    let out = tessera(&["run", example.to_str().expect("path"), "-q"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let north: Vec<Vec<f64>> = stdout
+        .lines()
+        .filter(|l| l.starts_with("north,"))
+        .map(|l| l.split(',').skip(1).map(|c| c.parse().expect("a number")).collect())
+        .collect();
+    let [alone, indexed, truth] = north.as_slice() else { panic!("{stdout}") };
+    let width = |e: &[f64]| e[2] - e[1];
+    assert!(indexed[1] <= truth[0] && truth[0] <= indexed[2], "{indexed:?} against {truth:?}");
+    assert!(width(indexed) * 20.0 < width(alone), "{indexed:?} against {alone:?}");
+    let others = |from: &str| -> Vec<String> {
+        stdout
+            .split(from)
+            .nth(1)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("south,") || l.starts_with("west,"))
+            .take(2)
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(others("region,revenue,revenue_ci_low"), others("north,9254640"), "{stdout}");
+    assert!(stdout.contains("outlier index,\"orders.amount > 10000: 103 keys of the view"), "{stdout}");
+}
+
 /// A script that fills a table from a window query over a stream and keeps a view over it:
 /// the example's view before and after two devices move (figures as DuckDB computes them over
 /// the readings file), and the events read in the summary.

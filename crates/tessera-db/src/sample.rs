@@ -289,24 +289,34 @@ impl Sampling {
         LogicalPlanBuilder::from(plan).filter(predicate).and_then(|b| b.build()).map_err(|e| e.to_string())
     }
 
-    /// The hashes of the keys of the outlier index's rows, over `table` (the indexed table's
-    /// rows as they are now); `None` without an index.
-    pub fn outlier_hashes_plan(&self, table: LogicalPlan) -> Result<Option<LogicalPlan>> {
+    /// The rows of `rows` (the indexed table's, by name) that the outlier index's rule picks:
+    /// above its threshold, the `k` largest where `top`, and at least `at_least`; as the hash
+    /// of their key (`__hash`) and their value (`__value`, DOUBLE). `None` without an index.
+    pub fn outlier_rows_plan(
+        &self,
+        rows: LogicalPlan,
+        top: bool,
+        at_least: Option<f64>,
+    ) -> Result<Option<LogicalPlan>> {
         let Some(index) = &self.outliers else { return Ok(None) };
         let error = |e: datafusion::error::DataFusionError| e.to_string();
         let column = Expr::Column(Column::new_unqualified(index.options.column.as_str()));
-        let mut builder = LogicalPlanBuilder::from(table).filter(column.clone().is_not_null()).map_err(error)?;
+        let mut builder = LogicalPlanBuilder::from(rows).filter(column.clone().is_not_null()).map_err(error)?;
         if let Some(threshold) = index.options.threshold {
             builder = builder.filter(column.clone().gt(lit(threshold))).map_err(error)?;
         }
-        if let Some(k) = index.options.k {
-            builder = builder.sort(vec![column.sort(false, false)]).map_err(error)?;
+        if let Some(bound) = at_least {
+            builder = builder.filter(column.clone().gt_eq(lit(bound))).map_err(error)?;
+        }
+        if let (Some(k), true) = (index.options.k, top) {
+            builder = builder.sort(vec![column.clone().sort(false, false)]).map_err(error)?;
             builder = builder.limit(0, Some(k as usize)).map_err(error)?;
         }
         let plan = builder.build().map_err(error)?;
         let hash = self.options.hash(&index.key, plan.schema())?;
-        let plan = LogicalPlanBuilder::from(plan).project(vec![hash.alias("__hash")]).map_err(error)?;
-        plan.distinct().and_then(|b| b.build()).map(Some).map_err(error)
+        let value = cast(column, arrow::datatypes::DataType::Float64);
+        let plan = LogicalPlanBuilder::from(plan).project(vec![hash.alias("__hash"), value.alias("__value")]);
+        plan.and_then(|b| b.build()).map(Some).map_err(error)
     }
 
     /// The maintenance of the view's rows whose keys hash to `hashes` (the outlier index's

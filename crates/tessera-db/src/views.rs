@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::{Field, Int64Type};
+use arrow::datatypes::{Field, Float64Type, Int64Type};
 use datafusion::common::Column;
 use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::{col, lit, Expr, LogicalPlan, LogicalPlanBuilder};
@@ -403,7 +403,8 @@ impl Database {
 
     /// Computes the rows of the outlier index of view `key`'s clean sample from the tables as
     /// they are, unless they are as of its cleaning already (or it has no index): the keys
-    /// of the indexed table's rows the index's rule picks (their hashes), and the view's rows
+    /// of the indexed table's rows the index's rule picks among its rows now and those deleted
+    /// or replaced since the view's refresh (their hashes), and the view's rows
     /// of those keys, from the view's query with the filter on their hashes pushed down where
     /// the sample's hash goes.
     fn clean_outliers(&mut self, key: &str) -> Result<()> {
@@ -416,19 +417,31 @@ impl Database {
             return Ok(());
         }
         let internal = TesseraError::Internal;
-        let table = self.tables.get(&index.options.table).ok_or_else(|| {
-            TesseraError::Plan(format!("the outlier index's table `{}` is gone", index.options.table))
-        })?;
-        let rows = mem_table(Arc::clone(&table.schema), table.batches(false)?)?;
-        let scan = LogicalPlanBuilder::scan("__indexed", provider_as_source(rows), None)?.build()?;
-        let plan = sample.sampling.outlier_hashes_plan(scan).map_err(internal)?.expect("an index");
-        let (_, batches) = self.run_plan(plan)?;
-        let mut hashes: Vec<i64> =
-            batches.iter().flat_map(|b| b.column(0).as_primitive::<Int64Type>().iter().flatten()).collect();
+        let table = &index.options.table;
+        let since = Sources { db: self, since: view.refreshed_at, planning: false };
+        let picked = |rows: LogicalPlan, top: bool, at_least: Option<f64>| -> Result<(Vec<i64>, Vec<f64>)> {
+            let plan = sample.sampling.outlier_rows_plan(rows, top, at_least).map_err(internal)?.expect("an index");
+            let (_, batches) = self.run_plan(plan)?;
+            let hashes = batches.iter().flat_map(|b| b.column(0).as_primitive::<Int64Type>().iter().flatten());
+            let values = batches.iter().flat_map(|b| b.column(1).as_primitive::<Float64Type>().iter().flatten());
+            Ok((hashes.collect(), values.collect()))
+        };
+        // The rows the rule picks now, and the rows deleted or replaced since the view's refresh
+        // that it would pick (at least the k-th largest value now where it keeps k): an outlier
+        // changed since is one too, so that its change is counted exactly.
+        let now = maintain::Relations::scan(&since, table, maintain::Version::New).map_err(internal)?;
+        let (mut hashes, values) = picked(now, true, None)?;
+        let at_least = match index.options.k {
+            Some(k) if values.len() as u64 >= k => values.iter().copied().reduce(f64::min),
+            _ => None,
+        };
+        let delta = maintain::Relations::scan(&since, table, maintain::Version::Delta).map_err(internal)?;
+        let deleted = LogicalPlanBuilder::from(delta).filter(col("__m").lt(lit(0i64)))?.build()?;
+        hashes.extend(picked(deleted, false, at_least)?.0);
         hashes.sort_unstable();
-        let sources = Sources { db: self, since: at, planning: false };
-        let cleaning = sample.sampling.outliers_cleaning(&hashes, &sources).map_err(internal)?;
-        let (_, rows) = self.run_plan(cleaning.stored(&sources).map_err(internal)?)?;
+        hashes.dedup();
+        let cleaning = sample.sampling.outliers_cleaning(&hashes, &since).map_err(internal)?;
+        let (_, rows) = self.run_plan(cleaning.stored(&since).map_err(internal)?)?;
         let clean = rows.iter().map(|b| sample.contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
         let sample = self.views.get_mut(key).and_then(|v| v.sample.as_mut()).expect("the view has a sample");
         sample.outlier_rows = Some(OutlierRows { at, hashes, clean });
