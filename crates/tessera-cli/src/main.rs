@@ -132,7 +132,8 @@ enum Command {
         #[arg(long = "set", value_name = "NAME=VALUE")]
         settings: Vec<String>,
     },
-    /// Print the script as the SQL of a distributed engine, running the same shared window plan.
+    /// Print the script as the SQL of a distributed engine: a script of streams as Flink SQL
+    /// running the same shared window plan, a database script's samples and estimates as Spark SQL.
     Compile {
         /// The engine to target.
         #[arg(long, value_enum)]
@@ -496,13 +497,27 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum CompileTarget {
+    /// Flink SQL of a script of streams and window queries.
     Flink,
+    /// Spark SQL of a database script: its tables, sampled views and estimates.
+    Spark,
 }
 
 fn compile(target: CompileTarget, path: &std::path::Path, settings: &[String]) -> Result<(), TesseraError> {
-    let script = load_script(path, settings)?;
     match target {
-        CompileTarget::Flink => print!("{}", tessera::compile::flink::compile_flink(&script)?),
+        CompileTarget::Flink => {
+            let script = load_script(path, settings)?;
+            print!("{}", tessera::compile::flink::compile_flink(&script)?)
+        }
+        CompileTarget::Spark => {
+            if !settings.is_empty() {
+                return Err(TesseraError::Option("--target spark takes its settings from SET in the script".into()));
+            }
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| TesseraError::Option(format!("cannot read `{}`: {e}", path.display())))?;
+            let dir = path.parent().unwrap_or(std::path::Path::new("."));
+            print!("{}", tessera_db::compile_spark(&text, dir)?)
+        }
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ mod file;
 mod key_index;
 mod maintain;
 mod sample;
+mod spark;
 mod spark_hash;
 mod statement;
 pub mod storage;
@@ -33,6 +34,7 @@ use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 use datafusion_sql::sqlparser::parser::Parser;
 pub use estimate::{Freshness, Settings};
+pub use spark::compile_spark;
 pub use statement::{parse, Statement};
 use views::changes_needed_after;
 pub use views::View;
@@ -168,6 +170,11 @@ impl Database {
 
     pub fn table(&self, name: &str) -> Option<&Table> {
         self.tables.get(&name.to_lowercase())
+    }
+
+    /// The names of table `name`'s key columns (none without a declared key or table).
+    pub fn table_key(&self, name: &str) -> Vec<String> {
+        self.tables.get(name).map(|t| t.key_names()).unwrap_or_default()
     }
 
     pub fn view(&self, name: &str) -> Option<&View> {

@@ -512,6 +512,22 @@ impl Incremental {
         self.visible_with(stored, extra.collect())
     }
 
+    /// The column users see that shows the stored key column `stored` (`__g0` .., or `__k0`
+    /// .. of a view of rows, shown by the column of the key's name), with its type.
+    pub fn visible_key(&self, stored: &str) -> Option<(String, DataType)> {
+        let shows = |e: &Expr, name: &str| matches!(e.clone().unalias(), Expr::Column(c) if c.name == name);
+        let column = match (&self.root, stored.strip_prefix("__k")) {
+            (Root::Rows { keys, .. }, Some(index)) => {
+                let described = keys.get(index.parse::<usize>().ok()?)?;
+                let name = described.rsplit('.').next()?;
+                self.schema.fields().iter().position(|f| f.name() == name)
+            }
+            _ => self.visible.iter().position(|e| shows(e, stored)),
+        }?;
+        let field = self.schema.field(column);
+        Some((field.name().clone(), field.data_type().clone()))
+    }
+
     /// The columns users see, over the stored rows read by `stored`.
     pub fn visible(&self, stored: LogicalPlan) -> Result<LogicalPlan> {
         self.visible_with(stored, Vec::new())

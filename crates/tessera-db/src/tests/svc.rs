@@ -599,3 +599,38 @@ fn min_and_max_intervals_hold_the_fresh_extreme() {
     eprintln!("MIN and MAX: {coverage:.3} of {trials} intervals cover the truth");
     assert!(coverage >= 0.95, "{coverage} of {trials}");
 }
+
+/// `tessera compile --target spark`: the sample's hash as Spark writes it over the view's key
+/// columns, a table's versions after a COPY of operations, and the shapes it refuses, with the
+/// reason. (Spark itself runs the output in scripts/spark_diff.py.)
+#[test]
+fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compile() {
+    let tables =
+        "CREATE TABLE video (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE) WITH (path = 'video.csv');
+                  CREATE TABLE log (session_id BIGINT PRIMARY KEY, video_id BIGINT) WITH (path = 'log.csv');";
+    let view = "CREATE MATERIALIZED VIEW visit_view WITH (sample = 0.25, sample_seed = 7) AS
+                    SELECT video_id, owner_id, duration, COUNT(*) AS visit_count
+                    FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration;";
+    let script = format!(
+        "{tables} {view} COPY log FROM 'changes.csv' WITH (op_column = 'op');
+         SET freshness = 'svc_corr'; SELECT owner_id, SUM(visit_count) AS v FROM visit_view GROUP BY owner_id;"
+    );
+    let spark = crate::compile_spark(&script, Path::new("/data")).unwrap();
+    assert!(spark.contains("USING csv OPTIONS (path '/data/video.csv', header 'true')"), "{spark}");
+    assert!(spark.contains("LEFT ANTI JOIN log__file1 ON log__0.session_id = log__file1.session_id"), "{spark}");
+    assert!(
+        spark.contains("(xxhash64(CAST(7 AS INT), CAST(video_id AS BIGINT)) & 4294967295) < 1073741824"),
+        "{spark}"
+    );
+    assert!(spark.contains("FROM log__1 JOIN video__0"), "the fresh view reads the tables' last versions: {spark}");
+    for (statements, message) in [
+        ("SET freshness = 'auto'; SELECT COUNT(*) AS n FROM visit_view;", "choose svc_aqp or svc_corr"),
+        ("SET freshness = 'svc_aqp'; SELECT MEDIAN(duration) AS m FROM visit_view;", "COUNT, SUM and AVG"),
+        ("SET freshness = 'svc_aqp'; SELECT COUNT(*) FROM visit_view;", "without AS name"),
+        ("INSERT INTO log VALUES (1, 2);", "does not take `INSERT INTO log`"),
+        ("SET freshness = 'svc_aqp'; SELECT COUNT(*) AS n FROM log;", "`log`, which is not a sampled view"),
+    ] {
+        let err = crate::compile_spark(&format!("{tables} {view} {statements}"), Path::new(".")).unwrap_err();
+        assert!(err.to_string().contains(message), "{statements}: {err}");
+    }
+}

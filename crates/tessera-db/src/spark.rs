@@ -1,0 +1,525 @@
+//! `tessera compile --target spark` of a database script: its tables, sampled views and
+//! estimates as Spark SQL, so that Spark computes the same samples (with its own `xxhash64`,
+//! which tessera reproduces, [`crate::spark_hash`]) and the same estimates and intervals.
+//!
+//! Spark's tables here are files, not mutable: every version of a table is a temporary view
+//! (`t__0` from the file of `CREATE TABLE ... WITH (path = ...)`, `t__1` after the first
+//! `COPY`, ...), and a materialized view's stale contents are its query over the versions of
+//! its last refresh. The clean sample is the fresh view's rows whose key hashes below the ratio
+//! (Property 1: the rows tessera's cleaning expression computes); Spark's optimizer pushes that
+//! filter toward the scans itself. The estimates are the same formulas as [`crate::estimate`]'s
+//! for COUNT, SUM and AVG, written as queries over the two samples and the stale view.
+//! A `COPY ... WITH (op_column = ...)` file names each key once.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::path::Path;
+
+use datafusion_sql::sqlparser::ast;
+use tessera::error::{Result, TesseraError};
+
+use crate::estimate::{normal_quantile, Freshness, Settings};
+use crate::{maintain, Database, Statement};
+
+fn unsupported(what: impl std::fmt::Display) -> TesseraError {
+    TesseraError::Plan(format!("the Spark target does not take {what}"))
+}
+
+/// A table's columns (name, Spark type) and its key's columns.
+type TableColumns = (Vec<(String, String)>, Vec<String>);
+
+/// A sampled view as the Spark script keeps it.
+struct SparkView {
+    query: ast::Query,
+    /// The view's columns the sample's key is.
+    key: Vec<String>,
+    ratio: f64,
+    seed: Option<i32>,
+    /// The temporary view of its stale contents.
+    stale: String,
+}
+
+/// The Spark SQL of the database script `sql` (relative file paths resolved from `dir`).
+pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
+    // Planned over empty tables of the same columns, for the views' samples.
+    let mut planner = Database::in_memory()?;
+    let mut out = String::from("-- Spark SQL compiled by tessera: tables are files, each version a temporary view.\n");
+    let mut versions: HashMap<String, usize> = HashMap::new();
+    let mut columns: HashMap<String, TableColumns> = HashMap::new();
+    let mut views: HashMap<String, SparkView> = HashMap::new();
+    let mut settings = Settings::default();
+    let mut statement_number = 0usize;
+    for statement in crate::parse(sql)? {
+        match &statement {
+            Statement::Sql { statement: sql_statement, .. } => match sql_statement.as_ref() {
+                ast::Statement::CreateTable(create) => {
+                    let name = create.name.to_string().to_lowercase();
+                    let mut table_columns = Vec::new();
+                    for column in &create.columns {
+                        table_columns.push((column.name.value.to_lowercase(), spark_type(&column.data_type)));
+                    }
+                    let mut bare = create.clone();
+                    let options = match &create.table_options {
+                        ast::CreateTableOptions::With(options) => options.clone(),
+                        _ => Vec::new(),
+                    };
+                    bare.table_options = ast::CreateTableOptions::None;
+                    planner.execute_statement(&Statement::Sql {
+                        statement: Box::new(ast::Statement::CreateTable(bare)),
+                        script: sql.into(),
+                    })?;
+                    let key = planner.table_key(&name);
+                    let path = options
+                        .iter()
+                        .map(crate::key_value)
+                        .collect::<Result<Vec<_>>>()?
+                        .into_iter()
+                        .find(|(k, _)| k == "path")
+                        .map(|(_, v)| v);
+                    let target = format!("{name}__0");
+                    match path {
+                        Some(path) => write_file_view(&mut out, &target, &table_columns, &dir.join(path))?,
+                        None => {
+                            let empty: Vec<String> =
+                                table_columns.iter().map(|(c, t)| format!("CAST(NULL AS {t}) AS {c}")).collect();
+                            writeln!(
+                                out,
+                                "CREATE OR REPLACE TEMPORARY VIEW {target} AS SELECT {} WHERE false;",
+                                empty.join(", ")
+                            )
+                            .expect("a string");
+                        }
+                    }
+                    versions.insert(name.clone(), 0);
+                    columns.insert(name, (table_columns, key));
+                }
+                ast::Statement::CreateView(create) if create.materialized => {
+                    planner.execute_statement(&statement)?;
+                    let name = create.name.to_string().to_lowercase();
+                    let view = planner.view(&name).expect("the view was created");
+                    let Some(sample) = &view.sample else {
+                        return Err(unsupported(format!("materialized view `{name}` without a sample")));
+                    };
+                    if sample.sampling.outliers.is_some() {
+                        return Err(unsupported("an outlier index yet"));
+                    }
+                    if sample.sampling.sampled_at_root() {
+                        return Err(unsupported(format!("`{name}`, whose hash stays at its root")));
+                    }
+                    let key = sample_key_columns(view)?;
+                    statement_number += 1;
+                    let stale = format!("{name}__stale{statement_number}");
+                    let query = over_versions(&create.query, &versions);
+                    writeln!(out, "CREATE OR REPLACE TEMPORARY VIEW {stale} AS {query};").expect("a string");
+                    let options = sample.sampling.options;
+                    views.insert(
+                        name,
+                        SparkView {
+                            query: *create.query.clone(),
+                            key,
+                            ratio: options.ratio,
+                            seed: options.seed,
+                            stale,
+                        },
+                    );
+                }
+                ast::Statement::Query(query) => {
+                    let estimate = compile_query(query, &views, &versions, settings)?;
+                    writeln!(out, "{estimate};").expect("a string");
+                }
+                other => return Err(unsupported(format!("`{}`", first_words(&other.to_string())))),
+            },
+            Statement::Copy { table, path, options } => {
+                let name = table.to_string().to_lowercase();
+                let (table_columns, key) =
+                    columns.get(&name).ok_or_else(|| TesseraError::Plan(format!("`{name}` is not a table")))?;
+                let version = versions[&name];
+                let file = format!("{name}__file{}", version + 1);
+                let op = options.iter().find(|(k, _)| k == "op_column").map(|(_, v)| v.to_lowercase());
+                let mut file_columns = table_columns.clone();
+                if let Some(op) = &op {
+                    file_columns.push((op.clone(), "STRING".into()));
+                }
+                write_file_view(&mut out, &file, &file_columns, &dir.join(path))?;
+                let names: Vec<&str> = table_columns.iter().map(|(c, _)| c.as_str()).collect();
+                let previous = format!("{name}__{version}");
+                let next = format!("{name}__{}", version + 1);
+                let body = match op {
+                    None => format!("SELECT * FROM {previous} UNION ALL SELECT {} FROM {file}", names.join(", ")),
+                    Some(op) => {
+                        if key.is_empty() {
+                            return Err(unsupported(format!("op_column on `{name}`, which has no primary key")));
+                        }
+                        let on: Vec<String> = key.iter().map(|k| format!("{previous}.{k} = {file}.{k}")).collect();
+                        format!(
+                            "SELECT {previous}.* FROM {previous} LEFT ANTI JOIN {file} ON {} UNION ALL SELECT {} FROM {file} \
+                             WHERE upper(trim({op})) IN ('I', 'U', 'INSERT', 'UPDATE')",
+                            on.join(" AND "),
+                            names.join(", ")
+                        )
+                    }
+                };
+                writeln!(out, "CREATE OR REPLACE TEMPORARY VIEW {next} AS {body};").expect("a string");
+                versions.insert(name, version + 1);
+            }
+            Statement::Refresh { view, sample: false } => {
+                let name = view.to_string().to_lowercase();
+                let spark = views
+                    .get_mut(&name)
+                    .ok_or_else(|| TesseraError::Plan(format!("`{name}` is not a sampled view")))?;
+                statement_number += 1;
+                spark.stale = format!("{name}__stale{statement_number}");
+                writeln!(
+                    out,
+                    "CREATE OR REPLACE TEMPORARY VIEW {} AS {};",
+                    spark.stale,
+                    over_versions(&spark.query, &versions)
+                )
+                .expect("a string");
+            }
+            // Spark's samples are always clean: nothing to do.
+            Statement::Refresh { sample: true, .. } => {}
+            Statement::Set { name, value, .. } => settings.set(name, value).map_err(TesseraError::Plan)?,
+            Statement::ExplainRefresh { .. } | Statement::Source { .. } => {
+                return Err(unsupported("EXPLAIN REFRESH or CREATE SOURCE"))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The first words of a statement, to name it in an error.
+fn first_words(sql: &str) -> String {
+    sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// Spark's name of a column type.
+fn spark_type(data_type: &ast::DataType) -> String {
+    match data_type {
+        ast::DataType::Varchar(_) | ast::DataType::Text | ast::DataType::String(_) | ast::DataType::Char(_) => {
+            "STRING".into()
+        }
+        ast::DataType::Real | ast::DataType::Float(_) | ast::DataType::Float4 => "FLOAT".into(),
+        ast::DataType::Float8 | ast::DataType::DoublePrecision => "DOUBLE".into(),
+        other => other.to_string().to_uppercase(),
+    }
+}
+
+/// A temporary view `name` of a CSV or Parquet file of `columns`.
+fn write_file_view(out: &mut String, name: &str, columns: &[(String, String)], path: &Path) -> Result<()> {
+    let path = std::path::absolute(path)
+        .map_err(|e| TesseraError::Option(format!("cannot resolve `{}`: {e}", path.display())))?;
+    let path = path.to_string_lossy().replace('\'', "\\'");
+    let schema: Vec<String> = columns.iter().map(|(c, t)| format!("{c} {t}")).collect();
+    let parquet = path.ends_with(".parquet");
+    let (format, options) = if parquet { ("parquet", String::new()) } else { ("csv", ", header 'true'".to_string()) };
+    writeln!(
+        out,
+        "CREATE OR REPLACE TEMPORARY VIEW {name} ({}) USING {format} OPTIONS (path '{path}'{options});",
+        schema.join(", ")
+    )
+    .expect("a string");
+    Ok(())
+}
+
+/// `query` reading each table's current version.
+fn over_versions(query: &ast::Query, versions: &HashMap<String, usize>) -> ast::Query {
+    let mut query = query.clone();
+    let _ = ast::visit_relations_mut(&mut query, |name: &mut ast::ObjectName| {
+        let key = name.to_string().to_lowercase();
+        if let Some(version) = versions.get(&key) {
+            *name = ast::ObjectName::from(vec![ast::Ident::new(format!("{key}__{version}"))]);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    query
+}
+
+/// The sample's key as expressions over the view's columns, as tessera hashes them (integer
+/// columns as BIGINT); an error if the key is not among the view's columns.
+fn sample_key_columns(view: &crate::View) -> Result<Vec<String>> {
+    let sample = view.sample.as_ref().expect("a sampled view");
+    let maintain::Maintenance::Incremental(incremental) = &view.maintenance else { unreachable!() };
+    sample
+        .sampling
+        .key_columns
+        .iter()
+        .map(|stored| {
+            let (name, data_type) = incremental.visible_key(stored).ok_or_else(|| {
+                unsupported(format!("a view whose sample key {} is not among its columns", sample.sampling.key))
+            })?;
+            Ok(if data_type.is_integer() { format!("CAST({name} AS BIGINT)") } else { name })
+        })
+        .collect()
+}
+
+/// An aggregate of an estimated query: its kind (`count`, `sum`, `avg`), its argument's SQL
+/// (`None` for `COUNT(*)`) and its column's name.
+struct SparkAggregate {
+    kind: String,
+    argument: Option<String>,
+    alias: String,
+}
+
+/// A SELECT over one sampled view, read for the Spark target.
+struct SparkQuery<'a> {
+    view: &'a SparkView,
+    view_name: String,
+    groups: Vec<String>,
+    /// The columns of the answer in order: a group (its index) or an aggregate (its index).
+    outputs: Vec<Result<usize, usize>>,
+    aggregates: Vec<SparkAggregate>,
+    condition: Option<String>,
+}
+
+/// The Spark SQL of `query` at `settings`' freshness: over the stale view, the fresh view, or
+/// an estimate from the samples.
+fn compile_query(
+    query: &ast::Query,
+    views: &HashMap<String, SparkView>,
+    versions: &HashMap<String, usize>,
+    settings: Settings,
+) -> Result<String> {
+    let mut read = Vec::new();
+    let _ = ast::visit_relations(query, |name: &ast::ObjectName| {
+        read.push(name.to_string().to_lowercase());
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    let rename = |to: &dyn Fn(&SparkView) -> String| {
+        let mut renamed = query.clone();
+        let _ = ast::visit_relations_mut(&mut renamed, |name: &mut ast::ObjectName| {
+            if let Some(view) = views.get(&name.to_string().to_lowercase()) {
+                *name = ast::ObjectName::from(vec![ast::Ident::new(to(view))]);
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        over_versions(&renamed, versions).to_string()
+    };
+    match settings.freshness {
+        Freshness::Stale => return Ok(rename(&|v| v.stale.clone())),
+        Freshness::Exact => {
+            // The views read, over the tables' last versions, then the query over those.
+            let mut fresh = String::new();
+            for (name, view) in views.iter().filter(|(name, _)| read.contains(name)) {
+                let query = over_versions(&view.query, versions);
+                writeln!(fresh, "CREATE OR REPLACE TEMPORARY VIEW {name}__fresh AS {query};").expect("a string");
+            }
+            let names: HashMap<&str, &str> = views.iter().map(|(n, v)| (v.stale.as_str(), n.as_str())).collect();
+            return Ok(format!("{fresh}{}", rename(&|v| format!("{}__fresh", names[v.stale.as_str()]))));
+        }
+        Freshness::Auto => return Err(unsupported("freshness = 'auto': choose svc_aqp or svc_corr")),
+        Freshness::SvcAqp | Freshness::SvcCorr => {}
+    }
+    let shape = read_estimated(query, views)?;
+    let mut sql = estimate_sql(&shape, versions, settings)?;
+    if query.order_by.is_some() || query.limit_clause.is_some() {
+        let order = query.order_by.as_ref().map(|o| format!(" {o}")).unwrap_or_default();
+        let limit = query.limit_clause.as_ref().map(|l| format!("{l}")).unwrap_or_default();
+        sql = format!("SELECT * FROM ({sql}) AS __estimate{order}{limit}");
+    }
+    Ok(sql)
+}
+
+/// The parts of an estimated query: SELECT group columns and COUNT, SUM, AVG of one sampled
+/// view, with WHERE and GROUP BY.
+fn read_estimated<'a>(query: &ast::Query, views: &'a HashMap<String, SparkView>) -> Result<SparkQuery<'a>> {
+    let ast::SetExpr::Select(select) = query.body.as_ref() else {
+        return Err(unsupported("an estimate of anything but one SELECT"));
+    };
+    let view_name = match select.from.as_slice() {
+        [ast::TableWithJoins { relation: ast::TableFactor::Table { name, .. }, joins }] if joins.is_empty() => {
+            name.to_string().to_lowercase()
+        }
+        _ => return Err(unsupported("an estimate over more than one sampled view")),
+    };
+    let view = views
+        .get(&view_name)
+        .ok_or_else(|| unsupported(format!("an estimate over `{view_name}`, which is not a sampled view")))?;
+    if select.having.is_some() {
+        return Err(unsupported("HAVING on estimates yet"));
+    }
+    let groups: Vec<String> = match &select.group_by {
+        ast::GroupByExpr::Expressions(exprs, modifiers) if modifiers.is_empty() => {
+            exprs.iter().map(|e| e.to_string().to_lowercase()).collect()
+        }
+        _ => return Err(unsupported("GROUP BY ALL or grouping sets")),
+    };
+    let mut outputs = Vec::new();
+    let mut aggregates = Vec::new();
+    for item in &select.projection {
+        let (expr, alias) = match item {
+            ast::SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.to_lowercase())),
+            ast::SelectItem::UnnamedExpr(expr) => (expr, None),
+            other => return Err(unsupported(format!("`{other}` in an estimate"))),
+        };
+        if let Some(g) = groups.iter().position(|g| *g == expr.to_string().to_lowercase()) {
+            outputs.push(Ok(g));
+            continue;
+        }
+        let ast::Expr::Function(function) = expr else {
+            return Err(unsupported(format!("`{expr}`: an estimate's columns are group columns and aggregates")));
+        };
+        let kind = function.name.to_string().to_lowercase();
+        let ast::FunctionArguments::List(list) = &function.args else {
+            return Err(unsupported(format!("`{expr}`")));
+        };
+        let argument = match list.args.as_slice() {
+            [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)] if kind == "count" => None,
+            [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))] if list.duplicate_treatment.is_none() => {
+                Some(e.to_string())
+            }
+            _ => return Err(unsupported(format!("`{expr}`"))),
+        };
+        if !matches!(kind.as_str(), "count" | "sum" | "avg") || function.filter.is_some() || function.over.is_some() {
+            return Err(unsupported(format!("`{expr}`: the Spark target estimates COUNT, SUM and AVG")));
+        }
+        let alias = alias.ok_or_else(|| unsupported(format!("`{expr}` without AS name")))?;
+        outputs.push(Err(aggregates.len()));
+        aggregates.push(SparkAggregate { kind, argument, alias });
+    }
+    let condition = select.selection.as_ref().map(|c| c.to_string());
+    Ok(SparkQuery { view, view_name, groups, outputs, aggregates, condition })
+}
+
+/// The estimate's SQL: the formulas of [`crate::estimate`] over the clean sample (the fresh
+/// view's rows whose key hashes into the sample), the stale sample and the stale answer.
+fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Settings) -> Result<String> {
+    let view = q.view;
+    let m = view.ratio;
+    let threshold = (m * 4_294_967_296.0).floor() as i64;
+    let z = normal_quantile(0.5 + settings.confidence / 2.0);
+    let scale = (1.0 - m) / (m * m);
+    // The sample's hash over the view's columns, as tessera computes it.
+    let mut hashed: Vec<String> = view.seed.map(|s| format!("CAST({s} AS INT)")).into_iter().collect();
+    hashed.extend(view.key.iter().cloned());
+    let sampled = format!("(xxhash64({}) & 4294967295) < {threshold}", hashed.join(", "));
+    let fresh = format!("({}) AS {}", over_versions(&view.query, versions), q.view_name);
+    let stale = format!("{} AS {}", view.stale, q.view_name);
+    let condition = q.condition.clone().unwrap_or_else(|| "TRUE".into());
+    // Group columns `__g0` .. (a constant without GROUP BY) and key columns `__k0` ...
+    let group_exprs: Vec<String> = if q.groups.is_empty() { vec!["1".into()] } else { q.groups.clone() };
+    let g: Vec<String> = (0..group_exprs.len()).map(|i| format!("__g{i}")).collect();
+    let k: Vec<String> = (0..view.key.len()).map(|i| format!("__k{i}")).collect();
+    let list =
+        |prefix: &str, names: &[String]| names.iter().map(|n| format!("{prefix}{n}")).collect::<Vec<_>>().join(", ");
+    let aliased = |exprs: &[String], names: &[String]| {
+        exprs.iter().zip(names).map(|(e, n)| format!("{e} AS {n}")).collect::<Vec<_>>()
+    };
+    let on = |a: &str, b: &str| g.iter().map(|c| format!("{a}.{c} <=> {b}.{c}")).collect::<Vec<_>>().join(" AND ");
+    // Each row's value `y` where it counts and whether it counts `c`.
+    let mut values = aliased(&group_exprs, &g);
+    values.extend(aliased(&view.key, &k));
+    for (j, a) in q.aggregates.iter().enumerate() {
+        let counts = match &a.argument {
+            Some(arg) => format!("({condition}) AND ({arg}) IS NOT NULL"),
+            None => format!("({condition})"),
+        };
+        let y = match (&a.argument, a.kind.as_str()) {
+            (Some(arg), "sum" | "avg") => format!("CAST({arg} AS DOUBLE)"),
+            _ => "CAST(1 AS DOUBLE)".into(),
+        };
+        values.push(format!("CASE WHEN {counts} THEN {y} ELSE CAST(0 AS DOUBLE) END AS __y{j}"));
+        values.push(format!("CASE WHEN {counts} THEN CAST(1 AS DOUBLE) ELSE CAST(0 AS DOUBLE) END AS __c{j}"));
+    }
+    let rows = |from: &str| format!("SELECT {} FROM {from} WHERE {sampled}", values.join(", "));
+    let mut sums = vec![g.join(", "), "COUNT(*) AS __n".into()];
+    for j in 0..q.aggregates.len() {
+        sums.push(format!("SUM(__y{j}) AS __y{j}, SUM(__c{j}) AS __c{j}, SUM(__y{j} * __y{j}) AS __q{j}"));
+    }
+    let sums = |from: &str| format!("SELECT {} FROM {from} GROUP BY {}", sums.join(", "), g.join(", "));
+    // The stale answer.
+    let mut answer = aliased(&group_exprs, &g);
+    for (j, a) in q.aggregates.iter().enumerate() {
+        answer.push(format!("CAST({}({}) AS DOUBLE) AS __b{j}", a.kind, a.argument.as_deref().unwrap_or("*")));
+    }
+    let group_by = if q.groups.is_empty() { String::new() } else { format!(" GROUP BY {}", q.groups.join(", ")) };
+    let answer = format!("SELECT {} FROM {stale} WHERE {condition}{group_by}", answer.join(", "));
+    // Each row's term of the correction (a stale row's negated), summed per key and group.
+    let term = |j: usize, a: &SparkAggregate| {
+        match a.kind.as_str() {
+        "avg" => format!(
+            "CASE WHEN s.__c{j} > 0 THEN (r.__y{j} - (s.__y{j} / s.__c{j}) * r.__c{j}) / (s.__c{j} / {m:?}) ELSE CAST(0 AS DOUBLE) END"
+        ),
+        _ => format!("r.__y{j}"),
+    }
+    };
+    let terms = |rows: &str, sums: &str, sign: &str| {
+        let mut t = vec![list("r.", &g), list("r.", &k)];
+        t.extend(q.aggregates.iter().enumerate().map(|(j, a)| format!("{sign}({}) AS __t{j}", term(j, a))));
+        format!("SELECT {} FROM {rows} r LEFT JOIN {sums} s ON {}", t.join(", "), on("r", "s"))
+    };
+    let mut diffs = vec![g.join(", "), k.join(", ")];
+    diffs.extend((0..q.aggregates.len()).map(|j| format!("SUM(__t{j}) AS __d{j}")));
+    let mut corr = vec![g.join(", ")];
+    corr.extend((0..q.aggregates.len()).map(|j| format!("SUM(__d{j}) AS __s{j}, SUM(__d{j} * __d{j}) AS __sq{j}")));
+    let ctes = [
+        format!("__clean AS ({})", rows(&fresh)),
+        format!("__dirty AS ({})", rows(&stale)),
+        format!("__cs AS ({})", sums("__clean")),
+        format!("__ds AS ({})", sums("__dirty")),
+        format!("__answer AS ({answer})"),
+        format!("__groups AS (SELECT {0} FROM __answer UNION SELECT {0} FROM __cs)", g.join(", ")),
+        format!("__terms AS ({} UNION ALL {})", terms("__clean", "__cs", ""), terms("__dirty", "__ds", "-")),
+        format!("__diffs AS (SELECT {} FROM __terms GROUP BY {}, {})", diffs.join(", "), g.join(", "), k.join(", ")),
+        format!("__corr AS (SELECT {} FROM __diffs GROUP BY {})", corr.join(", "), g.join(", ")),
+    ];
+    // Per aggregate: its estimate and variance.
+    let evidence = "COALESCE(C.__n, 0) + COALESCE(D.__n, 0) = 0";
+    let mut columns = Vec::new();
+    for output in &q.outputs {
+        match *output {
+            Ok(i) => columns.push(format!("G.__g{i} AS {}", q.groups[i])),
+            Err(j) => {
+                let a = &q.aggregates[j];
+                let aqp_variance = format!("{scale:?} * C.__q{j}");
+                let (aqp, aqp_variance) = match a.kind.as_str() {
+                    "count" => (format!("C.__y{j} / {m:?}"), aqp_variance),
+                    "sum" => (format!("CASE WHEN C.__c{j} > 0 THEN C.__y{j} / {m:?} END"), aqp_variance),
+                    _ => {
+                        let r = format!("(C.__y{j} / C.__c{j})");
+                        (
+                            format!("CASE WHEN C.__c{j} > 0 THEN {r} END"),
+                            format!(
+                                "CASE WHEN C.__c{j} > 0 THEN {:?} * GREATEST(C.__q{j} - 2 * {r} * C.__y{j} + {r} * {r} * C.__c{j}, 0) / (C.__c{j} * C.__c{j}) END",
+                                1.0 - m
+                            ),
+                        )
+                    }
+                };
+                let corr_variance = format!("{scale:?} * COALESCE(X.__sq{j}, 0)");
+                let (value, variance) = match (settings.freshness, a.kind.as_str()) {
+                    (Freshness::SvcAqp, _) => (aqp, aqp_variance),
+                    (_, "count" | "sum") => (
+                        format!("CASE WHEN {evidence} THEN B.__b{j} ELSE COALESCE(B.__b{j}, 0) + COALESCE(X.__s{j}, 0) / {m:?} END"),
+                        format!("CASE WHEN {evidence} THEN NULL ELSE {corr_variance} END"),
+                    ),
+                    _ => {
+                        let corrected = format!("B.__b{j} IS NOT NULL AND C.__c{j} > 0 AND D.__c{j} > 0");
+                        (
+                            format!(
+                                "CASE WHEN {evidence} THEN B.__b{j} WHEN {corrected} THEN B.__b{j} + C.__y{j} / C.__c{j} - D.__y{j} / D.__c{j} ELSE {aqp} END"
+                            ),
+                            format!(
+                                "CASE WHEN {evidence} THEN NULL WHEN {corrected} THEN {corr_variance} ELSE {aqp_variance} END"
+                            ),
+                        )
+                    }
+                };
+                let name = &a.alias;
+                columns.push(format!("{value} AS {name}"));
+                columns.push(format!("({value}) - {z:?} * SQRT({variance}) AS {name}_ci_low"));
+                columns.push(format!("({value}) + {z:?} * SQRT({variance}) AS {name}_ci_high"));
+            }
+        }
+    }
+    Ok(format!(
+        "WITH {} SELECT {} FROM __groups G LEFT JOIN __answer B ON {} LEFT JOIN __cs C ON {} LEFT JOIN __ds D ON {} \
+         LEFT JOIN __corr X ON {}",
+        ctes.join(", "),
+        columns.join(", "),
+        on("G", "B"),
+        on("G", "C"),
+        on("G", "D"),
+        on("G", "X")
+    ))
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Differential test of `tessera compile --target spark` against tessera itself: a database
+script with a sampled view, changes and estimates (svc_aqp, svc_corr; COUNT, SUM, AVG; WHERE,
+GROUP BY, ORDER BY, LIMIT), and the stale and the exact answer, is run by `tessera run` and, compiled to Spark SQL, by a local
+PySpark on the machine's Java. Every answer must agree: the sample's keys (the groups of a
+query grouped by the key that the clean sample holds) and each estimate with its interval,
+within floating-point rounding.
+
+Usage:
+    python scripts/spark_diff.py --tessera BINARY
+
+PySpark comes from PyPI into .venv-spark by scripts/python-env.sh (see scripts/test.sh).
+"""
+
+import argparse
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+SEEDS = [7, 1234]
+
+
+def write_data(folder, seed):
+    """Videos, sessions and a change file of deletions, updates and insertions (each key once)."""
+    rng = random.Random(seed)
+    with open(os.path.join(folder, "video.csv"), "w") as f:
+        f.write("video_id,owner_id,duration\n")
+        for v in range(1, 301):
+            # Some durations missing: NULLs are not counted by AVG.
+            duration = "" if v % 41 == 0 else round(rng.uniform(10, 600), 2)
+            f.write(f"{v},{v % 7},{duration}\n")
+    with open(os.path.join(folder, "log.csv"), "w") as f:
+        f.write("session_id,video_id\n")
+        for s in range(1, 5001):
+            f.write(f"{s},{rng.randint(1, 300)}\n")
+    with open(os.path.join(folder, "log_changes.csv"), "w") as f:
+        f.write("session_id,video_id,op\n")
+        for s in range(1, 5001):
+            if s % 9 == 1:
+                f.write(f"{s},0,D\n")
+            elif s % 23 == 2:
+                f.write(f"{s},{rng.randint(1, 60)},U\n")
+        for s in range(10001, 11001):
+            f.write(f"{s},{rng.randint(1, 80)},I\n")
+
+
+QUERIES = [
+    # The sample's keys: the groups with a value are the clean sample's.
+    "SELECT video_id, COUNT(*) AS n FROM visit_view GROUP BY video_id",
+    "SELECT COUNT(*) AS n, AVG(duration) AS d FROM visit_view WHERE visit_count > 18",
+    "SELECT owner_id, SUM(visit_count) AS v, AVG(visit_count) AS a, COUNT(duration) AS c FROM visit_view "
+    "GROUP BY owner_id",
+    "SELECT owner_id, SUM(visit_count) AS v FROM visit_view WHERE duration < 300 GROUP BY owner_id "
+    "ORDER BY v DESC LIMIT 3",
+    "SELECT SUM(duration) AS s FROM visit_view WHERE owner_id = 3",
+]
+
+# Answered from the stale view, then from the view over the tables as they are.
+PLAIN = "SELECT owner_id, SUM(visit_count) AS v, COUNT(*) AS n FROM visit_view GROUP BY owner_id"
+
+
+def script(seed):
+    lines = [
+        "CREATE TABLE video (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE) WITH (path = 'video.csv');",
+        "CREATE TABLE log (session_id BIGINT PRIMARY KEY, video_id BIGINT) WITH (path = 'log.csv');",
+        f"CREATE MATERIALIZED VIEW visit_view WITH (sample = 0.2, sample_seed = {seed}) AS "
+        "SELECT video_id, owner_id, duration, COUNT(*) AS visit_count "
+        "FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration;",
+        "COPY log FROM 'log_changes.csv' WITH (op_column = 'op');",
+    ]
+    for freshness in ["svc_aqp", "svc_corr"]:
+        lines.append(f"SET freshness = '{freshness}';")
+        lines.extend(q + ";" for q in QUERIES)
+    for freshness in ["stale", "exact"]:
+        lines.append(f"SET freshness = '{freshness}';")
+        lines.append(PLAIN + ";")
+    return "\n".join(lines) + "\n"
+
+
+def tessera_answers(lines, headers):
+    """The result sets of `tessera run` (CSV, a header before each), read by their headers."""
+    answers, i = [], 0
+    for header in headers:
+        while lines[i] != ",".join(header):
+            i += 1
+        i += 1
+        rows = []
+        while i < len(lines) and lines[i] and not lines[i][0].isalpha():
+            rows.append([None if c == "" else float(c) for c in lines[i].split(",")])
+            i += 1
+        answers.append(rows)
+    return answers
+
+
+def close(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def same(ours, theirs):
+    key = lambda row: [(-math.inf if c is None else c) for c in row]
+    ours, theirs = sorted(ours, key=key), sorted(theirs, key=key)
+    return len(ours) == len(theirs) and all(
+        len(a) == len(b) and all(close(x, y) for x, y in zip(a, b)) for a, b in zip(ours, theirs))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tessera", required=True)
+    args = parser.parse_args()
+    binary = os.path.abspath(args.tessera)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Spark on this machine only.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("tessera-spark-diff")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    passed = failed = 0
+    for seed in SEEDS:
+        with tempfile.TemporaryDirectory() as folder:
+            write_data(folder, seed)
+            path = os.path.join(folder, "script.sql")
+            with open(path, "w") as f:
+                f.write(script(seed))
+            compiled = subprocess.run([binary, "compile", "--target", "spark", path], capture_output=True, text=True)
+            if compiled.returncode != 0:
+                sys.exit(f"spark-diff: compile failed: {compiled.stderr}")
+            frames = []
+            for statement in compiled.stdout.split(";\n"):
+                sql = "\n".join(l for l in statement.splitlines() if not l.startswith("--")).strip()
+                if not sql:
+                    continue
+                frame = spark.sql(sql)
+                if sql.startswith(("SELECT", "WITH")):
+                    frames.append(frame)
+            theirs = [[[None if v is None else float(v) for v in row] for row in f.collect()] for f in frames]
+            headers = [f.columns for f in frames]
+            run = subprocess.run([binary, "run", path, "-q"], capture_output=True, text=True, cwd=folder)
+            if run.returncode != 0:
+                sys.exit(f"spark-diff: tessera run failed: {run.stderr}")
+            ours = tessera_answers(run.stdout.splitlines(), headers)
+            asked = [(q, "svc_aqp") for q in QUERIES] + [(q, "svc_corr") for q in QUERIES] + \
+                [(PLAIN, "stale"), (PLAIN, "exact")]
+            for (query, estimator), a, b in zip(asked, ours, theirs):
+                if same(a, b):
+                    passed += 1
+                else:
+                    failed += 1
+                    print(f"DIFFERS (seed {seed}, {estimator}): {query}\n  tessera: {sorted(a, key=str)[:6]}\n"
+                          f"  spark:   {sorted(b, key=str)[:6]}")
+            # The sample is a real sample: some of the videos, not none or all.
+            sampled = [row for row in ours[0] if row[1] is not None]
+            if not 0 < len(sampled) < len(ours[0]):
+                failed += 1
+                print(f"seed {seed}: {len(sampled)} of {len(ours[0])} videos sampled")
+            print(f"seed {seed}: {len(sampled)} of {len(ours[0])} videos in the sample, the same keys in Spark")
+    spark.stop()
+    print(f"spark: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
