@@ -280,6 +280,27 @@ fn answer(db: &mut Database, sql: &str, groups: usize, interval: bool) -> HashMa
         .collect()
 }
 
+/// A table `t (id, g, x)` of ids 1 to `rows`, `g` the id modulo 4 and `x` as `value` says.
+fn random_table(db: &mut Database, random: &mut Random, rows: i64, value: impl Fn(i64, &mut Random) -> f64) {
+    let values: Vec<String> = (1..=rows).map(|id| format!("({id}, {}, {:.3})", id % 4, value(id, random))).collect();
+    db.execute(&format!(
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, g BIGINT, x DOUBLE); INSERT INTO t VALUES {};",
+        values.join(", ")
+    ))
+    .unwrap();
+}
+
+/// `seeds` materialized views `{prefix}0` .. of `view`, each with the sample of its seed and
+/// `options` (`sample = ...` and more).
+fn sampled_views(db: &mut Database, prefix: &str, view: &str, seeds: usize, options: &str) {
+    for seed in 0..seeds {
+        db.execute(&format!(
+            "CREATE MATERIALIZED VIEW {prefix}{seed} WITH ({options}, sample_seed = {seed}) AS {view}"
+        ))
+        .unwrap();
+    }
+}
+
 /// Each estimator, over 50 samples (seeds) of one view after 10% of its rows were updated and
 /// some deleted and inserted: unbiased (the mean over the samples within three standard errors
 /// of the truth), 95% intervals (normal for SUM, COUNT and AVG, the bootstrap's for MEDIAN and
@@ -291,18 +312,9 @@ fn estimators_are_unbiased_and_their_intervals_cover_the_truth() {
     const SEEDS: usize = 50;
     let mut random = Random(0x9e37_79b9_7f4a_7c15);
     let mut db = Database::in_memory().unwrap();
-    let values: Vec<String> =
-        (1..=3000).map(|id| format!("({id}, {}, {:.3})", id % 4, 100.0 * random.next())).collect();
-    db.execute(&format!(
-        "CREATE TABLE t (id BIGINT PRIMARY KEY, g BIGINT, x DOUBLE); INSERT INTO t VALUES {};",
-        values.join(", ")
-    ))
-    .unwrap();
+    random_table(&mut db, &mut random, 3000, |_, random| 100.0 * random.next());
     let view = "SELECT id, g, SUM(x) AS x, COUNT(*) AS n FROM t GROUP BY id, g";
-    for seed in 0..SEEDS {
-        db.execute(&format!("CREATE MATERIALIZED VIEW v{seed} WITH (sample = 0.2, sample_seed = {seed}) AS {view}"))
-            .unwrap();
-    }
+    sampled_views(&mut db, "v", view, SEEDS, "sample = 0.2");
     let inserted: Vec<String> =
         (5001..=5150).map(|id| format!("({id}, {}, {:.3})", id % 4, 100.0 * random.next())).collect();
     db.execute(&format!(
@@ -384,22 +396,6 @@ fn estimators_are_unbiased_and_their_intervals_cover_the_truth() {
     }
 }
 
-/// A table `t (id, g, x)` of `rows` rows with `x` uniform in [0, 100), except every 167th
-/// row's, which is 50,000 or more: a long tail.
-fn skewed_table(db: &mut Database, random: &mut Random, rows: i64) {
-    let values: Vec<String> = (1..=rows)
-        .map(|id| {
-            let x = if id % 167 == 0 { 50_000.0 + 1000.0 * random.next() } else { 100.0 * random.next() };
-            format!("({id}, {}, {x:.3})", id % 4)
-        })
-        .collect();
-    db.execute(&format!(
-        "CREATE TABLE t (id BIGINT PRIMARY KEY, g BIGINT, x DOUBLE); INSERT INTO t VALUES {};",
-        values.join(", ")
-    ))
-    .unwrap();
-}
-
 /// Updates a tenth of `t`'s rows (an outlier among them), deletes some (an outlier, 334, among
 /// them) and inserts 150, two of them outliers.
 fn change_skewed_table(db: &mut Database, random: &mut Random) {
@@ -426,16 +422,17 @@ fn the_outlier_index_keeps_the_extreme_rows_whole_and_tames_the_tail() {
     const SEEDS: usize = 30;
     let mut random = Random(0x005e_ed0f_0071_1e45);
     let mut db = Database::in_memory().unwrap();
-    skewed_table(&mut db, &mut random, 2000);
+    // Every 167th row's `x` is 50,000 or more: a long tail.
+    random_table(&mut db, &mut random, 2000, |id, random| {
+        if id % 167 == 0 {
+            50_000.0 + 1000.0 * random.next()
+        } else {
+            100.0 * random.next()
+        }
+    });
     let view = "SELECT id, g, SUM(x) AS x, COUNT(*) AS n FROM t GROUP BY id, g";
-    for seed in 0..SEEDS {
-        db.execute(&format!(
-            "CREATE MATERIALIZED VIEW v{seed} WITH (sample = 0.1, sample_seed = {seed}) AS {view};
-             CREATE MATERIALIZED VIEW o{seed} WITH (sample = 0.1, sample_seed = {seed}, outlier_index = 't.x', \
-                 outlier_threshold = 10000) AS {view};"
-        ))
-        .unwrap();
-    }
+    sampled_views(&mut db, "v", view, SEEDS, "sample = 0.1");
+    sampled_views(&mut db, "o", view, SEEDS, "sample = 0.1, outlier_index = 't.x', outlier_threshold = 10000");
     db.execute(&format!(
         "CREATE MATERIALIZED VIEW top WITH (sample = 0.1, outlier_index = 't.x', outlier_k = 5) AS {view}"
     ))
@@ -554,18 +551,9 @@ fn min_and_max_intervals_hold_the_fresh_extreme() {
     const SEEDS: usize = 20;
     let mut random = Random(0x3141_5926_5358_9793);
     let mut db = Database::in_memory().unwrap();
-    let values: Vec<String> =
-        (1..=3000).map(|id| format!("({id}, {}, {:.3})", id % 4, 100.0 * random.next())).collect();
-    db.execute(&format!(
-        "CREATE TABLE t (id BIGINT PRIMARY KEY, g BIGINT, x DOUBLE); INSERT INTO t VALUES {};",
-        values.join(", ")
-    ))
-    .unwrap();
+    random_table(&mut db, &mut random, 3000, |_, random| 100.0 * random.next());
     let view = "SELECT id, g, SUM(x) AS x FROM t GROUP BY id, g";
-    for seed in 0..SEEDS {
-        db.execute(&format!("CREATE MATERIALIZED VIEW v{seed} WITH (sample = 0.1, sample_seed = {seed}) AS {view}"))
-            .unwrap();
-    }
+    sampled_views(&mut db, "v", view, SEEDS, "sample = 0.1");
     db.execute("UPDATE t SET x = x * 1.2 + 5.0 WHERE id % 10 = 3; DELETE FROM t WHERE id % 33 = 1;").unwrap();
     let fresh = format!("({view}) AS f");
     let (mut trials, mut covered) = (0usize, 0usize);
