@@ -180,9 +180,13 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
             // Spark's samples are always clean: nothing to do.
             Statement::Refresh { sample: true, .. } => {}
             Statement::Set { name, value, .. } => settings.set(name, value).map_err(TesseraError::Plan)?,
-            Statement::ExplainRefresh { .. } | Statement::Source { .. } => {
-                return Err(unsupported("EXPLAIN REFRESH or CREATE SOURCE"))
+            Statement::Source { .. } => {
+                return Err(unsupported(
+                    "streams: it compiles database scripts; a script of streams and window queries \
+                     compiles with --target flink",
+                ))
             }
+            Statement::ExplainRefresh { .. } => return Err(unsupported("EXPLAIN REFRESH")),
         }
     }
     Ok(out)
