@@ -103,6 +103,8 @@ def skewed(con, data, work):
     path = os.path.join(data, "lineitem_skew.csv")
     if os.path.exists(path):
         return path
+    # One thread: random() after setseed repeats only when one thread draws every value.
+    con.execute("SET threads = 1")
     con.execute("SELECT setseed(0.42)")
     con.execute(f"CREATE OR REPLACE TABLE ranked AS SELECT row_number() OVER (ORDER BY o_orderkey) AS r, o_orderkey "
                 f"FROM read_csv('{data}/orders.csv', header = true, columns = {{'o_orderkey': 'BIGINT', 'o_custkey': 'BIGINT', "
@@ -124,6 +126,7 @@ def skewed(con, data, work):
         FROM drawn JOIN ranked k USING (r)""")
     con.execute(f"COPY skewed TO '{path}' (HEADER)")
     con.execute("DROP TABLE skewed")
+    con.execute(f"SET threads = {os.cpu_count()}")
     return path
 
 
