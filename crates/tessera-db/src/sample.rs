@@ -188,8 +188,6 @@ pub struct Sampling {
     pub trace: Vec<String>,
     /// The outlier index, where the view has one.
     pub outliers: Option<OutlierIndex>,
-    /// The view's own maintenance, from which the outliers' cleaning is derived.
-    view: maintain::Incremental,
     /// Whether the hash stays at the view's root: the change is sampled, not the query.
     at_root: bool,
 }
@@ -259,7 +257,6 @@ impl Sampling {
             cleaning,
             trace: pushed.trace,
             outliers,
-            view: incremental.clone(),
             at_root,
         })
     }
@@ -319,13 +316,18 @@ impl Sampling {
         plan.and_then(|b| b.build()).map(Some).map_err(error)
     }
 
-    /// The maintenance of the view's rows whose keys hash to `hashes` (the outlier index's
-    /// rows): the view's, derived from its query with that filter pushed down where the
-    /// sample's hash goes.
-    pub fn outliers_cleaning(&self, hashes: &[i64], relations: &dyn Relations) -> Result<maintain::Incremental> {
-        let pushed = push(self.options, Some(hashes), &self.view, relations)?;
+    /// The maintenance of the rows of the view maintained by `view` whose keys hash to
+    /// `hashes` (the outlier index's rows): the view's, derived from its query with that filter
+    /// pushed down where the sample's hash goes.
+    pub fn outliers_cleaning(
+        &self,
+        view: &maintain::Incremental,
+        hashes: &[i64],
+        relations: &dyn Relations,
+    ) -> Result<maintain::Incremental> {
+        let pushed = push(self.options, Some(hashes), view, relations)?;
         let body = pushed.body.ok_or("the outlier index is kept on a sample pushed below the view's root")?;
-        self.view.with_body(body, relations)
+        view.with_body(body, relations)
     }
 }
 

@@ -440,7 +440,10 @@ impl Database {
         hashes.extend(picked(deleted, false, at_least)?.0);
         hashes.sort_unstable();
         hashes.dedup();
-        let cleaning = sample.sampling.outliers_cleaning(&hashes, &since).map_err(internal)?;
+        let maintain::Maintenance::Incremental(incremental) = &view.maintenance else {
+            return Err(TesseraError::Internal("a sampled view is maintained incrementally".into()));
+        };
+        let cleaning = sample.sampling.outliers_cleaning(incremental, &hashes, &since).map_err(internal)?;
         let (_, rows) = self.run_plan(cleaning.stored(&since).map_err(internal)?)?;
         let clean = rows.iter().map(|b| sample.contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
         let sample = self.views.get_mut(key).and_then(|v| v.sample.as_mut()).expect("the view has a sample");
@@ -453,12 +456,18 @@ impl Database {
     /// the view's other rows left stale; and its outlier index's rows. The number of sample
     /// rows it edited.
     pub(crate) fn clean_sample(&mut self, key: &str) -> Result<u64> {
+        let edited = self.clean_sample_rows(key)?;
+        self.clean_outliers(key)?;
+        Ok(edited)
+    }
+
+    /// The sample's rows of [`Database::clean_sample`]: the number it edited.
+    fn clean_sample_rows(&mut self, key: &str) -> Result<u64> {
         let view = self.views.get(key).ok_or_else(|| TesseraError::Internal("no view".into()))?;
         let Some(sample) = &view.sample else { return Ok(0) };
         let sources = Sources { db: self, since: sample.cleaned_at, planning: false };
         if !sample.sampling.cleaning.tables.iter().any(|t| maintain::Relations::changed(&sources, t)) {
             // Clean already: nothing to write.
-            self.clean_outliers(key)?;
             return Ok(0);
         }
         let sampled = sample.sampling.sampled_at_root().then_some(&sample.sampling);
@@ -478,7 +487,6 @@ impl Database {
         }
         self.storage.commit(&manifest)?;
         self.manifest = manifest;
-        self.clean_outliers(key)?;
         Ok(count)
     }
 
@@ -630,7 +638,7 @@ impl Database {
                             "outlier index".into(),
                             format!(
                                 "{}: pushed up to the view by the sample's key at `{}`; its rows recomputed from the \
-                                 tables for each estimate",
+                                 tables at each cleaning of the sample",
                                 index.options.describe(),
                                 index.options.table
                             ),
