@@ -354,9 +354,17 @@ impl Incremental {
     pub fn change(&self, relations: &dyn Relations) -> Result<Option<LogicalPlan>> {
         let rewriter = Rewriter::new(relations, matches!(self.root, Root::Rows { .. }));
         match rewriter.delta(&self.body)? {
+            // A row inserted and deleted again since the refresh is no insertion of an
+            // extreme: the change is netted before the extremes are taken.
+            Some(delta) if self.has_extremes() => self.store(rewriter.netted(delta)?, true).map(Some),
             Some(delta) => self.store(delta, true).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Whether it stores a MIN or MAX.
+    fn has_extremes(&self) -> bool {
+        matches!(&self.root, Root::Grouped { states, .. } if states.iter().any(|s| matches!(s.combine, Combine::Extreme { .. })))
     }
 
     /// The stored rows of the groups in table `groups` (columns `__g0` ..), from the tables as
@@ -704,12 +712,23 @@ impl<'a> Rewriter<'a> {
     /// `counted` with each distinct row once, with its total count, rows counted 0 or less
     /// dropped.
     fn consolidated(&self, counted: Counted) -> Result<Counted> {
+        self.summed(counted, |m| m.gt(lit(0i64)))
+    }
+
+    /// A counted change with each row once, its counts summed, and the rows whose inserts and
+    /// deletes cancel left out.
+    fn netted(&self, counted: Counted) -> Result<Counted> {
+        self.summed(counted, |m| m.not_eq(lit(0i64)))
+    }
+
+    /// `counted` with each row once and its counts summed, the rows whose sum meets `keep`.
+    fn summed(&self, counted: Counted, keep: impl Fn(Expr) -> Expr) -> Result<Counted> {
         let m = self.fresh("__m");
         let groups: Vec<Expr> =
             counted.plan.schema().columns().into_iter().filter(|c| *c != counted.m).map(Expr::Column).collect();
         let plan = LogicalPlanBuilder::from(counted.plan)
             .aggregate(groups, vec![sum(Expr::Column(counted.m.clone())).alias(&m)])
-            .and_then(|b| b.filter(col(Column::new_unqualified(&m)).gt(lit(0i64))))
+            .and_then(|b| b.filter(keep(col(Column::new_unqualified(&m)))))
             .and_then(|b| b.build())
             .map_err(plan_error)?;
         Ok(Counted { plan, m: Column::new_unqualified(m), keys: counted.keys })
