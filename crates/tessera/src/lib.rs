@@ -23,6 +23,7 @@ pub mod physical;
 pub mod plan;
 pub mod sql;
 pub mod state;
+pub mod synopsis;
 pub mod window;
 
 pub use error::{Result, TesseraError};

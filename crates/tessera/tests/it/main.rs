@@ -9,3 +9,4 @@ mod recovery;
 mod reference;
 mod slt;
 mod store_costs;
+mod synopsis;
