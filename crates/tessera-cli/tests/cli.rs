@@ -1306,6 +1306,25 @@ fn run_fills_a_table_from_a_stream_and_maintains_a_view_over_it() {
     assert!(text(&out.stderr).contains("20000 events read from streams, 0 late"), "{}", text(&out.stderr));
 }
 
+/// The funnel example: per user, the (login, view, purchase) triples in time order, as DuckDB
+/// counts them with a batch self-join of the same file; EXPLAIN shows the synopsis.
+#[test]
+fn the_funnel_example_counts_journeys_as_a_batch_self_join_does() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/funnel/funnel.sql");
+    let out = tessera(&["run", example.to_str().expect("path")], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let mut rows: Vec<&str> = stdout.lines().skip(1).collect();
+    rows.sort_by_key(|r| r.split(',').next().and_then(|u| u.parse::<u32>().ok()));
+    assert_eq!(rows.len(), 40, "{stdout}");
+    assert_eq!(&rows[..3], ["1,353", "2,568", "3,1021"], "{stdout}");
+    let explained = tessera(&["explain", example.to_str().expect("path")], dir.path());
+    let plan = text(&explained.stdout);
+    assert!(plan.contains("space class log-bounded") && plan.contains("c > b > a"), "{plan}");
+    assert!(plan.contains("state partitioned by: user_id"), "{plan}");
+}
+
 /// `tessera run --on-error skip` on a script of table statements: the malformed rows of a COPY
 /// go to the dead-letter file and are counted; without it the run stops at the row's line.
 #[test]

@@ -320,7 +320,7 @@ pub fn query_windows(query: &QueryPlan) -> Vec<WindowSpec> {
         .iter()
         .filter_map(|b| match b {
             BranchPlan::WindowAggregate(w) => Some(w.window),
-            BranchPlan::Stateless(_) => None,
+            BranchPlan::Stateless(_) | BranchPlan::Temporal(_) => None,
         })
         .collect()
 }
@@ -352,6 +352,11 @@ pub fn dictionary_columns(queries: &[QueryPlan], source: &SourceDef) -> Vec<usiz
             match branch {
                 BranchPlan::Stateless(plan) => {
                     plan.filter.iter().chain(&plan.projection).for_each(|expr| read(expr, false));
+                }
+                BranchPlan::Temporal(plan) => {
+                    for atom in plan.blocks.iter().flat_map(|b| &b.atoms) {
+                        atom.filter.iter().chain(&atom.projection).for_each(|expr| read(expr, false));
+                    }
                 }
                 BranchPlan::WindowAggregate(plan) => {
                     plan.filter.iter().for_each(|expr| read(expr, false));

@@ -13,8 +13,8 @@ use crate::engine::Script;
 use crate::optimizer::share_windows::exact_min_cost;
 use crate::optimizer::window_strategy::Strategy;
 use crate::optimizer::WindowGroup;
-use crate::physical::{PhysicalPlan, WindowInput, WindowNodePlan, WindowsPlan};
-use crate::plan::EmitMode;
+use crate::physical::{OperatorKind, PhysicalPlan, WindowInput, WindowNodePlan, WindowsPlan};
+use crate::plan::{EmitMode, TemporalPlan};
 use crate::window::cost::{merge_weight, CostModel};
 
 /// The EXPLAIN JSON object of `script`: `{ "queries": [...] }`.
@@ -77,6 +77,13 @@ pub fn explain_json(script: &Script) -> Value {
                     chosen_strategy.push(plan.strategy.name());
                 }
             }
+            let synopsis = physical.sources.iter().flat_map(|s| &s.operators).find_map(|o| match &o.kind {
+                OperatorKind::Synopsis(t) if o.queries.contains(&q) => Some(synopsis_json(t)),
+                _ => None,
+            });
+            if synopsis.is_some() {
+                chosen_strategy.push("synopsis");
+            }
             let first = mine.first().map(|g| &g.plan);
             // The keys per instance the model was told: by `SET keys`, or one where the windows
             // have no GROUP BY keys.
@@ -101,10 +108,39 @@ pub fn explain_json(script: &Script) -> Value {
                 "keys_from": keys.map(|_| if script.settings.keys.is_some() { "SET keys" } else { "no GROUP BY keys" }),
                 "merge_weight": merge_weight(keys),
                 "period": first.map(|p| p.period).unwrap_or(0),
+                "synopsis": synopsis,
             })
         })
         .collect();
     json!({ "queries": queries })
+}
+
+/// What a continuous temporal query's synopsis is: its temporal formula, the linear orders its
+/// blocks were split into, the counters it keeps and its space class.
+fn synopsis_json(plan: &TemporalPlan) -> Value {
+    let blocks: Vec<Value> = plan
+        .blocks
+        .iter()
+        .map(|block| {
+            let program = &block.program;
+            let names = |vars: &[usize]| vars.iter().map(|&v| program.variables[v].clone()).collect::<Vec<_>>();
+            json!({
+                "formula": program.formula(),
+                "orders": block.orders,
+                "atoms": program.atoms.iter().map(|a| json!({ "label": a.label, "variables": names(&a.vars) })).collect::<Vec<_>>(),
+                "counters": program.counters(),
+                "partitioned_by": names(&program.partition),
+                "grouped_by": names(&program.group),
+                "space_class": program.space.name(),
+            })
+        })
+        .collect();
+    let log = plan.blocks.iter().any(|b| b.program.space == crate::synopsis::SpaceClass::LogBounded);
+    json!({
+        "space_class": if log { "log-bounded" } else { "bounded" },
+        "counter_bits": 128,
+        "blocks": blocks,
+    })
 }
 
 /// The names of the nodes of query `q`'s groups: the `WINDOWS(...)` name of the query's branch
@@ -203,6 +239,10 @@ pub fn explain_text(explained: &Value) -> String {
         if q["emit"] == "changes" {
             text.push_str("  emit: changes (after every input batch, the changed rows of open windows)\n");
         }
+        if let Some(synopsis) = q["synopsis"].as_object() {
+            synopsis_text(&mut text, synopsis);
+            continue;
+        }
         let windows = q["windows"].as_array().cloned().unwrap_or_default();
         if windows.is_empty() {
             text.push_str("  stateless: filter and project each row\n");
@@ -264,6 +304,52 @@ pub fn explain_text(explained: &Value) -> String {
         }
     }
     text
+}
+
+fn synopsis_text(text: &mut String, synopsis: &serde_json::Map<String, Value>) {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect()
+    };
+    let class = synopsis["space_class"].as_str().unwrap_or("");
+    let why = match class {
+        "bounded" => "set semantics throughout: flags per value, whatever the stream's length",
+        _ => "counters per value, whose bits grow with the logarithm of the stream's length",
+    };
+    text.push_str(&format!("  synopsis: space class {class} ({why}); counters of 128 bits, an overflow is an error\n"));
+    let blocks = synopsis["blocks"].as_array().cloned().unwrap_or_default();
+    for (b, block) in blocks.iter().enumerate() {
+        let indent = if blocks.len() > 1 {
+            text.push_str(&format!(
+                "  block {} of the UNION ALL ({}):\n",
+                b + 1,
+                block["space_class"].as_str().unwrap_or("")
+            ));
+            "    "
+        } else {
+            "  "
+        };
+        text.push_str(&format!("{indent}temporal formula: {}\n", block["formula"].as_str().unwrap_or("")));
+        let orders = strings(&block["orders"]);
+        text.push_str(&format!(
+            "{indent}{} linear order{} of event times (latest first): {}\n",
+            orders.len(),
+            if orders.len() == 1 { "" } else { "s" },
+            orders.join(" | ")
+        ));
+        for atom in block["atoms"].as_array().into_iter().flatten() {
+            let vars = strings(&atom["variables"]);
+            text.push_str(&format!("{indent}atom {}({})\n", atom["label"].as_str().unwrap_or(""), vars.join(", ")));
+        }
+        let partition = strings(&block["partitioned_by"]);
+        text.push_str(&format!(
+            "{indent}state partitioned by: {}\n",
+            if partition.is_empty() { "nothing (one partition)".to_string() } else { partition.join(", ") }
+        ));
+        text.push_str(&format!("{indent}counters:\n"));
+        for counter in strings(&block["counters"]) {
+            text.push_str(&format!("{indent}  {counter}\n"));
+        }
+    }
 }
 
 /// What a query's plan is made of apart from the query itself: equal for the queries one
@@ -343,6 +429,14 @@ pub fn explain_dot(explained: &Value) -> String {
         );
         dot.push_str(&format!("  subgraph cluster_q{i} {{\n    label={label:?};\n"));
         dot.push_str(&format!("    q{i}_stream [label=\"stream\", shape=ellipse];\n"));
+        for (b, block) in q["synopsis"]["blocks"].as_array().into_iter().flatten().enumerate() {
+            let label = format!(
+                "synopsis ({}): {}",
+                block["space_class"].as_str().unwrap_or(""),
+                block["formula"].as_str().unwrap_or("")
+            );
+            dot.push_str(&format!("    q{i}_synopsis{b} [label={label:?}];\n    q{i}_stream -> q{i}_synopsis{b};\n"));
+        }
         for w in q["windows"].as_array().into_iter().flatten() {
             let name = w["name"].as_str().unwrap_or("");
             let unit = w["unit"].as_str().unwrap_or("");

@@ -53,6 +53,8 @@ pub enum OperatorKind {
     Stateless(StatelessPlan),
     /// Window nodes of one group feeding output slots that share WHERE, keys and aggregates.
     Windows(WindowsPlan),
+    /// A continuous temporal query's synopsis.
+    Synopsis(Arc<crate::plan::TemporalPlan>),
 }
 
 impl OperatorKind {
@@ -60,7 +62,7 @@ impl OperatorKind {
     /// stateless branch).
     pub fn window_shape(&self) -> Option<&WindowAggregatePlan> {
         match self {
-            OperatorKind::Stateless(_) => None,
+            OperatorKind::Stateless(_) | OperatorKind::Synopsis(_) => None,
             OperatorKind::Windows(windows) => windows.slots.first().map(|s| s.as_ref()),
         }
     }
@@ -166,11 +168,12 @@ impl PhysicalPlan {
             };
             source.queries.push(q);
             for branch in &query.branches {
-                if let BranchPlan::Stateless(stateless) = branch {
-                    source
-                        .operators
-                        .push(OperatorPlan { queries: vec![q], kind: OperatorKind::Stateless(stateless.clone()) });
-                }
+                let kind = match branch {
+                    BranchPlan::Stateless(stateless) => OperatorKind::Stateless(stateless.clone()),
+                    BranchPlan::Temporal(temporal) => OperatorKind::Synopsis(Arc::clone(temporal)),
+                    BranchPlan::WindowAggregate(_) => continue,
+                };
+                source.operators.push(OperatorPlan { queries: vec![q], kind });
             }
         }
         for (g, group) in groups.iter().enumerate() {

@@ -51,6 +51,42 @@ pub enum BranchPlan {
     /// Per-row filter and projection, no state.
     Stateless(StatelessPlan),
     WindowAggregate(Arc<WindowAggregatePlan>),
+    /// A continuous temporal query (all the query's blocks in one synopsis).
+    Temporal(Arc<TemporalPlan>),
+}
+
+/// A continuous temporal query: each block of its UNION ALL a self-join of the source
+/// compiled to a synopsis, writing rows of the same columns.
+#[derive(Debug, Clone)]
+pub struct TemporalPlan {
+    pub blocks: Vec<TemporalBlock>,
+    /// The SELECT list (the same in every block).
+    pub columns: Vec<TemporalColumn>,
+    /// The types of the grouped variables.
+    pub group_types: Vec<arrow::datatypes::DataType>,
+    /// The columns of the answer (without the changelog's `op`).
+    pub columns_schema: SchemaRef,
+    pub emit: EmitMode,
+}
+
+/// One block of a temporal query: its synopsis's program and how each atom reads rows.
+#[derive(Debug, Clone)]
+pub struct TemporalBlock {
+    pub program: Arc<crate::synopsis::Program>,
+    /// The linear orders of the aliases' times the block was split into (latest first).
+    pub orders: Vec<String>,
+    /// Per atom of the program: the rows it counts (its alias's conditions), projected to the
+    /// event time and then its variables' values (in the atom's variable order).
+    pub atoms: Vec<StatelessPlan>,
+}
+
+/// A column of a temporal query's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemporalColumn {
+    /// The value of the grouped variable at this position of the program's group.
+    Group(usize),
+    /// `COUNT(*)`.
+    Count,
 }
 
 #[derive(Debug, Clone)]

@@ -23,6 +23,7 @@ pub mod pipeline;
 mod running_window;
 mod stamp;
 mod state_tables;
+mod synopsis;
 mod time_runs;
 mod two_stacks;
 mod window_aggregate;
@@ -554,6 +555,7 @@ pub fn create_operator(
 ) -> Result<Box<dyn StreamOperator>> {
     match kind {
         OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new(plan.clone()))),
+        OperatorKind::Synopsis(plan) => Ok(Box::new(synopsis::SynopsisExec::new(Arc::clone(plan))?)),
         OperatorKind::Windows(windows) => {
             let keys = key_spaces.get(&windows.slots[0])?;
             let shape = Arc::clone(&windows.slots[0]);

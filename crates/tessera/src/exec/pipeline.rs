@@ -269,6 +269,11 @@ impl Partitioner {
         cache: &mut Vec<(String, Vec<Option<Arc<EventBatch>>>)>,
     ) -> Result<Vec<Option<Arc<EventBatch>>>> {
         let n = self.workers;
+        if let OperatorKind::Synopsis(_) = kind {
+            // A synopsis's partitions are keyed by values each alias reads from its own
+            // columns: its rows stay together, on the first worker.
+            return Ok((0..n).map(|w| (w == 0).then(|| Arc::clone(input))).collect());
+        }
         let Some(plan) = kind.window_shape() else {
             let target = self.batches_seen % n;
             return Ok((0..n).map(|w| (w == target).then(|| Arc::clone(input))).collect());

@@ -167,6 +167,9 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query, em
         return Err(script.at_span("LIMIT is not supported on a continuous query", limit.span()));
     }
     let selects = branch_selects(query, script)?;
+    if selects.iter().any(|(select, _)| super::temporal::is_temporal(select)) {
+        return super::temporal::bind_temporal(catalog, script, &selects, query.to_string(), emit);
+    }
     let context = StreamContext::new(catalog);
     let mut source: Option<String> = None;
     let mut branches = Vec::new();
@@ -212,7 +215,7 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query, em
             (BranchPlan::WindowAggregate(plan), EmitMode::Changes) => {
                 BranchPlan::WindowAggregate(Arc::new(WindowAggregatePlan { emit, ..(*plan).clone() }))
             }
-            (BranchPlan::Stateless(_), EmitMode::Changes) => {
+            (BranchPlan::Stateless(_) | BranchPlan::Temporal(_), EmitMode::Changes) => {
                 return Err(script.at_span(
                     "EMIT CHANGES applies to window aggregates: a query without a window already emits every row",
                     select.span(),
@@ -319,6 +322,19 @@ fn bind_select(
         None => bind_stateless(script, &select, &plan, names)?,
     };
     Ok((branch, schema, source.name.to_ascii_lowercase()))
+}
+
+/// Binds a `SELECT` over one source without a window or aggregate: its WHERE and SELECT list
+/// as DataFusion expressions over the source's rows.
+pub(super) fn bind_stateless_select(
+    catalog: &Catalog,
+    script: &ScriptText,
+    select: &ast::Select,
+) -> Result<StatelessPlan> {
+    match bind_select(&StreamContext::new(catalog), script, select)? {
+        (BranchPlan::Stateless(plan), _, _) => Ok(plan),
+        _ => Err(script.at_span("expected a SELECT without a window or aggregate", select.span())),
+    }
 }
 
 /// Refuses, at their position, the type mismatches DataFusion reports without one or only

@@ -8,6 +8,7 @@ mod interval;
 pub mod multi_window;
 pub mod nesting;
 mod source_ddl;
+pub mod temporal;
 
 use std::path::Path;
 

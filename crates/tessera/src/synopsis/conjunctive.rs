@@ -173,6 +173,11 @@ fn order_formula(order: &[Vec<usize>], block: &Block, atoms: &[Atom], keep: &[Va
     keep_only(formula, &vars, keep)
 }
 
+/// An atom's alias: its label up to its conditions (`a[a.kind = 'login']` is `a`).
+fn alias_name(label: &str) -> &str {
+    label.split('[').next().unwrap_or(label)
+}
+
 /// Rewrites `q` into one temporal query (Lemmas 4.8 and 4.9): per block, the sum over its
 /// linear orders; the blocks' sum; the answer at `t` counts every instant up to `t`.
 pub fn to_temporal(q: &ConjunctiveQuery) -> Result<Rewritten> {
@@ -209,7 +214,7 @@ pub fn to_temporal(q: &ConjunctiveQuery) -> Result<Rewritten> {
                         .map(|level| {
                             level
                                 .iter()
-                                .map(|&i| q.atoms[block.aliases[i]].label.as_str())
+                                .map(|&i| alias_name(&q.atoms[block.aliases[i]].label))
                                 .collect::<Vec<_>>()
                                 .join(" = ")
                         })

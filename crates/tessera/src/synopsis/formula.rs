@@ -11,6 +11,7 @@
 //! `h`'s counts over the longest such interval) or how many times (`SINCE_COUNT`, since2: the
 //! sum of `q`'s counts over every such `s2`). `ONCE q` is `TRUE SINCE q`.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use super::form::{Binary, Unary};
@@ -20,7 +21,7 @@ use crate::error::{Result, TesseraError};
 pub type Var = usize;
 
 /// How a `SINCE` counts its duplicates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SinceCount {
     /// since1: the sum of the left side's counts since the earliest instant the right side
     /// held (with `TRUE` on the left: how many instants ago).
@@ -31,7 +32,7 @@ pub enum SinceCount {
 }
 
 /// A formula over the atoms and data variables of a [`TemporalQuery`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Formula {
     /// The events of the instant that satisfy atom `i`, counted per valuation of its variables.
     Atom(usize),
@@ -155,6 +156,8 @@ pub(crate) struct Node {
     pub table: Option<usize>,
     /// Some atom lies below.
     pub has_atom: bool,
+    /// The subformula, as EXPLAIN shows it.
+    pub text: String,
 }
 
 /// A compiled temporal query.
@@ -189,7 +192,7 @@ fn no_events(text: String) -> TesseraError {
 
 impl Program {
     pub fn compile(query: &TemporalQuery) -> Result<Program> {
-        let mut builder = Builder { query, nodes: Vec::new() };
+        let mut builder = Builder { query, nodes: Vec::new(), shared: HashMap::new() };
         let root = builder.node(&query.body, false)?;
         let nodes = builder.nodes;
         let body = &nodes[root];
@@ -249,13 +252,11 @@ impl Program {
                 let node = &self.nodes[n];
                 let vars: Vec<&str> = node.vars.iter().map(|&v| self.variables[v].as_str()).collect();
                 let what = match &node.kind {
-                    NodeKind::Previous(_) => "PREVIOUS",
-                    NodeKind::Since { saturate: true, .. } => "SINCE (whether it holds)",
-                    NodeKind::Since { count: SinceCount::Duration, .. } => "SINCE_DURATION",
-                    NodeKind::Since { count: SinceCount::Occurrences, .. } => "SINCE_COUNT",
-                    _ => "?",
+                    NodeKind::Since { saturate: true, .. } => "whether it holds",
+                    _ => "count",
                 };
-                format!("{what} per ({})", vars.join(", "))
+                let per = if vars.is_empty() { "one".to_string() } else { format!("per ({})", vars.join(", ")) };
+                format!("{} ({what}), {per}", node.text)
             })
             .collect()
     }
@@ -264,6 +265,8 @@ impl Program {
 struct Builder<'q> {
     query: &'q TemporalQuery,
     nodes: Vec<Node>,
+    /// Subformulas already compiled (a subformula written twice is evaluated and kept once).
+    shared: HashMap<(&'q Formula, bool), usize>,
 }
 
 fn union(a: &[Var], b: &[Var]) -> Vec<Var> {
@@ -277,7 +280,7 @@ fn subset(a: &[Var], b: &[Var]) -> bool {
     a.iter().all(|v| b.contains(v))
 }
 
-impl Builder<'_> {
+impl<'q> Builder<'q> {
     fn push(&mut self, node: Node) -> usize {
         self.nodes.push(node);
         self.nodes.len() - 1
@@ -292,7 +295,16 @@ impl Builder<'_> {
     }
 
     /// Compiles `f`; `under_distinct`: only whether `f` holds matters above it.
-    fn node(&mut self, f: &Formula, under_distinct: bool) -> Result<usize> {
+    fn node(&mut self, f: &'q Formula, under_distinct: bool) -> Result<usize> {
+        if let Some(&n) = self.shared.get(&(f, under_distinct)) {
+            return Ok(n);
+        }
+        let n = self.compile_node(f, under_distinct)?;
+        self.shared.insert((f, under_distinct), n);
+        Ok(n)
+    }
+
+    fn compile_node(&mut self, f: &'q Formula, under_distinct: bool) -> Result<usize> {
         let node = match f {
             Formula::Atom(i) => {
                 let atom = self.query.atoms.get(*i).ok_or_else(|| plan_error(format!("no atom {i}")))?;
@@ -305,6 +317,7 @@ impl Builder<'_> {
                     growth: Growth::Zero,
                     table: None,
                     has_atom: true,
+                    text: String::new(),
                 }
             }
             Formula::True => Node {
@@ -314,6 +327,7 @@ impl Builder<'_> {
                 growth: Growth::Constant,
                 table: None,
                 has_atom: false,
+                text: String::new(),
             },
             Formula::And(l, r) | Formula::Or(l, r) | Formula::AndNot(l, r) => {
                 // Whether a product or a sum is positive depends only on whether its operands
@@ -369,6 +383,7 @@ impl Builder<'_> {
                     growth,
                     table: None,
                     has_atom: ln.has_atom || rn.has_atom,
+                    text: String::new(),
                 }
             }
             Formula::Not(q) | Formula::Distinct(q) => {
@@ -397,6 +412,7 @@ impl Builder<'_> {
                     growth,
                     table: None,
                     has_atom: qn.has_atom,
+                    text: String::new(),
                 }
             }
             Formula::Exists(removed, q) => {
@@ -422,6 +438,7 @@ impl Builder<'_> {
                     growth: qn.growth,
                     table: None,
                     has_atom: qn.has_atom,
+                    text: String::new(),
                 }
             }
             Formula::Previous(q) => {
@@ -449,6 +466,7 @@ impl Builder<'_> {
                     growth: qn.growth,
                     table: Some(0),
                     has_atom: qn.has_atom,
+                    text: String::new(),
                 }
             }
             Formula::Since { count, hold, from } => {
@@ -503,11 +521,13 @@ impl Builder<'_> {
                     growth,
                     table: Some(0),
                     has_atom: hn.has_atom || fnode.has_atom,
+                    text: String::new(),
                 }
             }
         };
         let table = node.table.map(|_| self.nodes.iter().filter(|n| n.table.is_some()).count());
-        Ok(self.push(Node { table, ..node }))
+        let text = self.text(f);
+        Ok(self.push(Node { table, text, ..node }))
     }
 }
 
