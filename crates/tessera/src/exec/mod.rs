@@ -555,7 +555,9 @@ pub fn create_operator(
 ) -> Result<Box<dyn StreamOperator>> {
     match kind {
         OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new(plan.clone()))),
-        OperatorKind::Synopsis(plan) => Ok(Box::new(synopsis::SynopsisExec::new(Arc::clone(plan))?)),
+        OperatorKind::Synopsis(plan) => {
+            Ok(Box::new(synopsis::SynopsisExec::new(Arc::clone(plan), (Arc::clone(&state.store), state.id))?))
+        }
         OperatorKind::Windows(windows) => {
             let keys = key_spaces.get(&windows.slots[0])?;
             let shape = Arc::clone(&windows.slots[0]);

@@ -8,6 +8,12 @@
 //! the input; with `EMIT CHANGES`, after every batch, the rows of the answer (as of the last
 //! complete instant) that changed since the last ones written: `+I` for a new group, `+U` for a
 //! new count, `-D` for a group whose count fell to 0.
+//!
+//! Checkpoints are incremental: each writes to the state store the partitions applied since
+//! the previous one (a new version per partition, keyed by the checkpoint's epoch; the version
+//! it replaces is deleted once the checkpoint has committed) and the values interned since;
+//! the snapshot holds only the epoch, each block's last instant and the events still waiting
+//! for the watermark. All partitions stay in memory while the query runs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +28,7 @@ use super::{CheckpointBytes, EventBatch, OperatorMetrics, Output, StreamOperator
 use crate::error::{Result, TesseraError};
 use crate::plan::{EmitMode, TemporalBlock, TemporalColumn, TemporalPlan};
 use crate::state::codec::{StateReader, StateWriter};
+use crate::state::store::StateStore;
 use crate::synopsis::{Count, Key, Synopsis, Value};
 
 /// The values of one variable, each given an id in the order first seen (the id is what the
@@ -72,6 +79,73 @@ impl ValueInterner {
     fn bytes(&self) -> usize {
         self.values.iter().map(|v| 2 * v.len() + 2 * std::mem::size_of::<Box<[u8]>>() + 8).sum()
     }
+
+    /// The values from id `from` on, encoded.
+    fn chunk(&self, from: usize) -> Vec<u8> {
+        let mut w = StateWriter::default();
+        w.u8(CHUNK_FORMAT);
+        w.len(self.values.len() - from);
+        self.values[from..].iter().for_each(|v| w.bytes(v));
+        w.into_bytes()
+    }
+
+    /// Takes back the values of a [`chunk`](Self::chunk), which must start at the next id.
+    fn restore_chunk(&mut self, bytes: &[u8]) -> Result<()> {
+        let mut r = StateReader::new(bytes);
+        if r.u8()? != CHUNK_FORMAT {
+            return Err(TesseraError::Checkpoint(
+                "the state store holds values in a format this tessera does not read".into(),
+            ));
+        }
+        for _ in 0..r.len(8)? {
+            let value: Box<[u8]> = r.bytes()?.into();
+            self.ids.insert(value.clone(), self.values.len() as Value);
+            self.values.push(value);
+        }
+        r.finish()
+    }
+}
+
+/// The encoding of a chunk of interned values.
+const CHUNK_FORMAT: u8 = 1;
+
+/// What the store holds of a synopsis operator, after its 8-byte id: a partition's version
+/// (`PARTITION`, block, partition key, epoch; empty: deleted in that epoch), or a chunk of a
+/// variable's values (`VALUES`, block, variable, first id).
+const PARTITION: u8 = 0;
+const VALUES: u8 = 1;
+
+fn partition_key(operator: u64, block: usize, key: &[Value], epoch: u64) -> Vec<u8> {
+    let mut k = operator.to_be_bytes().to_vec();
+    k.push(PARTITION);
+    k.extend_from_slice(&(block as u16).to_be_bytes());
+    for v in key {
+        k.extend_from_slice(&v.to_be_bytes());
+    }
+    k.extend_from_slice(&epoch.to_be_bytes());
+    k
+}
+
+fn values_key(operator: u64, block: usize, var: usize, first: u64) -> Vec<u8> {
+    let mut k = operator.to_be_bytes().to_vec();
+    k.push(VALUES);
+    k.extend_from_slice(&(block as u16).to_be_bytes());
+    k.extend_from_slice(&(var as u16).to_be_bytes());
+    k.extend_from_slice(&first.to_be_bytes());
+    k
+}
+
+/// Where a synopsis operator's state lives beyond a checkpoint, and what it saved there.
+struct Saved {
+    store: Arc<StateStore>,
+    operator: u64,
+    /// Partitions saved now get this version; the next checkpoint commits it.
+    epoch: u64,
+    /// Keys no checkpoint after the epoch (second) needs: deleted once a later one starts.
+    retired: Vec<(Vec<u8>, u64)>,
+    /// Per block, each saved partition's version and bytes, and per variable the values saved.
+    partitions: Vec<HashMap<Key, (u64, u64)>>,
+    values: Vec<Vec<usize>>,
 }
 
 /// Events waiting for the watermark: per instant, the count per atom and valuation.
@@ -185,12 +259,22 @@ pub struct SynopsisExec {
     /// The last instant whose answer `EMIT CHANGES` wrote.
     written: Option<i64>,
     metrics: OperatorMetrics,
+    saved: Saved,
 }
 
 impl SynopsisExec {
-    pub fn new(plan: Arc<TemporalPlan>) -> Result<Self> {
+    /// The operator of `plan`, saving its state at checkpoints to `store` under `operator`.
+    pub fn new(plan: Arc<TemporalPlan>, (store, operator): (Arc<StateStore>, u64)) -> Result<Self> {
         let blocks = plan.blocks.iter().map(BlockState::new).collect::<Result<Vec<_>>>()?;
-        Ok(SynopsisExec { plan, blocks, written: None, metrics: OperatorMetrics::default() })
+        let saved = Saved {
+            store,
+            operator,
+            epoch: 0,
+            retired: Vec::new(),
+            partitions: vec![HashMap::new(); blocks.len()],
+            values: blocks.iter().map(|b| vec![0; b.interners.len()]).collect(),
+        };
+        Ok(SynopsisExec { plan, blocks, written: None, metrics: OperatorMetrics::default(), saved })
     }
 
     fn apply_before(&mut self, watermark: i64) -> Result<()> {
@@ -328,12 +412,170 @@ impl StreamOperator for SynopsisExec {
         Ok(())
     }
 
-    fn checkpoint(&mut self, _w: &mut StateWriter) -> Result<CheckpointBytes> {
-        Err(TesseraError::Plan("checkpoints of continuous temporal queries are not supported yet".into()))
+    /// Saves what changed since the last checkpoint: the partitions applied since (a new
+    /// version each, the old one deleted once this checkpoint has committed) and the values
+    /// interned since; writes the epoch, each block's last instant and its events still waiting.
+    fn checkpoint(&mut self, w: &mut StateWriter) -> Result<CheckpointBytes> {
+        let saved = &mut self.saved;
+        let epoch = saved.epoch;
+        for (key, _) in saved.retired.extract_if(.., |(_, after)| *after < epoch) {
+            saved.store.remove(&key)?;
+        }
+        let mut written = 0u64;
+        w.u64(epoch);
+        w.bool(self.written.is_some());
+        w.i64(self.written.unwrap_or(0));
+        w.len(self.blocks.len());
+        for (b, block) in self.blocks.iter_mut().enumerate() {
+            for (key, bytes) in block.synopsis.take_changed() {
+                let previous = saved.partitions[b].remove(&key);
+                if let Some((version, _)) = previous {
+                    saved.retired.push((partition_key(saved.operator, b, &key, version), epoch));
+                }
+                match bytes {
+                    Some(bytes) => {
+                        saved.store.put(&partition_key(saved.operator, b, &key, epoch), &bytes)?;
+                        written += bytes.len() as u64;
+                        saved.partitions[b].insert(key, (epoch, bytes.len() as u64));
+                    }
+                    None if previous.is_some() => {
+                        // A deletion, kept until the older version it hides is gone.
+                        let tombstone = partition_key(saved.operator, b, &key, epoch);
+                        saved.store.put(&tombstone, &[])?;
+                        saved.retired.push((tombstone, epoch + 1));
+                    }
+                    None => {}
+                }
+            }
+            for (var, interner) in block.interners.iter().enumerate() {
+                let from = saved.values[b][var];
+                if interner.values.len() > from {
+                    let chunk = interner.chunk(from);
+                    saved.store.put(&values_key(saved.operator, b, var, from as u64), &chunk)?;
+                    written += chunk.len() as u64;
+                    saved.values[b][var] = interner.values.len();
+                }
+                w.u64(saved.values[b][var] as u64);
+            }
+            w.bool(block.synopsis.last_instant().is_some());
+            w.i64(block.synopsis.last_instant().unwrap_or(0));
+            w.len(block.pending.len());
+            for (instant, events) in &block.pending {
+                w.i64(*instant);
+                w.len(events.len());
+                for ((atom, key), count) in events {
+                    w.u32(*atom as u32);
+                    crate::synopsis::evaluator::encode_key(w, key);
+                    w.u64((*count >> 64) as u64);
+                    w.u64(*count as u64);
+                }
+            }
+        }
+        saved.epoch += 1;
+        let stored = saved.partitions.iter().flat_map(|p| p.values()).map(|&(_, bytes)| bytes).sum();
+        Ok(CheckpointBytes { tables_written: written, tables_changed: written, tables_stored: stored })
     }
 
-    fn restore(&mut self, _r: &mut StateReader) -> Result<()> {
-        Err(TesseraError::Plan("checkpoints of continuous temporal queries are not supported yet".into()))
+    /// Takes back a checkpoint: the values and partitions it names from the store (deleting
+    /// every version written after it or no longer needed), and its progress.
+    fn restore(&mut self, r: &mut StateReader) -> Result<()> {
+        let epoch = r.u64()?;
+        let written = r.bool()?;
+        let written_at = r.i64()?;
+        self.written = written.then_some(written_at);
+        if r.len(8)? != self.blocks.len() {
+            return Err(TesseraError::Checkpoint("the snapshot's UNION ALL blocks do not match the query's".into()));
+        }
+        let saved = &mut self.saved;
+        saved.epoch = epoch + 1;
+        for (b, block) in self.blocks.iter_mut().enumerate() {
+            for var in 0..block.interners.len() {
+                saved.values[b][var] = r.u64()? as usize;
+            }
+            let last = r.bool()?;
+            let last_at = r.i64()?;
+            block.synopsis.set_last_instant(last.then_some(last_at));
+            block.pending.clear();
+            for _ in 0..r.len(16)? {
+                let instant = r.i64()?;
+                let mut events = HashMap::new();
+                for _ in 0..r.len(28)? {
+                    let atom = r.u32()? as usize;
+                    let key = crate::synopsis::evaluator::decode_key(r)?;
+                    let count = (Count::from(r.u64()?) << 64) | Count::from(r.u64()?);
+                    events.insert((atom, key), count);
+                }
+                block.pending.insert(instant, events);
+            }
+        }
+        // Every key of the operator: values chunks in id order, partition versions by key.
+        let prefix = saved.operator.to_be_bytes();
+        let mut chunks: Vec<(usize, usize, u64, Vec<u8>)> = Vec::new();
+        let mut versions: HashMap<(usize, Key), Vec<u64>> = HashMap::new();
+        let corrupt = || TesseraError::Checkpoint("the state store holds a key tessera did not write".into());
+        for key in saved.store.keys(&prefix)? {
+            let rest = &key[8..];
+            let block = u16::from_be_bytes(rest.get(1..3).ok_or_else(corrupt)?.try_into().expect("2 bytes")) as usize;
+            match rest[0] {
+                VALUES if rest.len() == 13 => {
+                    let var = u16::from_be_bytes(rest[3..5].try_into().expect("2 bytes")) as usize;
+                    let first = u64::from_be_bytes(rest[5..13].try_into().expect("8 bytes"));
+                    if saved.values.get(block).and_then(|v| v.get(var)).is_some_and(|&n| (first as usize) < n) {
+                        let bytes = saved.store.get(&key)?.ok_or_else(corrupt)?;
+                        chunks.push((block, var, first, bytes));
+                    } else {
+                        saved.store.remove(&key)?;
+                    }
+                }
+                PARTITION if rest.len() >= 11 && (rest.len() - 11) % 8 == 0 => {
+                    let values: Key = rest[3..rest.len() - 8]
+                        .chunks(8)
+                        .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
+                        .collect();
+                    let version = u64::from_be_bytes(rest[rest.len() - 8..].try_into().expect("8 bytes"));
+                    if version > epoch || block >= self.blocks.len() {
+                        saved.store.remove(&key)?;
+                    } else {
+                        versions.entry((block, values)).or_default().push(version);
+                    }
+                }
+                _ => return Err(corrupt()),
+            }
+        }
+        chunks.sort_by_key(|&(b, v, first, _)| (b, v, first));
+        for (b, var, _, bytes) in chunks {
+            self.blocks[b].interners[var].restore_chunk(&bytes)?;
+        }
+        for (b, block) in self.blocks.iter().enumerate() {
+            for (var, interner) in block.interners.iter().enumerate() {
+                if interner.values.len() != saved.values[b][var] {
+                    return Err(TesseraError::Checkpoint("the state store lacks values the checkpoint names".into()));
+                }
+            }
+        }
+        for ((b, key), mut found) in versions {
+            found.sort_unstable();
+            let latest = found.pop().expect("a version");
+            for older in found {
+                saved.store.remove(&partition_key(saved.operator, b, &key, older))?;
+            }
+            let store_key = partition_key(saved.operator, b, &key, latest);
+            let bytes = saved.store.get(&store_key)?.ok_or_else(corrupt)?;
+            if bytes.is_empty() {
+                saved.store.remove(&store_key)?;
+                continue;
+            }
+            self.blocks[b].synopsis.insert_partition(key.clone(), &bytes)?;
+            saved.partitions[b].insert(key, (latest, bytes.len() as u64));
+        }
+        if let Some(at) = self.written {
+            for block in &mut self.blocks {
+                if block.synopsis.last_instant().is_some() {
+                    block.answer = block.synopsis.answer(at)?.into_iter().collect();
+                }
+            }
+        }
+        Ok(())
     }
 
     fn metrics(&self) -> Vec<OperatorMetrics> {

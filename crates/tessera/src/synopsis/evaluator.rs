@@ -21,6 +21,7 @@ use hashbrown::HashMap;
 use super::form::{Binary, Count, Form, FormError, Unary};
 use super::formula::{NodeKind, Program, SinceCount, Var};
 use crate::error::{Result, TesseraError};
+use crate::state::codec::{StateReader, StateWriter};
 
 /// A data value, as the operator interns it.
 pub type Value = u64;
@@ -312,11 +313,133 @@ pub struct Synopsis {
     partitions: HashMap<Key, Partition>,
     /// The last instant applied.
     last: Option<i64>,
+    /// Partitions applied since [`Synopsis::take_changed`] last listed them.
+    changed: hashbrown::HashSet<Key>,
+}
+
+/// The encoding of a saved partition; one of another format is refused with a message.
+const PARTITION_FORMAT: u8 = 1;
+
+fn encode_count(w: &mut StateWriter, c: Count) {
+    w.u64((c >> 64) as u64);
+    w.u64(c as u64);
+}
+
+fn decode_count(r: &mut StateReader) -> Result<Count> {
+    Ok((Count::from(r.u64()?) << 64) | Count::from(r.u64()?))
+}
+
+fn encode_form(w: &mut StateWriter, f: &Form) {
+    encode_count(w, f.now);
+    w.len(f.next.len());
+    f.next.iter().for_each(|&v| encode_count(w, v));
+    match f.tail {
+        Some((a, b)) => {
+            w.bool(true);
+            encode_count(w, a);
+            encode_count(w, b);
+        }
+        None => w.bool(false),
+    }
+}
+
+fn decode_form(r: &mut StateReader) -> Result<Form> {
+    let now = decode_count(r)?;
+    let next = (0..r.len(16)?).map(|_| decode_count(r)).collect::<Result<Vec<_>>>()?;
+    let tail = if r.bool()? { Some((decode_count(r)?, decode_count(r)?)) } else { None };
+    Ok(Form { now, next, tail })
+}
+
+pub fn encode_key(w: &mut StateWriter, key: &[Value]) {
+    w.u64s(key.iter().copied());
+}
+
+pub fn decode_key(r: &mut StateReader) -> Result<Key> {
+    Ok(r.u64s()?.into())
+}
+
+impl Partition {
+    fn encode(&self, w: &mut StateWriter) {
+        w.u8(PARTITION_FORMAT);
+        w.i64(self.anchor);
+        w.len(self.tables.len());
+        for table in &self.tables {
+            w.len(table.len());
+            for (key, entry) in table {
+                encode_key(w, key);
+                encode_form(w, &entry.own);
+                encode_form(w, &entry.operand);
+            }
+        }
+        w.len(self.body.len());
+        for (key, form) in &self.body {
+            encode_key(w, key);
+            encode_form(w, form);
+        }
+    }
+
+    fn decode(r: &mut StateReader, tables: usize) -> Result<Partition> {
+        let format = r.u8()?;
+        if format != PARTITION_FORMAT {
+            return Err(TesseraError::Checkpoint(format!(
+                "the state store holds a synopsis partition in format {format}; this tessera reads format \
+                 {PARTITION_FORMAT}: resume with the tessera that wrote it, or give another --state-dir"
+            )));
+        }
+        let anchor = r.i64()?;
+        if r.len(8)? != tables {
+            return Err(TesseraError::Checkpoint("a saved synopsis partition does not match the query".into()));
+        }
+        let mut partition = Partition { anchor, tables: Vec::with_capacity(tables), body: HashMap::new() };
+        for _ in 0..tables {
+            let mut table = HashMap::new();
+            for _ in 0..r.len(8)? {
+                let key = decode_key(r)?;
+                table.insert(key, Entry { own: decode_form(r)?, operand: decode_form(r)? });
+            }
+            partition.tables.push(table);
+        }
+        for _ in 0..r.len(8)? {
+            let key = decode_key(r)?;
+            partition.body.insert(key, decode_form(r)?);
+        }
+        Ok(partition)
+    }
 }
 
 impl Synopsis {
     pub fn new(program: Arc<Program>) -> Self {
-        Synopsis { program, partitions: HashMap::new(), last: None }
+        Synopsis { program, partitions: HashMap::new(), last: None, changed: hashbrown::HashSet::new() }
+    }
+
+    /// The partitions applied since the last call, each with its encoding (`None`: it holds
+    /// nothing any more).
+    pub fn take_changed(&mut self) -> Vec<(Key, Option<Vec<u8>>)> {
+        self.changed
+            .drain()
+            .map(|key| {
+                let bytes = self.partitions.get(&key).map(|p| {
+                    let mut w = StateWriter::default();
+                    p.encode(&mut w);
+                    w.into_bytes()
+                });
+                (key, bytes)
+            })
+            .collect()
+    }
+
+    /// Puts back a partition [`take_changed`](Self::take_changed) encoded.
+    pub fn insert_partition(&mut self, key: Key, bytes: &[u8]) -> Result<()> {
+        let mut r = StateReader::new(bytes);
+        let partition = Partition::decode(&mut r, self.program.tables.len())?;
+        r.finish()?;
+        self.partitions.insert(key, partition);
+        Ok(())
+    }
+
+    /// Sets the last instant applied (restoring a checkpoint).
+    pub fn set_last_instant(&mut self, last: Option<i64>) {
+        self.last = last;
     }
 
     pub fn program(&self) -> &Program {
@@ -374,6 +497,7 @@ impl Synopsis {
         }
         for (partition, events) in by_partition {
             let next = self.step(self.partitions.get(&partition), instant, &events)?;
+            self.changed.insert(partition.clone());
             if next.body.is_empty() && next.tables.iter().all(|t| t.is_empty()) {
                 self.partitions.remove(&partition);
             } else {

@@ -166,6 +166,44 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    /// Continuous temporal queries resume to the same rows: their synopses' partitions and
+    /// interned values are saved to the store as they change, their waiting events and last
+    /// instants in the snapshot, and `EMIT CHANGES` continues from the rows it wrote.
+    #[test]
+    fn a_resumed_temporal_query_equals_an_uninterrupted_one(
+        events in event_strategy(),
+        delay in 0i64..6,
+        batch_size in 1usize..20,
+        crashes in prop::collection::vec(0usize..12, 1..4),
+        workers in 1usize..3,
+    ) {
+        let text = format!(
+            "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '{delay}' SECOND)
+               WITH (path = 'unused.csv', time_unit = 's');
+             SELECT a.k, COUNT(*) FROM s a, s b WHERE a.k = b.k AND a.v < 0 AND b.v > 0 AND a.ts < b.ts GROUP BY a.k;
+             SELECT a.tag, COUNT(*) FROM s a, s b, s c WHERE a.tag = b.tag AND b.tag = c.tag AND a.ts < b.ts
+               AND b.ts <= c.ts GROUP BY a.tag EMIT CHANGES;
+             SELECT COUNT(*) FROM s a, s b WHERE a.v = b.v AND a.ts > b.ts;
+             SELECT DISTINCT a.k FROM s a, s b WHERE a.k = b.k AND a.v > 1 AND b.v < -1 AND a.ts >= b.ts;"
+        );
+        let input = batches(&events, batch_size);
+        let mut expected = MemorySink::default();
+        run(&text, None, &input, None, (None, Duration::ZERO), (workers, None), &mut expected).expect("uninterrupted run");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut resumed = MemorySink::default();
+        resumed_after_crashes(&text, None, &input, dir.path(), &crashes, (workers, None), &mut resumed)
+            .expect("resumed run");
+        for q in 0..4 {
+            let (want, got) = (rows(&expected.rows[q]), rows(&resumed.rows[q]));
+            prop_assert!(got == want, "query {q}\nuninterrupted: {want:?}\nresumed:       {got:?}");
+            prop_assert_eq!(rows(&resumed.late[q]), rows(&expected.late[q]));
+        }
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// With one worker the output is the same bytes in the same order whether the state is
