@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Continuous temporal queries: synopsis state and throughput as the stream grows, beside
+DuckDB's batch self-join of the same file.
+
+The input is written by DuckDB (not tessera's generator): --events events of --users users in
+event-time order with millisecond timestamps (a few ms out of order), kinds login, view, cart,
+purchase. Workloads:
+  funnel2  (login, purchase) pairs per user, login first
+  funnel3  (login, view, purchase) triples per user, in that order
+For each size (powers of ten up to --max-events) it reports tessera's wall time, events/s,
+peak state bytes (from --stats-json) and peak RSS, and DuckDB's time for the same SQL as a batch
+self-join over the same file (up to --duckdb-max-events; its threads as given by --duckdb-threads).
+The answers are compared where both ran. A plain streaming self-join keeps every event it may
+still join: its state is at least the bytes of the events of the joined kinds, reported as
+`join keeps`.
+
+Usage: scripts/bench_synopsis.py [--tessera BIN] [--max-events 100000000] [--users 1000]
+                                 [--duckdb-max-events 10000000] [--workloads funnel2,funnel3]
+"""
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SOURCE = """CREATE SOURCE events (
+    user_id BIGINT,
+    kind VARCHAR,
+    ts BIGINT,
+    WATERMARK FOR ts AS ts - INTERVAL '1' SECOND
+) WITH (connector = 'file', path = '{path}', time_unit = 'ms');
+"""
+
+WORKLOADS = {
+    "funnel2": (
+        "SELECT a.user_id, COUNT(*) AS pairs FROM events a, events b "
+        "WHERE a.user_id = b.user_id AND a.kind = 'login' AND b.kind = 'purchase' AND a.ts < b.ts "
+        "GROUP BY a.user_id",
+        ["login", "purchase"],
+    ),
+    "funnel3": (
+        "SELECT a.user_id, COUNT(*) AS journeys FROM events a, events b, events c "
+        "WHERE a.user_id = b.user_id AND b.user_id = c.user_id AND a.kind = 'login' AND b.kind = 'view' "
+        "AND c.kind = 'purchase' AND a.ts < b.ts AND b.ts < c.ts GROUP BY a.user_id",
+        ["login", "view", "purchase"],
+    ),
+}
+
+
+def python():
+    return subprocess.run([os.path.join(ROOT, "scripts", "python-env.sh")], check=True, capture_output=True,
+                          text=True).stdout.strip().splitlines()[-1]
+
+
+def generate(path, events, users):
+    # About 200 events per second of event time; kinds weighted login 2, view 5, cart 2, purchase 1.
+    sql = f"""
+        COPY (
+            SELECT hash(i * 7919) % {users} AS user_id,
+                   CASE WHEN hash(i * 31) % 10 < 2 THEN 'login' WHEN hash(i * 31) % 10 < 7 THEN 'view'
+                        WHEN hash(i * 31) % 10 < 9 THEN 'cart' ELSE 'purchase' END AS kind,
+                   1700000000000 + i * 5 - (hash(i) % 4) AS ts
+            FROM range({events}) t(i) ORDER BY i
+        ) TO '{path}' (FORMAT parquet, ROW_GROUP_SIZE 1000000)
+    """
+    subprocess.run([python(), "-c", f"import duckdb; duckdb.sql({sql!r})"], check=True)
+
+
+def run(cmd):
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd)
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        sys.exit(f"failed ({status}): {' '.join(cmd)}")
+    return time.perf_counter() - start, usage.ru_maxrss / 1024
+
+
+def duckdb_run(path, sql, threads):
+    code = f"""
+import duckdb, time, json
+con = duckdb.connect()
+con.execute("SET threads = {threads}")
+con.execute("SET enable_progress_bar = false")
+con.execute("CREATE VIEW events AS SELECT * FROM read_parquet('{path}')")
+start = time.perf_counter()
+rows = con.execute({sql!r}).fetchall()
+elapsed = time.perf_counter() - start
+print(json.dumps({{"seconds": elapsed, "rows": sorted([list(r) for r in rows])}}))
+"""
+    return code
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tessera", default=os.path.join(ROOT, "target", "release", "tessera"))
+    parser.add_argument("--max-events", type=int, default=100_000_000)
+    parser.add_argument("--min-events", type=int, default=1000)
+    parser.add_argument("--users", type=int, default=1000)
+    parser.add_argument("--duckdb-max-events", type=int, default=10_000_000)
+    parser.add_argument("--duckdb-threads", type=int, default=2)
+    parser.add_argument("--workloads", default="funnel2,funnel3")
+    args = parser.parse_args()
+    sizes = []
+    n = args.min_events
+    while n <= args.max_events:
+        sizes.append(n)
+        n *= 10
+    py = python()
+    for workload in args.workloads.split(","):
+        sql, kinds = WORKLOADS[workload]
+        print(f"# {workload}: {sql}")
+        print("events, tessera s, events/s, state bytes, peak RSS MB, join keeps bytes, duckdb s, tessera/duckdb, equal")
+        for events in sizes:
+            data = os.path.join(ROOT, "bench-data", f"synopsis-{events}-{args.users}.parquet")
+            if not os.path.exists(data):
+                os.makedirs(os.path.dirname(data), exist_ok=True)
+                generate(data, events, args.users)
+            with tempfile.TemporaryDirectory() as tmp:
+                script = os.path.join(tmp, "q.sql")
+                with open(script, "w") as f:
+                    f.write(SOURCE.format(path=data) + sql + ";\n")
+                out, stats = os.path.join(tmp, "out.csv"), os.path.join(tmp, "stats.json")
+                wall, rss = run([args.tessera, "run", script, "-q", "-o", out, "--stats-json", stats])
+                report = json.load(open(stats))
+                state = report.get("state_bytes_peak", 0)
+                with open(out) as f:
+                    ours = sorted([int(x) for x in row] for row in list(csv.reader(f))[1:])
+                kinds_sql = ", ".join(f"'{k}'" for k in kinds)
+                kept_sql = (f"import duckdb; print(duckdb.sql(\"SELECT COALESCE(SUM(strlen(kind) + 16), 0) "
+                            f"FROM read_parquet('{data}') WHERE kind IN ({kinds_sql})\").fetchall()[0][0])")
+                kept = int(subprocess.run([py, "-c", kept_sql], check=True, capture_output=True, text=True).stdout)
+                duck_s, ratio, equal = "", "", ""
+                if events <= args.duckdb_max_events:
+                    code = duckdb_run(data, sql, args.duckdb_threads)
+                    printed = subprocess.run([py, "-c", code], check=True, capture_output=True, text=True).stdout
+                    result = json.loads(printed.strip().splitlines()[-1])
+                    duck_s = f"{result['seconds']:.3f}"
+                    ratio = f"{wall / result['seconds']:.2f}"
+                    equal = "yes" if result["rows"] == ours else "NO"
+                print(f"{events}, {wall:.3f}, {events / wall:,.0f}, {state}, {rss:.0f}, {kept}, {duck_s}, {ratio}, {equal}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
