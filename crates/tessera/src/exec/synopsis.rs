@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, StringArray};
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, Int64Type};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use hashbrown::HashMap;
@@ -34,6 +34,8 @@ use crate::synopsis::{Count, Key, Synopsis, Value};
 /// The values of one variable, each given an id in the order first seen (the id is what the
 /// synopsis keys its counts by).
 struct ValueInterner {
+    /// The ids of the 64-bit integers seen, so a column of them is interned without encoding.
+    int_ids: HashMap<i64, Value>,
     converter: RowConverter,
     ids: HashMap<Box<[u8]>, Value>,
     values: Vec<Box<[u8]>>,
@@ -42,6 +44,7 @@ struct ValueInterner {
 impl ValueInterner {
     fn new(data_type: &DataType) -> Result<Self> {
         Ok(ValueInterner {
+            int_ids: HashMap::new(),
             converter: RowConverter::new(vec![SortField::new(data_type.clone())])?,
             ids: HashMap::new(),
             values: Vec::new(),
@@ -50,6 +53,22 @@ impl ValueInterner {
 
     /// The id of every value of `column`.
     fn intern(&mut self, column: &ArrayRef) -> Result<Vec<Value>> {
+        let Some(ints) = column.as_primitive_opt::<Int64Type>().filter(|a| a.null_count() == 0) else {
+            return self.intern_rows(column);
+        };
+        let known: Option<Vec<Value>> = ints.values().iter().map(|v| self.int_ids.get(v).copied()).collect();
+        if let Some(ids) = known {
+            return Ok(ids);
+        }
+        let ids = self.intern_rows(column)?;
+        for (&v, &id) in ints.values().iter().zip(&ids) {
+            self.int_ids.insert(v, id);
+        }
+        Ok(ids)
+    }
+
+    /// [`intern`](Self::intern) through Arrow's row format (any type, NULL a value of its own).
+    fn intern_rows(&mut self, column: &ArrayRef) -> Result<Vec<Value>> {
         let rows = self.converter.convert_columns(std::slice::from_ref(column))?;
         Ok(rows
             .iter()
@@ -192,6 +211,8 @@ impl BlockState {
         metrics: &mut OperatorMetrics,
     ) -> Result<()> {
         let (rows, n) = (&input.rows, input.len());
+        // Aliases binding a variable from the same column intern it once per batch.
+        let mut interned: HashMap<(usize, String), Arc<Vec<Value>>> = HashMap::new();
         for (atom, atom_plan) in block.atoms.iter().enumerate() {
             let selected: Vec<usize> = match &atom_plan.filter {
                 Some(filter) => {
@@ -205,10 +226,19 @@ impl BlockState {
                 continue;
             }
             let vars = &self.synopsis.program().atoms[atom].vars;
-            let mut ids: Vec<Vec<Value>> = Vec::with_capacity(vars.len());
+            let mut ids: Vec<Arc<Vec<Value>>> = Vec::with_capacity(vars.len());
             for (i, &var) in vars.iter().enumerate() {
-                let column = atom_plan.projection[i + 1].evaluate(rows)?.into_array(n)?;
-                ids.push(self.interners[var].intern(&column)?);
+                let expr = &atom_plan.projection[i + 1];
+                let column_ids = match interned.get(&(var, expr.to_string())) {
+                    Some(known) => Arc::clone(known),
+                    None => {
+                        let column = expr.evaluate(rows)?.into_array(n)?;
+                        let fresh = Arc::new(self.interners[var].intern(&column)?);
+                        interned.insert((var, expr.to_string()), Arc::clone(&fresh));
+                        fresh
+                    }
+                };
+                ids.push(column_ids);
             }
             for row in selected {
                 let (instant, watermark) = (input.event_times[row], input.watermarks.at(row));
