@@ -167,6 +167,21 @@ impl<'a> Binder<'a> {
     fn named_aliases(&mut self, relations: &[&TableFactor]) -> Result<Vec<Alias>> {
         let mut aliases: Vec<Alias> = Vec::new();
         for relation in relations {
+            if let TableFactor::Derived { .. } = relation {
+                // Joining derived tables relates what was computed over whole instants, such as
+                // Theorem 3.1's "two instants with the same number of events".
+                return Err(self.script.error_with_help(
+                    "space class unbounded: a join of subqueries compares values computed over different \
+                     instants (such as their numbers of events); answering it exactly needs a value per past \
+                     instant, so the query's state would grow with the stream",
+                    span_location(relation.span()),
+                    Some(
+                        "join the source's events themselves (FROM events a, events b), count with COUNT(*), or bound \
+                         the state with a window (TUMBLE / HOP)"
+                            .into(),
+                    ),
+                ));
+            }
             let TableFactor::Table { name, alias, args: None, .. } = relation else {
                 return Err(self.script.at_span(
                     "a continuous temporal query joins a source with itself: FROM events a, events b",
