@@ -330,12 +330,14 @@ fn synopsis_text(text: &mut String, synopsis: &serde_json::Map<String, Value>) {
         };
         text.push_str(&format!("{indent}temporal formula: {}\n", block["formula"].as_str().unwrap_or("")));
         let orders = strings(&block["orders"]);
-        text.push_str(&format!(
-            "{indent}{} linear order{} of event times (latest first): {}\n",
-            orders.len(),
-            if orders.len() == 1 { "" } else { "s" },
-            orders.join(" | ")
-        ));
+        if !orders.is_empty() {
+            text.push_str(&format!(
+                "{indent}{} linear order{} of event times (latest first): {}\n",
+                orders.len(),
+                if orders.len() == 1 { "" } else { "s" },
+                orders.join(" | ")
+            ));
+        }
         for atom in block["atoms"].as_array().into_iter().flatten() {
             let vars = strings(&atom["variables"]);
             text.push_str(&format!("{indent}atom {}({})\n", atom["label"].as_str().unwrap_or(""), vars.join(", ")));

@@ -251,13 +251,12 @@ impl BlockState {
                 metrics.store_reads += 1;
             }
         }
-        if self.synopsis.program().partition.is_empty() {
-            // The instants of every row start the one partition's stream (see `Synopsis::apply`).
-            for row in 0..n {
-                let (instant, watermark) = (input.event_times[row], input.watermarks.at(row));
-                if instant >= watermark && !self.pending.contains_key(&instant) {
-                    self.pending.insert(instant, HashMap::new());
-                }
+        // Every instant of the stream is applied, with events of an atom or not: it is the
+        // current instant the answer is read at (see `Synopsis::apply`).
+        for row in 0..n {
+            let (instant, watermark) = (input.event_times[row], input.watermarks.at(row));
+            if instant >= watermark {
+                self.pending.entry(instant).or_default();
             }
         }
         Ok(())

@@ -154,9 +154,6 @@ fn windowed_schema(source: &SourceDef) -> SchemaRef {
 
 /// Binds one query statement.
 pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query, emit: EmitMode) -> Result<QueryPlan> {
-    if query.with.is_some() {
-        return Err(script.at_span("WITH (common table expressions) is not supported yet", query.span()));
-    }
     if let Some(order_by) = &query.order_by {
         return Err(script.at_span(
             "ORDER BY is not supported on a continuous query: rows are emitted as windows close",
@@ -167,8 +164,8 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query, em
         return Err(script.at_span("LIMIT is not supported on a continuous query", limit.span()));
     }
     let selects = branch_selects(query, script)?;
-    if selects.iter().any(|(select, _)| super::temporal::is_temporal(select)) {
-        return super::temporal::bind_temporal(catalog, script, &selects, query.to_string(), emit);
+    if query.with.is_some() || selects.iter().any(|(select, _)| super::temporal::is_temporal(select)) {
+        return super::temporal::bind_temporal(catalog, script, query.with.as_ref(), &selects, query.to_string(), emit);
     }
     let context = StreamContext::new(catalog);
     let mut source: Option<String> = None;

@@ -9,6 +9,7 @@ pub mod multi_window;
 pub mod nesting;
 mod source_ddl;
 pub mod temporal;
+mod temporal_formula;
 
 use std::path::Path;
 

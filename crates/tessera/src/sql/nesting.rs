@@ -9,7 +9,7 @@
 
 use std::ops::ControlFlow;
 
-use datafusion_sql::sqlparser::ast::{BinaryOperator, Expr, Query, Spanned, VisitMut, VisitorMut};
+use datafusion_sql::sqlparser::ast::{BinaryOperator, Expr, Query, Spanned, UnaryOperator, VisitMut, VisitorMut};
 
 use super::diagnostic::{span_location, ScriptText};
 use crate::error::{Location, Result};
@@ -69,12 +69,17 @@ impl VisitorMut for Balancer {
 }
 
 /// The operands of the chain of `op` topped by `expr`, left to right (without recursion: the
-/// chain may be as deep as it is long).
+/// chain may be as deep as it is long). `f AND NOT g` is one operand: in a temporal formula
+/// it subtracts, which does not associate with the `AND`s around it.
 fn flatten(expr: Expr, op: &BinaryOperator, operands: &mut Vec<Expr>) {
     let mut pending = vec![expr];
     while let Some(expr) = pending.pop() {
         match expr {
-            Expr::BinaryOp { left, op: this, right } if this == *op => {
+            Expr::BinaryOp { left, op: this, right }
+                if this == *op
+                    && !(this == BinaryOperator::And
+                        && matches!(*right, Expr::UnaryOp { op: UnaryOperator::Not, .. })) =>
+            {
                 pending.push(*right);
                 pending.push(*left);
             }
@@ -146,6 +151,10 @@ mod tests {
         let mut operands = Vec::new();
         flatten(expr, &BinaryOperator::Or, &mut operands);
         assert_eq!(operands.iter().map(ToString::to_string).collect::<Vec<_>>(), ["a AND b", "c AND d AND e", "f"]);
+        // `f AND NOT g` stays one operand (a temporal formula's subtraction).
+        let expr = balanced_where("SELECT x FROM t WHERE a AND NOT b AND c AND d").unwrap();
+        let Expr::BinaryOp { left, .. } = &expr else { panic!("{expr}") };
+        assert_eq!(left.to_string(), "a AND NOT b");
     }
 
     #[test]

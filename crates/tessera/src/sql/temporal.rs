@@ -19,9 +19,11 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion_sql::sqlparser::ast::{self, GroupByExpr, SelectItem, Spanned, TableFactor};
+use datafusion_sql::sqlparser::tokenizer::Span;
 
 use super::binder::bind_stateless_select;
 use super::diagnostic::span_location;
+use super::temporal_formula::{bind_formula_block, formula_call};
 use super::ScriptText;
 use crate::catalog::{sql_type_name, Catalog, SourceDef};
 use crate::error::{Result, TesseraError};
@@ -38,10 +40,10 @@ pub fn is_temporal(select: &ast::Select) -> bool {
         SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => is_count_star(e),
         _ => false,
     });
-    self_join || (plain && (counts || select.distinct.is_some()))
+    self_join || (plain && (counts || select.distinct.is_some())) || formula_call(select).is_some()
 }
 
-fn is_count_star(expr: &ast::Expr) -> bool {
+pub(super) fn is_count_star(expr: &ast::Expr) -> bool {
     matches!(unnest(expr), ast::Expr::Function(f)
         if f.name.to_string().eq_ignore_ascii_case("count")
             && matches!(&f.args, ast::FunctionArguments::List(l)
@@ -108,7 +110,7 @@ fn split_and(expr: &ast::Expr, out: &mut Vec<ast::Expr>) {
     }
 }
 
-fn unnest(expr: &ast::Expr) -> &ast::Expr {
+pub(super) fn unnest(expr: &ast::Expr) -> &ast::Expr {
     match expr {
         ast::Expr::Nested(inner) => unnest(inner),
         other => other,
@@ -127,15 +129,35 @@ struct BoundBlock {
     distinct: bool,
 }
 
-struct Binder<'a> {
-    catalog: &'a Catalog,
-    script: &'a ScriptText<'a>,
+pub(super) struct Binder<'a> {
+    pub catalog: &'a Catalog,
+    pub script: &'a ScriptText<'a>,
     source: Option<&'a SourceDef>,
 }
 
 impl<'a> Binder<'a> {
-    fn source(&self) -> &'a SourceDef {
+    pub(super) fn source(&self) -> &'a SourceDef {
         self.source.expect("the first alias names the source")
+    }
+
+    /// The source `table` names: every event a query relates comes from this one source.
+    pub(super) fn use_source(&mut self, table: &str, span: Span) -> Result<&'a SourceDef> {
+        let source =
+            self.catalog.source(table).ok_or_else(|| self.script.at_span(format!("unknown source `{table}`"), span))?;
+        match self.source {
+            None => self.source = Some(source),
+            Some(first) if !first.name.eq_ignore_ascii_case(&source.name) => {
+                return Err(self.script.at_span(
+                    format!(
+                        "a continuous temporal query relates the events of one source; `{}` and `{}` differ",
+                        first.name, source.name
+                    ),
+                    span,
+                ))
+            }
+            Some(_) => {}
+        }
+        Ok(source)
     }
 
     fn aliases(&mut self, select: &ast::Select) -> Result<Vec<Alias>> {
@@ -189,23 +211,7 @@ impl<'a> Binder<'a> {
                 ));
             };
             let table = name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.clone()).unwrap_or_default();
-            let source = self
-                .catalog
-                .source(&table)
-                .ok_or_else(|| self.script.at_span(format!("unknown source `{table}`"), relation.span()))?;
-            match self.source {
-                None => self.source = Some(source),
-                Some(first) if !first.name.eq_ignore_ascii_case(&source.name) => {
-                    return Err(self.script.at_span(
-                        format!(
-                            "a continuous temporal query joins one source with itself; `{}` and `{}` differ",
-                            first.name, source.name
-                        ),
-                        relation.span(),
-                    ))
-                }
-                Some(_) => {}
-            }
+            self.use_source(&table, relation.span())?;
             let alias_name = alias.as_ref().map_or(table.clone(), |a| a.name.value.clone()).to_ascii_lowercase();
             if aliases.iter().any(|a| a.name == alias_name) {
                 return Err(self.script.at_span(
@@ -434,7 +440,7 @@ impl<'a> Binder<'a> {
         Ok(BoundBlock { aliases, predicates, conditions, classes, columns, distinct })
     }
 
-    fn column_type(&self, column: &str) -> DataType {
+    pub(super) fn column_type(&self, column: &str) -> DataType {
         let schema = &self.source().schema;
         schema
             .fields()
@@ -448,50 +454,121 @@ fn compound(alias: &str, column: &str) -> ast::Expr {
     ast::Expr::CompoundIdentifier(vec![ast::Ident::new(alias), ast::Ident::new(column)])
 }
 
-/// Binds a query whose branches are self-joins of one source.
+/// A block bound to its synopsis: the plan and its SELECT list, each column a grouped variable
+/// (with its type) or the count.
+pub(super) struct BlockPlan {
+    pub block: TemporalBlock,
+    pub columns: Vec<BlockColumn>,
+}
+
+pub(super) struct BlockColumn {
+    pub name: String,
+    /// `Some(type)` for a grouped variable, `None` for `COUNT(*)`.
+    pub group_type: Option<DataType>,
+    pub span: Span,
+}
+
+/// Binds a query whose branches are continuous temporal queries of one source: self-joins, or
+/// temporal formulas over the atoms `with` names.
 pub fn bind_temporal(
     catalog: &Catalog,
     script: &ScriptText,
+    with: Option<&ast::With>,
     selects: &[(ast::Select, Option<String>)],
     sql: String,
     emit: EmitMode,
 ) -> Result<QueryPlan> {
     let mut binder = Binder { catalog, script, source: None };
-    let blocks = selects.iter().map(|(s, _)| binder.block(s)).collect::<Result<Vec<_>>>()?;
+    // Each block is answered by a synopsis of its own (UNION ALL writes the rows of each).
+    let mut plans = Vec::new();
+    for (select, _) in selects {
+        plans.push(match formula_call(select) {
+            Some(call) => bind_formula_block(&mut binder, with, select, call)?,
+            None if with.is_some() => {
+                return Err(script.at_span(
+                    "WITH names the atoms of a temporal formula, read in FROM TEMPORAL(...); other common table \
+                     expressions are not supported",
+                    select.span(),
+                ))
+            }
+            None => {
+                let block = binder.block(select)?;
+                binder.join_block_plan(&block, select)?
+            }
+        });
+    }
     let source = binder.source();
-    let first = &blocks[0];
-    let group_width = first.columns.iter().filter(|c| c.0.is_some()).count();
-    for (block, (select, _)) in blocks.iter().zip(selects) {
-        let shape: Vec<bool> = block.columns.iter().map(|c| c.0.is_some()).collect();
-        if shape != first.columns.iter().map(|c| c.0.is_some()).collect::<Vec<_>>() {
+    let first = &plans[0];
+    let kinds = |p: &BlockPlan| p.columns.iter().map(|c| c.group_type.is_some()).collect::<Vec<_>>();
+    for (plan, (select, _)) in plans.iter().zip(selects).skip(1) {
+        if kinds(plan) != kinds(first) {
             return Err(
                 script.at_span("every branch of the UNION ALL selects the same kinds of columns", select.span())
             );
         }
-    }
-    // Each block is answered by a synopsis of its own (UNION ALL writes the rows of each).
-    let mut var_types: Vec<DataType> = Vec::new();
-    let mut plans = Vec::new();
-    for (block, (select, _)) in blocks.iter().zip(selects) {
-        let classes = &block.classes;
-        // Variables: the grouped columns by position, then the block's other joined columns.
-        let mut variables: Vec<String> = block.columns.iter().filter(|c| c.0.is_some()).map(|c| c.1.clone()).collect();
-        let mut var_of: Vec<Option<Var>> = vec![None; classes.members.len()];
-        for (position, (member, _, expr)) in block.columns.iter().filter(|c| c.0.is_some()).enumerate() {
-            let root = classes.root(member.expect("a grouped column"));
-            if var_of[root].is_some() {
-                return Err(script.at_span("the same joined column is selected twice", expr.span()));
-            }
-            var_of[root] = Some(position);
-            let t = binder.column_type(&classes.members[root].1);
-            if position < var_types.len() {
-                if var_types[position] != t {
-                    return Err(script.at_span("UNION ALL branches select columns of different types", expr.span()));
-                }
-            } else {
-                var_types.push(t);
+        for (column, expected) in plan.columns.iter().zip(&first.columns) {
+            if column.group_type != expected.group_type {
+                return Err(script.at_span("UNION ALL branches select columns of different types", column.span));
             }
         }
+    }
+    let mut fields = Vec::new();
+    let mut columns = Vec::new();
+    let mut group_types = Vec::new();
+    for column in &first.columns {
+        match &column.group_type {
+            Some(t) => {
+                fields.push(Field::new(&column.name, t.clone(), true));
+                columns.push(TemporalColumn::Group(group_types.len()));
+                group_types.push(t.clone());
+            }
+            None => {
+                fields.push(Field::new(&column.name, DataType::Int64, false));
+                columns.push(TemporalColumn::Count);
+            }
+        }
+    }
+    let columns_schema = Arc::new(Schema::new(fields));
+    let output_schema = match emit {
+        EmitMode::Changes => changelog_schema(&columns_schema),
+        EmitMode::OnWindowClose => Arc::clone(&columns_schema),
+    };
+    let blocks = plans.into_iter().map(|p| p.block).collect();
+    let plan = TemporalPlan { blocks, columns, group_types, columns_schema, emit };
+    Ok(QueryPlan {
+        sql,
+        source: source.name.to_ascii_lowercase(),
+        branches: vec![BranchPlan::Temporal(Arc::new(plan))],
+        output_schema,
+        emit,
+    })
+}
+
+impl Binder<'_> {
+    /// The synopsis of a self-join block: its conjunctive query rewritten into a temporal formula.
+    fn join_block_plan(&self, block: &BoundBlock, select: &ast::Select) -> Result<BlockPlan> {
+        let (catalog, script, source) = (self.catalog, self.script, self.source());
+        let classes = &block.classes;
+        // Variables: the grouped columns by position, then the block's other joined columns.
+        let mut variables = Vec::new();
+        let mut columns = Vec::new();
+        let mut var_of: Vec<Option<Var>> = vec![None; classes.members.len()];
+        for (member, name, expr) in &block.columns {
+            let group_type = match member {
+                Some(member) => {
+                    let root = classes.root(*member);
+                    if var_of[root].is_some() {
+                        return Err(script.at_span("the same joined column is selected twice", expr.span()));
+                    }
+                    var_of[root] = Some(variables.len());
+                    variables.push(name.clone());
+                    Some(self.column_type(&classes.members[root].1))
+                }
+                None => None,
+            };
+            columns.push(BlockColumn { name: name.clone(), group_type, span: expr.span() });
+        }
+        let group_width = variables.len();
         for m in 0..classes.members.len() {
             let root = classes.root(m);
             if var_of[root].is_none() {
@@ -562,40 +639,11 @@ pub fn bind_temporal(
         };
         let rewritten = conjunctive::to_temporal(&conjunctive).map_err(planned)?;
         let program = Program::compile(&rewritten.query).map_err(planned)?;
-        plans.push(TemporalBlock {
+        let block = TemporalBlock {
             program: Arc::new(program),
             orders: rewritten.orders.into_iter().next().unwrap_or_default(),
             atoms: atom_plans,
-        });
+        };
+        Ok(BlockPlan { block, columns })
     }
-    let mut fields = Vec::new();
-    let mut columns = Vec::new();
-    let mut position = 0;
-    for (member, name, _) in &first.columns {
-        match member {
-            Some(_) => {
-                fields.push(Field::new(name, var_types[position].clone(), true));
-                columns.push(TemporalColumn::Group(position));
-                position += 1;
-            }
-            None => {
-                fields.push(Field::new(name, DataType::Int64, false));
-                columns.push(TemporalColumn::Count);
-            }
-        }
-    }
-    let columns_schema = Arc::new(Schema::new(fields));
-    let output_schema = match emit {
-        EmitMode::Changes => changelog_schema(&columns_schema),
-        EmitMode::OnWindowClose => Arc::clone(&columns_schema),
-    };
-    let plan =
-        TemporalPlan { blocks: plans, columns, group_types: var_types[..group_width].to_vec(), columns_schema, emit };
-    Ok(QueryPlan {
-        sql,
-        source: source.name.to_ascii_lowercase(),
-        branches: vec![BranchPlan::Temporal(Arc::new(plan))],
-        output_schema,
-        emit,
-    })
 }

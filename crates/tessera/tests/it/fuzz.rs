@@ -26,6 +26,11 @@ const SEED_WINDOWS: &str = "CREATE SOURCE s (k BIGINT, v DOUBLE, ts BIGINT, WATE
 SELECT k % 3 AS b, window_name, window_start, MIN(v), SUM(v) AS total FROM WINDOWS(s, ts, a => TUMBLE(INTERVAL '10' MINUTE), c => HOP(INTERVAL '10' MINUTE, INTERVAL '30' MINUTE), d => TUMBLE(INTERVAL '40' MINUTE)) WHERE v > 0 GROUP BY k % 3, window_name, window_start HAVING k % 3 <> 1;
 SELECT k, window_start, MAX(v) FROM TUMBLE(s, ts, INTERVAL '20' MINUTE) GROUP BY k, window_start;";
 
+const SEED_TEMPORAL: &str = "CREATE SOURCE s (k BIGINT, kind VARCHAR, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) WITH (path = 'e.csv', time_unit = 's');
+WITH alarm AS (SELECT k FROM s WHERE kind = 'alarm'), service AS (SELECT k AS k FROM s WHERE kind <> 'x'), anything AS (SELECT 1 FROM s)
+SELECT k, COUNT(*) FROM TEMPORAL(alarm OR SINCE_COUNT(NOT service, alarm) AND NOT PREVIOUS(FOR_SOME(k, DISTINCT(SO_FAR(alarm)))) AND ONCE_DURATION(anything)) GROUP BY k;
+SELECT a.k, COUNT(*) FROM s a JOIN s b ON a.k = b.k, s c WHERE a.kind = 'x' AND a.ts < b.ts AND b.ts <= c.ts GROUP BY a.k UNION ALL SELECT a.k, COUNT(*) FROM s a GROUP BY a.k;";
+
 /// SQL made of tokens the grammar knows, in random order: reaches deeper than random bytes.
 fn sql_tokens() -> impl Strategy<Value = String> {
     let token = prop::sample::select(vec![
@@ -95,6 +100,13 @@ fn sql_tokens() -> impl Strategy<Value = String> {
         "MEDIAN(k)",
         "APPROX_COUNT_DISTINCT(k)",
         "e.csv",
+        "TEMPORAL",
+        "SINCE_COUNT",
+        "ONCE_DURATION",
+        "SO_FAR",
+        "PREVIOUS",
+        "FOR_SOME",
+        "TRUE",
     ]);
     prop::collection::vec(token, 0..40).prop_map(|t| t.join(" "))
 }
@@ -116,7 +128,7 @@ proptest! {
 
     #[test]
     fn sql_never_panics(
-        text in prop_oneof![any::<String>(), sql_tokens(), mutated_script(SEED_SCRIPT), mutated_script(SEED_WINDOWS)]
+        text in prop_oneof![any::<String>(), sql_tokens(), mutated_script(SEED_SCRIPT), mutated_script(SEED_WINDOWS), mutated_script(SEED_TEMPORAL)]
     ) {
         // A script that compiles is also compiled to Flink SQL (`tessera compile`).
         if let Ok(script) = Script::compile(&text, Path::new(".")) {

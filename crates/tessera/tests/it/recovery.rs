@@ -170,7 +170,8 @@ proptest! {
 
     /// Continuous temporal queries resume to the same rows: their synopses' partitions and
     /// interned values are saved to the store as they change, their waiting events and last
-    /// instants in the snapshot, and `EMIT CHANGES` continues from the rows it wrote.
+    /// instants in the snapshot, and `EMIT CHANGES` continues from the rows it wrote (also for
+    /// a formula whose answer moves with the current instant, SINCE_DURATION).
     #[test]
     fn a_resumed_temporal_query_equals_an_uninterrupted_one(
         events in event_strategy(),
@@ -186,7 +187,10 @@ proptest! {
              SELECT a.tag, COUNT(*) FROM s a, s b, s c WHERE a.tag = b.tag AND b.tag = c.tag AND a.ts < b.ts
                AND b.ts <= c.ts GROUP BY a.tag EMIT CHANGES;
              SELECT COUNT(*) FROM s a, s b WHERE a.v = b.v AND a.ts > b.ts;
-             SELECT DISTINCT a.k FROM s a, s b WHERE a.k = b.k AND a.v > 1 AND b.v < -1 AND a.ts >= b.ts;"
+             SELECT DISTINCT a.k FROM s a, s b WHERE a.k = b.k AND a.v > 1 AND b.v < -1 AND a.ts >= b.ts;
+             WITH up AS (SELECT k FROM s WHERE v > 0), down AS (SELECT k FROM s WHERE v < 0)
+             SELECT k, COUNT(*) FROM TEMPORAL(SINCE_DURATION(NOT down, down) OR up AND NOT SO_FAR(down)) GROUP BY k
+               EMIT CHANGES;"
         );
         let input = batches(&events, batch_size);
         let mut expected = MemorySink::default();
@@ -195,7 +199,7 @@ proptest! {
         let mut resumed = MemorySink::default();
         resumed_after_crashes(&text, None, &input, dir.path(), &crashes, (workers, None), &mut resumed)
             .expect("resumed run");
-        for q in 0..4 {
+        for q in 0..5 {
             let (want, got) = (rows(&expected.rows[q]), rows(&resumed.rows[q]));
             prop_assert!(got == want, "query {q}\nuninterrupted: {want:?}\nresumed:       {got:?}");
             prop_assert_eq!(rows(&resumed.late[q]), rows(&expected.late[q]));
