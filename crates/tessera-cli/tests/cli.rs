@@ -1325,6 +1325,32 @@ fn the_funnel_example_counts_journeys_as_a_batch_self_join_does() {
     assert!(plan.contains("state partitioned by: user_id"), "{plan}");
 }
 
+/// The device examples, temporal formulas: alarms since each device's last service and failures
+/// beyond successes, as DuckDB computes them over the same file (a NOT EXISTS of a later service;
+/// filtered counts); EXPLAIN shows the formula and its counters.
+#[test]
+fn the_device_examples_answer_as_batch_sql_does() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/devices");
+    let sorted = |script: &str| {
+        let out = tessera(&["run", examples.join(script).to_str().expect("path")], dir.path());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let mut rows: Vec<String> = stdout.lines().skip(1).map(String::from).collect();
+        rows.sort_by_key(|r| r.split(',').next().and_then(|d| d.parse::<u32>().ok()));
+        rows
+    };
+    let alarms = sorted("alarms_since_service.sql");
+    assert_eq!(alarms.len(), 21, "{alarms:?}");
+    assert_eq!(&alarms[..4], ["1,14", "2,5", "3,30", "4,7"]);
+    assert_eq!(&alarms[16..], ["21,49", "22,34", "23,38", "24,31", "25,39"]);
+    let failures = sorted("more_failures.sql");
+    assert_eq!(failures, ["1,13", "2,16", "3,16", "4,25", "5,19", "6,20", "7,24", "8,11"]);
+    let explained = tessera(&["explain", examples.join("more_failures.sql").to_str().expect("path")], dir.path());
+    let plan = text(&explained.stdout);
+    assert!(plan.contains("ONCE_COUNT(success[kind = 'success'](device_id)) (count), per (device_id)"), "{plan}");
+}
+
 /// `tessera run --on-error skip` on a script of table statements: the malformed rows of a COPY
 /// go to the dead-letter file and are counted; without it the run stops at the row's line.
 #[test]

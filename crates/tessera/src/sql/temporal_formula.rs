@@ -100,13 +100,15 @@ impl FormulaBinder<'_, '_> {
             }
             ast::Expr::UnaryOp { op: ast::UnaryOperator::Not, expr } => Formula::Not(Box::new(self.formula(expr)?)),
             ast::Expr::Function(function) => self.operator(function)?,
-            other => return Err(self.binder.script.error_with_help(
-                format!("`{other}` is not a temporal formula"),
-                super::diagnostic::span_location(other.span()),
-                Some(format!(
+            other => {
+                return Err(self.binder.script.error_with_help(
+                    format!("`{other}` is not a temporal formula"),
+                    super::diagnostic::span_location(other.span()),
+                    Some(format!(
                     "name an atom defined in WITH (put conditions on events there) and combine atoms with {OPERATORS}"
                 )),
-            )),
+                ))
+            }
         })
     }
 
