@@ -363,7 +363,18 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
             }),
             None => None,
         },
+        batch_sql: match script.kept_whole().is_empty() {
+            true => None,
+            false => Some(std::sync::Arc::new(tessera_db::DataFusionBatchSql::new()?)),
+        },
     };
+    for (q, because) in script.kept_whole() {
+        eprintln!(
+            "tessera: warning: query {} keeps every event of its source (SET allow_unbounded_state): its state \
+             grows with the stream; {because}",
+            q + 1
+        );
+    }
     let result = run_script(&script, &options, &mut sink);
     if let Some(bar) = &bar {
         bar.finish_and_clear();

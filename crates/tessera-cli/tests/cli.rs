@@ -1351,6 +1351,35 @@ fn the_device_examples_answer_as_batch_sql_does() {
     assert!(plan.contains("ONCE_COUNT(success[kind = 'success'](device_id)) (count), per (device_id)"), "{plan}");
 }
 
+/// A query no bounded synopsis answers is refused, saying why and what would bound it; with
+/// `SET allow_unbounded_state = true` it runs kept whole (DataFusion over every event), with a
+/// warning, and answers as the batch query does.
+#[test]
+fn an_unbounded_query_is_refused_unless_the_script_allows_keeping_every_event() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("p.csv"), "u,amount,ts\n1,5,1\n1,7,2\n2,3,2\n1,2,4\n2,9,5\n1,8,6\n").expect("write");
+    let source = "CREATE SOURCE p (u BIGINT, amount BIGINT, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) \
+                  WITH (path = 'p.csv', time_unit = 's');\n";
+    let query = "SELECT a.u, COUNT(*) AS rises FROM p a, p b WHERE a.u = b.u AND a.ts < b.ts AND a.amount < b.amount \
+                 GROUP BY a.u;\n";
+    std::fs::write(dir.path().join("refused.sql"), format!("{source}{query}")).expect("write");
+    let refused = tessera(&["run", "refused.sql"], dir.path());
+    assert!(!refused.status.success());
+    let stderr = text(&refused.stderr);
+    assert!(stderr.contains("space class unbounded: `a.amount < b.amount`"), "{stderr}");
+    assert!(stderr.contains("SET allow_unbounded_state = true"), "{stderr}");
+    std::fs::write(dir.path().join("kept.sql"), format!("{source}SET allow_unbounded_state = true;\n{query}"))
+        .expect("write");
+    let kept = tessera(&["run", "kept.sql"], dir.path());
+    assert!(kept.status.success(), "{}", text(&kept.stderr));
+    // User 1: 5 < 7, 5 < 8, 7 < 8, 2 < 8; user 2: 3 < 9.
+    let mut rows: Vec<String> = text(&kept.stdout).lines().skip(1).map(String::from).collect();
+    rows.sort();
+    assert_eq!(rows, ["1,4", "2,1"]);
+    let stderr = text(&kept.stderr);
+    assert!(stderr.contains("warning: query 1 keeps every event of its source"), "{stderr}");
+}
+
 /// `tessera run --on-error skip` on a script of table statements: the malformed rows of a COPY
 /// go to the dead-letter file and are counted; without it the run stops at the row's line.
 #[test]

@@ -36,6 +36,7 @@ use datafusion_sql::sqlparser::parser::Parser;
 pub use estimate::{Freshness, Settings};
 pub use spark::compile_spark;
 pub use statement::{parse, Statement};
+pub use streams::DataFusionBatchSql;
 use views::changes_needed_after;
 pub use views::View;
 

@@ -1,10 +1,15 @@
 //! Streams in a database's script: `CREATE SOURCE` kept as text, and the queries that read a
 //! source (or a window over one) compiled with the sources declared so far and run by the
 //! streaming engine to the end of its input, errors pointing into the statement as written.
+//! Also the batch engine the streaming engine asks to answer the continuous queries a script
+//! keeps whole (`SET allow_unbounded_state`): DataFusion over the events kept so far.
 
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::datasource::MemTable;
+use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::tokenizer::Location;
 use tessera::error::{Result, TesseraError};
@@ -82,6 +87,7 @@ impl Database {
         let options = tessera::engine::RunOptions {
             parallelism: tessera::exec::pipeline::Parallelism::Auto(tessera::exec::cores()),
             read: self.read.clone(),
+            batch_sql: Some(Arc::new(DataFusionBatchSql::on(self.runtime.handle().clone()))),
             ..tessera::engine::RunOptions::default()
         };
         let mut sink = tessera::connectors::sink::MemorySink::default();
@@ -93,5 +99,40 @@ impl Database {
             .map(|q| Arc::clone(&q.output_schema))
             .ok_or_else(|| TesseraError::Internal("a window query compiled to no query".into()))?;
         Ok((schema, sink.rows.into_iter().next().unwrap_or_default()))
+    }
+}
+
+/// DataFusion answering a query over one in-memory table: the events a continuous query kept
+/// whole has read so far, named as their source. Its joins, sorts and aggregates are
+/// DataFusion's physical operators.
+pub struct DataFusionBatchSql {
+    runtime: tokio::runtime::Handle,
+    /// The runtime it owns when it was not given one.
+    _owned: Option<tokio::runtime::Runtime>,
+}
+
+impl DataFusionBatchSql {
+    /// An engine on a runtime of its own (a worker per core, up to two).
+    pub fn new() -> Result<Self> {
+        let owned = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(tessera::exec::cores().clamp(1, 2))
+            .thread_name("tessera-batch")
+            .build()
+            .map_err(|e| TesseraError::io("cannot start the query runtime", e))?;
+        Ok(DataFusionBatchSql { runtime: owned.handle().clone(), _owned: Some(owned) })
+    }
+
+    /// An engine on `runtime`.
+    pub fn on(runtime: tokio::runtime::Handle) -> Self {
+        DataFusionBatchSql { runtime, _owned: None }
+    }
+}
+
+impl tessera::exec::prefix::BatchSql for DataFusionBatchSql {
+    fn query(&self, sql: &str, table: &str, schema: SchemaRef, rows: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        let config = SessionConfig::new().with_target_partitions(tessera::exec::cores().clamp(1, 2));
+        let ctx = SessionContext::new_with_config(config);
+        ctx.register_table(table, Arc::new(MemTable::try_new(schema, vec![rows])?))?;
+        self.runtime.block_on(async { Ok(ctx.sql(sql).await?.collect().await?) })
     }
 }

@@ -46,6 +46,9 @@ pub struct Settings {
     /// How long a reader of a pipe (stdin) keeps rows it has before handing them over in a
     /// batch that is not full (`SET input_flush_ms`).
     pub input_flush_ms: u64,
+    /// Run continuous queries that no bounded synopsis answers by keeping every event of their
+    /// source and answering with a batch query over them (`SET allow_unbounded_state`).
+    pub allow_unbounded_state: bool,
 }
 
 /// Parses `SET window_strategy`: `auto` (the cheapest, `None`) or a strategy to force.
@@ -81,6 +84,7 @@ impl Default for Settings {
             keys: None,
             window_strategy: None,
             input_flush_ms: 200,
+            allow_unbounded_state: false,
         }
     }
 }
@@ -95,9 +99,17 @@ impl Settings {
             "keys" => self.keys = Some(parse_between(value, 1, MAX_KEYS).map_err(named)? as f64),
             "window_strategy" => self.window_strategy = parse_window_strategy(value)?,
             "input_flush_ms" => self.input_flush_ms = parse_between(value, 0, MAX_INPUT_FLUSH_MS).map_err(named)?,
+            "allow_unbounded_state" => {
+                self.allow_unbounded_state = match value.to_ascii_lowercase().as_str() {
+                    "true" | "on" => true,
+                    "false" | "off" => false,
+                    _ => return Err(format!("allow_unbounded_state is true or false, got '{value}'")),
+                }
+            }
             _ => {
                 return Err(format!(
-                "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy, input_flush_ms)"
+                "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy, input_flush_ms, \
+                 allow_unbounded_state)"
             ))
             }
         }
@@ -139,6 +151,18 @@ impl Script {
         window_groups(&self.queries, (self.settings.eta, self.settings.keys), self.settings.window_strategy)
     }
 
+    /// The queries kept whole under `SET allow_unbounded_state` (index, why no bounded synopsis
+    /// answers them): a run warns of them.
+    pub fn kept_whole(&self) -> Vec<(usize, &str)> {
+        let mut kept = Vec::new();
+        for (q, query) in self.queries.iter().enumerate() {
+            if let [BranchPlan::Prefix(prefix)] = &query.branches[..] {
+                kept.push((q, prefix.unbounded_because.as_str()));
+            }
+        }
+        kept
+    }
+
     /// What runs: the operators of every source, as [`run_script`] instantiates them and
     /// EXPLAIN prints them.
     pub fn physical_plan(&self) -> PhysicalPlan {
@@ -168,7 +192,7 @@ impl Script {
                     settings.set(&name, &value).map_err(|m| script_text.error(m, location))?;
                 }
                 Statement::Query { query, emit, location } => {
-                    let plan = bind_query(&catalog, &script_text, &query, emit)?;
+                    let plan = bind_query(&catalog, &script_text, &query, emit, settings.allow_unbounded_state)?;
                     // Stdin can be read once: by the queries of one source.
                     let reads_stdin =
                         |q: &QueryPlan| catalog.source(&q.source).is_some_and(|s| s.location == Location::Stdin);
@@ -203,6 +227,9 @@ pub struct RunOptions<'a> {
     /// Save checkpoints, and resume from the last one found.
     pub checkpoints: Option<CheckpointConfig>,
     pub state: StateOptions,
+    /// Answers the continuous queries kept whole under `SET allow_unbounded_state` (the
+    /// engine has no batch joins of its own).
+    pub batch_sql: Option<std::sync::Arc<dyn crate::exec::prefix::BatchSql>>,
 }
 
 impl Default for RunOptions<'_> {
@@ -213,6 +240,7 @@ impl Default for RunOptions<'_> {
             progress: None,
             checkpoints: None,
             state: StateOptions::default(),
+            batch_sql: None,
         }
     }
 }
@@ -320,7 +348,7 @@ pub fn query_windows(query: &QueryPlan) -> Vec<WindowSpec> {
         .iter()
         .filter_map(|b| match b {
             BranchPlan::WindowAggregate(w) => Some(w.window),
-            BranchPlan::Stateless(_) | BranchPlan::Temporal(_) => None,
+            BranchPlan::Stateless(_) | BranchPlan::Temporal(_) | BranchPlan::Prefix(_) => None,
         })
         .collect()
 }
@@ -343,6 +371,13 @@ pub fn dictionary_columns(queries: &[QueryPlan], source: &SourceDef) -> Vec<usiz
     use datafusion_physical_expr::expressions::Column;
     use datafusion_physical_expr::utils::collect_columns;
     let (mut bare, mut other) = (Vec::new(), vec![source.event_time.index]);
+    // A query kept whole hands every column to the batch engine as plain arrays.
+    if queries
+        .iter()
+        .any(|q| q.source == source.name.to_lowercase() && matches!(q.branches[..], [BranchPlan::Prefix(_)]))
+    {
+        return Vec::new();
+    }
     let mut read = |expr: &crate::plan::ExprRef, bare_here: bool| match expr.downcast_ref::<Column>() {
         Some(column) if bare_here => bare.push(column.index()),
         _ => other.extend(collect_columns(expr).iter().map(Column::index)),
@@ -353,6 +388,7 @@ pub fn dictionary_columns(queries: &[QueryPlan], source: &SourceDef) -> Vec<usiz
                 BranchPlan::Stateless(plan) => {
                     plan.filter.iter().chain(&plan.projection).for_each(|expr| read(expr, false));
                 }
+                BranchPlan::Prefix(_) => {}
                 BranchPlan::Temporal(plan) => {
                     for atom in plan.blocks.iter().flat_map(|b| &b.atoms) {
                         atom.filter.iter().chain(&atom.projection).for_each(|expr| read(expr, false));
@@ -489,6 +525,7 @@ pub fn run_script_with_readers(
             checkpoints,
             state: &options.state,
             store: std::sync::Arc::clone(&store),
+            batch_sql: options.batch_sql.as_ref(),
         };
         let run = run_source(source, reader.as_mut(), &queries, operators, sink, source_options)?;
         add_source_run(&mut stats, &queries, &run);

@@ -84,6 +84,19 @@ pub fn explain_json(script: &Script) -> Value {
             if synopsis.is_some() {
                 chosen_strategy.push("synopsis");
             }
+            // A query no bounded synopsis answers, kept whole under allow_unbounded_state.
+            let kept_whole = physical.sources.iter().flat_map(|s| &s.operators).find_map(|o| match &o.kind {
+                OperatorKind::Prefix(p) if o.queries.contains(&q) => Some(json!({
+                    "space_class": "unbounded",
+                    "because": p.unbounded_because,
+                    "kept": "every on-time event of the source",
+                    "answered_by": "a batch query over the events kept",
+                })),
+                _ => None,
+            });
+            if kept_whole.is_some() {
+                chosen_strategy.push("kept_whole");
+            }
             let first = mine.first().map(|g| &g.plan);
             // The keys per instance the model was told: by `SET keys`, or one where the windows
             // have no GROUP BY keys.
@@ -109,6 +122,7 @@ pub fn explain_json(script: &Script) -> Value {
                 "merge_weight": merge_weight(keys),
                 "period": first.map(|p| p.period).unwrap_or(0),
                 "synopsis": synopsis,
+                "kept_whole": kept_whole,
             })
         })
         .collect();
@@ -241,6 +255,14 @@ pub fn explain_text(explained: &Value) -> String {
         }
         if let Some(synopsis) = q["synopsis"].as_object() {
             synopsis_text(&mut text, synopsis);
+            continue;
+        }
+        if let Some(kept) = q["kept_whole"].as_object() {
+            text.push_str(&format!(
+                "  kept whole (SET allow_unbounded_state): every on-time event of the source is kept, and a batch \
+                 query over them answers; the state grows with the stream\n  because {}\n",
+                kept["because"].as_str().unwrap_or("")
+            ));
             continue;
         }
         let windows = q["windows"].as_array().cloned().unwrap_or_default();
@@ -438,6 +460,10 @@ pub fn explain_dot(explained: &Value) -> String {
                 block["formula"].as_str().unwrap_or("")
             );
             dot.push_str(&format!("    q{i}_synopsis{b} [label={label:?}];\n    q{i}_stream -> q{i}_synopsis{b};\n"));
+        }
+        if let Some(kept) = q["kept_whole"].as_object() {
+            let label = format!("kept whole ({}): every event", kept["space_class"].as_str().unwrap_or(""));
+            dot.push_str(&format!("    q{i}_kept [label={label:?}];\n    q{i}_stream -> q{i}_kept;\n"));
         }
         for w in q["windows"].as_array().into_iter().flatten() {
             let name = w["name"].as_str().unwrap_or("");

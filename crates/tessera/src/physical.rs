@@ -55,6 +55,8 @@ pub enum OperatorKind {
     Windows(WindowsPlan),
     /// A continuous temporal query's synopsis.
     Synopsis(Arc<crate::plan::TemporalPlan>),
+    /// A continuous query kept whole: every event of the source, answered by a batch engine.
+    Prefix(Arc<crate::plan::PrefixPlan>),
 }
 
 impl OperatorKind {
@@ -62,7 +64,7 @@ impl OperatorKind {
     /// stateless branch).
     pub fn window_shape(&self) -> Option<&WindowAggregatePlan> {
         match self {
-            OperatorKind::Stateless(_) | OperatorKind::Synopsis(_) => None,
+            OperatorKind::Stateless(_) | OperatorKind::Synopsis(_) | OperatorKind::Prefix(_) => None,
             OperatorKind::Windows(windows) => windows.slots.first().map(|s| s.as_ref()),
         }
     }
@@ -171,6 +173,7 @@ impl PhysicalPlan {
                 let kind = match branch {
                     BranchPlan::Stateless(stateless) => OperatorKind::Stateless(stateless.clone()),
                     BranchPlan::Temporal(temporal) => OperatorKind::Synopsis(Arc::clone(temporal)),
+                    BranchPlan::Prefix(prefix) => OperatorKind::Prefix(Arc::clone(prefix)),
                     BranchPlan::WindowAggregate(_) => continue,
                 };
                 source.operators.push(OperatorPlan { queries: vec![q], kind });

@@ -53,6 +53,24 @@ pub enum BranchPlan {
     WindowAggregate(Arc<WindowAggregatePlan>),
     /// A continuous temporal query (all the query's blocks in one synopsis).
     Temporal(Arc<TemporalPlan>),
+    /// A continuous query no bounded synopsis answers, run because the script allows unbounded
+    /// state: every event of the source kept, the answer a batch query over them.
+    Prefix(Arc<PrefixPlan>),
+}
+
+/// A query answered by a batch SQL engine over every on-time event of its source so far.
+#[derive(Debug, Clone)]
+pub struct PrefixPlan {
+    /// The query as the batch engine runs it (without EMIT), reading a table named as the source.
+    pub sql: String,
+    /// The source, the table the query reads (lower case), and its columns.
+    pub source: String,
+    pub source_schema: SchemaRef,
+    /// Why no bounded synopsis answers it (the refusal it would otherwise get).
+    pub unbounded_because: String,
+    /// The columns of the answer (without the changelog's `op`).
+    pub columns_schema: SchemaRef,
+    pub emit: EmitMode,
 }
 
 /// A continuous temporal query: each block of its UNION ALL a self-join of the source

@@ -383,7 +383,7 @@ pub(super) mod tests {
         .expect("script");
         match &script.queries[0].branches[0] {
             BranchPlan::WindowAggregate(plan) => plan.clone(),
-            BranchPlan::Stateless(_) | BranchPlan::Temporal(_) => panic!("a window query"),
+            BranchPlan::Stateless(_) | BranchPlan::Temporal(_) | BranchPlan::Prefix(_) => panic!("a window query"),
         }
     }
 

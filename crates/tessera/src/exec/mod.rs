@@ -20,6 +20,7 @@ mod handoff;
 mod key_groups;
 pub mod key_interner;
 pub mod pipeline;
+pub mod prefix;
 mod running_window;
 mod stamp;
 mod state_tables;
@@ -552,8 +553,19 @@ pub fn create_operator(
     event_time_type: &arrow::datatypes::DataType,
     key_spaces: &mut KeySpaces,
     state: OperatorState,
+    batch_sql: Option<&Arc<dyn prefix::BatchSql>>,
 ) -> Result<Box<dyn StreamOperator>> {
     match kind {
+        OperatorKind::Prefix(plan) => {
+            let engine = batch_sql.ok_or_else(|| {
+                TesseraError::Plan(
+                    "a query kept whole (allow_unbounded_state) needs a batch SQL engine: the tessera command has \
+                     one; a program gives one in RunOptions::batch_sql"
+                        .into(),
+                )
+            })?;
+            Ok(Box::new(prefix::PrefixExec::new(Arc::clone(plan), Arc::clone(engine), (state.store, state.id))))
+        }
         OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new(plan.clone()))),
         OperatorKind::Synopsis(plan) => {
             Ok(Box::new(synopsis::SynopsisExec::new(Arc::clone(plan), (Arc::clone(&state.store), state.id))?))

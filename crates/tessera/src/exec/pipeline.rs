@@ -22,6 +22,7 @@ use datafusion_common::hash_utils::{create_hashes, RandomState};
 
 use super::handoff::{Batches, InternProgress, WorkerStopped};
 use super::key_interner::key_signature;
+use super::prefix::BatchSql;
 use super::stamp::Stamper;
 use super::{
     create_operator, CheckpointBytes, EventBatch, KeySpaces, OperatorMetrics, OperatorState, Output, QueryRows,
@@ -150,6 +151,7 @@ impl Worker {
         event_time_type: &DataType,
         (state, store): (&StateOptions, &Arc<StateStore>),
         (index, workers): (usize, usize),
+        batch_sql: Option<&Arc<dyn BatchSql>>,
     ) -> Result<Self> {
         let mut key_spaces = KeySpaces::default();
         let operators = specs
@@ -163,7 +165,7 @@ impl Worker {
                     memory_bytes: state.memory_bytes.map_or(u64::MAX, |m| m / (workers * specs.len()).max(1) as u64),
                     group_bits: state.group_bits,
                 };
-                Ok((s.queries.clone(), create_operator(&s.kind, event_time_type, &mut key_spaces, state)?))
+                Ok((s.queries.clone(), create_operator(&s.kind, event_time_type, &mut key_spaces, state, batch_sql)?))
             })
             .collect::<Result<Vec<_>>>()?;
         // Operators' tables are under their id, (worker << 32) | operator; keys under a prefix
@@ -269,9 +271,10 @@ impl Partitioner {
         cache: &mut Vec<(String, Vec<Option<Arc<EventBatch>>>)>,
     ) -> Result<Vec<Option<Arc<EventBatch>>>> {
         let n = self.workers;
-        if let OperatorKind::Synopsis(_) = kind {
+        if let OperatorKind::Synopsis(_) | OperatorKind::Prefix(_) = kind {
             // A synopsis's partitions are keyed by values each alias reads from its own
-            // columns: its rows stay together, on the first worker.
+            // columns, and a query kept whole relates any events: their rows stay together,
+            // on the first worker.
             return Ok((0..n).map(|w| (w == 0).then(|| Arc::clone(input))).collect());
         }
         let Some(plan) = kind.window_shape() else {
@@ -319,6 +322,8 @@ pub(crate) struct SourceOptions<'a> {
     /// Where window state lives: the memory it may take, and the store beyond it.
     pub state: &'a StateOptions,
     pub store: Arc<StateStore>,
+    /// Answers the queries kept whole (see [`super::prefix`]).
+    pub batch_sql: Option<&'a Arc<dyn BatchSql>>,
 }
 
 /// Checkpointing of the source being run: where to save, and the position to resume from.
@@ -341,7 +346,7 @@ pub(crate) fn run_source(
     sink: &mut dyn ResultSink,
     options: SourceOptions<'_>,
 ) -> Result<SourceRun> {
-    let SourceOptions { parallelism, progress, mut checkpoints, state, store } = options;
+    let SourceOptions { parallelism, progress, mut checkpoints, state, store, batch_sql } = options;
     let started = std::time::Instant::now();
     let specs = operators;
     let query_count = queries.iter().map(|(q, _)| q + 1).max().unwrap_or(0);
@@ -372,7 +377,7 @@ pub(crate) fn run_source(
     // the same in every run of the same input: key groups on disk are blocks of ids, and a
     // resumed run must put each key in the group the interrupted run put it in.
     let mut pool = (0..workers)
-        .map(|index| Worker::new(specs, &source.event_time.data_type, (state, &store), (index, workers)))
+        .map(|index| Worker::new(specs, &source.event_time.data_type, (state, &store), (index, workers), batch_sql))
         .collect::<Result<Vec<_>>>()?;
     run.window_nodes = pool[0].operators.iter().map(|(_, operator)| operator.window_nodes()).collect();
     if let Some((_, snapshot)) = &resume {

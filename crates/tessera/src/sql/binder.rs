@@ -32,7 +32,8 @@ use crate::aggregate;
 use crate::catalog::{sql_type_name, Catalog, SourceDef};
 use crate::error::{Result, TesseraError};
 use crate::plan::{
-    changelog_schema, AggregateColumn, BranchPlan, EmitMode, ExprRef, QueryPlan, StatelessPlan, WindowAggregatePlan,
+    changelog_schema, AggregateColumn, BranchPlan, EmitMode, ExprRef, PrefixPlan, QueryPlan, StatelessPlan,
+    WindowAggregatePlan,
 };
 use crate::window::{WindowSpec, MAX_WINDOWS_PER_EVENT};
 
@@ -153,7 +154,15 @@ fn windowed_schema(source: &SourceDef) -> SchemaRef {
 }
 
 /// Binds one query statement.
-pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query, emit: EmitMode) -> Result<QueryPlan> {
+/// `allow_unbounded`: a continuous query no bounded synopsis answers runs by keeping every event
+/// of its source (`SET allow_unbounded_state = true`) instead of being refused.
+pub fn bind_query(
+    catalog: &Catalog,
+    script: &ScriptText,
+    query: &ast::Query,
+    emit: EmitMode,
+    allow_unbounded: bool,
+) -> Result<QueryPlan> {
     if let Some(order_by) = &query.order_by {
         return Err(script.at_span(
             "ORDER BY is not supported on a continuous query: rows are emitted as windows close",
@@ -165,7 +174,14 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query, em
     }
     let selects = branch_selects(query, script)?;
     if query.with.is_some() || selects.iter().any(|(select, _)| super::temporal::is_temporal(select)) {
-        return super::temporal::bind_temporal(catalog, script, query.with.as_ref(), &selects, query.to_string(), emit);
+        let bound =
+            super::temporal::bind_temporal(catalog, script, query.with.as_ref(), &selects, query.to_string(), emit);
+        return match bound {
+            Err(TesseraError::Sql(refused)) if allow_unbounded && refused.message.starts_with(UNBOUNDED) => {
+                bind_prefix(catalog, script, query, emit, refused.message)
+            }
+            other => other,
+        };
     }
     let context = StreamContext::new(catalog);
     let mut source: Option<String> = None;
@@ -212,7 +228,7 @@ pub fn bind_query(catalog: &Catalog, script: &ScriptText, query: &ast::Query, em
             (BranchPlan::WindowAggregate(plan), EmitMode::Changes) => {
                 BranchPlan::WindowAggregate(Arc::new(WindowAggregatePlan { emit, ..(*plan).clone() }))
             }
-            (BranchPlan::Stateless(_) | BranchPlan::Temporal(_), EmitMode::Changes) => {
+            (BranchPlan::Stateless(_) | BranchPlan::Temporal(_) | BranchPlan::Prefix(_), EmitMode::Changes) => {
                 return Err(script.at_span(
                     "EMIT CHANGES applies to window aggregates: a query without a window already emits every row",
                     select.span(),
@@ -780,4 +796,59 @@ fn datafusion_error(script: &ScriptText, error: DataFusionError) -> TesseraError
             script.error(message.replace(WINDOWED_TABLE_PREFIX, ""), location)
         }
     }
+}
+
+/// How the refusal of a query whose state would grow with the stream begins.
+pub const UNBOUNDED: &str = "space class unbounded";
+
+/// A continuous query that no bounded synopsis answers, kept whole: it reads one source, and a
+/// batch engine answers it over that source's events so far. Its columns are planned here.
+fn bind_prefix(
+    catalog: &Catalog,
+    script: &ScriptText,
+    query: &ast::Query,
+    emit: EmitMode,
+    unbounded_because: String,
+) -> Result<QueryPlan> {
+    let mut sources: Vec<String> = Vec::new();
+    let _ = ast::visit_relations(query, |name| {
+        let name = name.to_string().to_ascii_lowercase();
+        if !sources.contains(&name) {
+            sources.push(name);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    let source = match sources.as_slice() {
+        [one] => catalog.source(one).ok_or_else(|| script.at_span(format!("unknown source `{one}`"), query.span()))?,
+        _ => {
+            return Err(script.at_span("a query kept whole under allow_unbounded_state reads one source", query.span()))
+        }
+    };
+    let context = StreamContext::new(catalog);
+    let options = ParserOptions { enable_ident_normalization: true, ..ParserOptions::default() };
+    let planner = SqlToRel::new_with_options(&context, options);
+    let plan = planner
+        .sql_statement_to_plan(ast::Statement::Query(Box::new(query.clone())))
+        .map_err(|e| datafusion_error(script, e))?;
+    let columns_schema = Arc::new(plan.schema().as_arrow().clone());
+    let output_schema = match emit {
+        EmitMode::Changes => changelog_schema(&columns_schema),
+        EmitMode::OnWindowClose => Arc::clone(&columns_schema),
+    };
+    let prefix = PrefixPlan {
+        sql: query.to_string(),
+        source: source.name.to_ascii_lowercase(),
+        source_schema: Arc::clone(&source.schema),
+        unbounded_because,
+        columns_schema,
+        emit,
+    };
+    let source = source.name.to_ascii_lowercase();
+    Ok(QueryPlan {
+        sql: query.to_string(),
+        source,
+        branches: vec![BranchPlan::Prefix(Arc::new(prefix))],
+        output_schema,
+        emit,
+    })
 }

@@ -21,7 +21,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use datafusion_sql::sqlparser::ast::{self, GroupByExpr, SelectItem, Spanned, TableFactor};
 use datafusion_sql::sqlparser::tokenizer::Span;
 
-use super::binder::bind_stateless_select;
+use super::binder::{bind_stateless_select, UNBOUNDED};
 use super::diagnostic::span_location;
 use super::temporal_formula::{bind_formula_block, formula_call};
 use super::ScriptText;
@@ -193,13 +193,16 @@ impl<'a> Binder<'a> {
                 // Joining derived tables relates what was computed over whole instants, such as
                 // Theorem 3.1's "two instants with the same number of events".
                 return Err(self.script.error_with_help(
-                    "space class unbounded: a join of subqueries compares values computed over different \
-                     instants (such as their numbers of events); answering it exactly needs a value per past \
-                     instant, so the query's state would grow with the stream",
+                    format!(
+                        "{UNBOUNDED}: a join of subqueries compares values computed over different instants (such \
+                         as their numbers of events); answering it exactly needs a value per past instant, so the \
+                         query's state would grow with the stream"
+                    ),
                     span_location(relation.span()),
                     Some(
                         "join the source's events themselves (FROM events a, events b), count with COUNT(*), or bound \
-                         the state with a window (TUMBLE / HOP)"
+                         the state with a window (TUMBLE / HOP); or SET allow_unbounded_state = true to keep every \
+                         event and answer by batch"
                             .into(),
                     ),
                 ));
@@ -289,13 +292,14 @@ impl<'a> Binder<'a> {
     fn unbounded(&self, conjunct: &ast::Expr, why: &str) -> TesseraError {
         self.script.error_with_help(
             format!(
-                "space class unbounded: `{conjunct}` {why}, so answering it exactly needs every past event and the \
+                "{UNBOUNDED}: `{conjunct}` {why}, so answering it exactly needs every past event and the \
                  query's state would grow with the stream"
             ),
             span_location(conjunct.span()),
             Some(
                 "relate events only by equal data columns (a.user_id = b.user_id) and the order of their times \
-                 (a.ts < b.ts); bound the state with a window (TUMBLE / HOP) or drop the condition"
+                 (a.ts < b.ts); bound the state with a window (TUMBLE / HOP) or drop the condition; or SET \
+                 allow_unbounded_state = true to keep every event and answer by batch"
                     .into(),
             ),
         )
