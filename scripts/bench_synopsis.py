@@ -7,9 +7,12 @@ event-time order with millisecond timestamps (a few ms out of order), kinds logi
 purchase. Workloads:
   funnel2  (login, purchase) pairs per user, login first
   funnel3  (login, view, purchase) triples per user, in that order
+  since_service  a temporal formula: views since the user's last login ("alarms since service")
+  failures       a temporal formula: carts beyond purchases so far ("more failures than successes")
 For each size (powers of ten up to --max-events) it reports tessera's wall time, events/s,
 peak state bytes (from --stats-json) and peak RSS, and DuckDB's time for the same SQL as a batch
-self-join over the same file (up to --duckdb-max-events; its threads as given by --duckdb-threads).
+self-join over the same file (for the formulas, the equivalent SQL: a NOT EXISTS of a later login,
+filtered counts; up to --duckdb-max-events; its threads as given by --duckdb-threads).
 The answers are compared where both ran. A plain streaming self-join keeps every event it may
 still join: its state is at least the bytes of the events of the joined kinds, reported as
 `join keeps`.
@@ -37,18 +40,40 @@ SOURCE = """CREATE SOURCE events (
 ) WITH (connector = 'file', path = '{path}', time_unit = 'ms');
 """
 
+# name: (tessera's SQL, DuckDB's SQL for the same answer or None for the same text, kinds a join keeps)
 WORKLOADS = {
     "funnel2": (
         "SELECT a.user_id, COUNT(*) AS pairs FROM events a, events b "
         "WHERE a.user_id = b.user_id AND a.kind = 'login' AND b.kind = 'purchase' AND a.ts < b.ts "
         "GROUP BY a.user_id",
+        None,
         ["login", "purchase"],
     ),
     "funnel3": (
         "SELECT a.user_id, COUNT(*) AS journeys FROM events a, events b, events c "
         "WHERE a.user_id = b.user_id AND b.user_id = c.user_id AND a.kind = 'login' AND b.kind = 'view' "
         "AND c.kind = 'purchase' AND a.ts < b.ts AND b.ts < c.ts GROUP BY a.user_id",
+        None,
         ["login", "view", "purchase"],
+    ),
+    # "Alarms since the last service" with views as alarms and logins as services: per user, the
+    # views with no login after them.
+    "since_service": (
+        "WITH alarm AS (SELECT user_id FROM events WHERE kind = 'view'), "
+        "service AS (SELECT user_id FROM events WHERE kind = 'login') "
+        "SELECT user_id, COUNT(*) AS alarms FROM TEMPORAL(alarm OR SINCE_COUNT(NOT service, alarm)) GROUP BY user_id",
+        "SELECT a.user_id, COUNT(*) FROM events a WHERE a.kind = 'view' AND NOT EXISTS (SELECT 1 FROM events b "
+        "WHERE b.user_id = a.user_id AND b.kind = 'login' AND b.ts > a.ts) GROUP BY a.user_id",
+        ["view", "login"],
+    ),
+    # "More failures than successes so far" with carts as failures and purchases as successes.
+    "failures": (
+        "WITH failure AS (SELECT user_id FROM events WHERE kind = 'cart'), "
+        "success AS (SELECT user_id FROM events WHERE kind = 'purchase') "
+        "SELECT user_id, COUNT(*) AS excess FROM TEMPORAL(SO_FAR(failure) AND NOT SO_FAR(success)) GROUP BY user_id",
+        "SELECT user_id, f - s FROM (SELECT user_id, COUNT(*) FILTER (WHERE kind = 'cart') AS f, "
+        "COUNT(*) FILTER (WHERE kind = 'purchase') AS s FROM events GROUP BY user_id) WHERE f > s",
+        ["cart", "purchase"],
     ),
 }
 
@@ -113,7 +138,7 @@ def main():
         n *= 10
     py = python()
     for workload in args.workloads.split(","):
-        sql, kinds = WORKLOADS[workload]
+        sql, duck_sql, kinds = WORKLOADS[workload]
         print(f"# {workload}: {sql}")
         print("events, tessera s, events/s, state bytes, peak RSS MB, join keeps bytes, duckdb s, tessera/duckdb, equal")
         for events in sizes:
@@ -137,7 +162,7 @@ def main():
                 kept = int(subprocess.run([py, "-c", kept_sql], check=True, capture_output=True, text=True).stdout)
                 duck_s, ratio, equal = "", "", ""
                 if events <= args.duckdb_max_events:
-                    code = duckdb_run(data, sql, args.duckdb_threads)
+                    code = duckdb_run(data, duck_sql or sql, args.duckdb_threads)
                     printed = subprocess.run([py, "-c", code], check=True, capture_output=True, text=True).stdout
                     result = json.loads(printed.strip().splitlines()[-1])
                     duck_s = f"{result['seconds']:.3f}"

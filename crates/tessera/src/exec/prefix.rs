@@ -7,7 +7,8 @@
 //! Events wait for nothing: all are kept as they arrive (late ones set aside and counted). The
 //! answer over the events before the watermark is computed where `EMIT CHANGES` asks for it
 //! (after a batch that completed more events: the rows that left the answer as `-D`, those that
-//! entered as `+I`), else once at the end of the input over every event. Checkpoints write the
+//! entered as `+I`), else once at the end of the input over every event; before the first event
+//! there is no answer (no row, as for a synopsis). Checkpoints write the
 //! events kept since the previous one as a chunk to the state store.
 
 use std::collections::HashMap;
@@ -113,7 +114,7 @@ impl PrefixExec {
     /// Writes the changes from the answer last written to the answer at `watermark`.
     fn write_changes(&mut self, watermark: i64, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
         let read = self.count_before(watermark);
-        if self.written.as_ref().is_some_and(|(_, _, before)| *before == read) {
+        if read == 0 || self.written.as_ref().is_some_and(|(_, _, before)| *before == read) {
             return Ok(());
         }
         let now = self.answer(watermark)?;
@@ -204,6 +205,9 @@ impl StreamOperator for PrefixExec {
     fn finish(&mut self, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
         if self.plan.emit == EmitMode::Changes {
             return self.write_changes(i64::MAX, emit);
+        }
+        if self.kept.is_empty() {
+            return Ok(());
         }
         let answer = self.answer(i64::MAX)?;
         if answer.num_rows() > 0 {
