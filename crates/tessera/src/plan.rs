@@ -12,6 +12,15 @@ use crate::window::WindowSpec;
 pub type ExprRef = Arc<dyn PhysicalExpr>;
 
 /// The columns of an `EMIT CHANGES` query: `op` (`+I`, `+U` or `-D`), then the SELECT list.
+/// The columns a query with `emit` writes: `columns`, with the changelog's `op` first for
+/// `EMIT CHANGES`.
+pub fn emitted_schema(columns: &SchemaRef, emit: EmitMode) -> SchemaRef {
+    match emit {
+        EmitMode::Changes => changelog_schema(columns),
+        EmitMode::OnWindowClose => Arc::clone(columns),
+    }
+}
+
 pub fn changelog_schema(columns: &SchemaRef) -> SchemaRef {
     let mut fields = vec![Arc::new(arrow::datatypes::Field::new("op", arrow::datatypes::DataType::Utf8, false))];
     fields.extend(columns.fields().iter().cloned());

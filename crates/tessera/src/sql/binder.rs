@@ -32,7 +32,7 @@ use crate::aggregate;
 use crate::catalog::{sql_type_name, Catalog, SourceDef};
 use crate::error::{Result, TesseraError};
 use crate::plan::{
-    changelog_schema, AggregateColumn, BranchPlan, EmitMode, ExprRef, PrefixPlan, QueryPlan, StatelessPlan,
+    emitted_schema, AggregateColumn, BranchPlan, EmitMode, ExprRef, PrefixPlan, QueryPlan, StatelessPlan,
     WindowAggregatePlan,
 };
 use crate::window::{WindowSpec, MAX_WINDOWS_PER_EVENT};
@@ -237,10 +237,7 @@ pub fn bind_query(
         };
         branches.push(branch);
     }
-    let mut output_schema = output_schema.unwrap_or_else(|| Arc::new(Schema::empty()));
-    if emit == EmitMode::Changes {
-        output_schema = changelog_schema(&output_schema);
-    }
+    let output_schema = emitted_schema(&output_schema.unwrap_or_else(|| Arc::new(Schema::empty())), emit);
     Ok(QueryPlan { sql: query.to_string(), source: source.unwrap_or_default(), branches, output_schema, emit })
 }
 
@@ -831,10 +828,7 @@ fn bind_prefix(
         .sql_statement_to_plan(ast::Statement::Query(Box::new(query.clone())))
         .map_err(|e| datafusion_error(script, e))?;
     let columns_schema = Arc::new(plan.schema().as_arrow().clone());
-    let output_schema = match emit {
-        EmitMode::Changes => changelog_schema(&columns_schema),
-        EmitMode::OnWindowClose => Arc::clone(&columns_schema),
-    };
+    let output_schema = emitted_schema(&columns_schema, emit);
     let prefix = PrefixPlan {
         sql: query.to_string(),
         source: source.name.to_ascii_lowercase(),

@@ -27,7 +27,7 @@ use super::temporal_formula::{bind_formula_block, formula_call};
 use super::ScriptText;
 use crate::catalog::{sql_type_name, Catalog, SourceDef};
 use crate::error::{Result, TesseraError};
-use crate::plan::{changelog_schema, BranchPlan, EmitMode, QueryPlan, TemporalBlock, TemporalColumn, TemporalPlan};
+use crate::plan::{emitted_schema, BranchPlan, EmitMode, QueryPlan, TemporalBlock, TemporalColumn, TemporalPlan};
 use crate::synopsis::conjunctive::{self, Allowed, Block, ConjunctiveQuery, MAX_ALIASES};
 use crate::synopsis::{Atom, Program, Var};
 
@@ -97,6 +97,24 @@ impl Classes {
         let r = self.root(i);
         (0..self.members.len()).filter(|&m| self.root(m) == r).collect()
     }
+}
+
+/// Whether a block of a continuous temporal query selects `DISTINCT` (set semantics); `HAVING`
+/// and `DISTINCT ON` are refused.
+pub(super) fn set_semantics(script: &ScriptText, select: &ast::Select) -> Result<bool> {
+    if let Some(having) = &select.having {
+        return Err(script.at_span("HAVING is not supported on a continuous temporal query", having.span()));
+    }
+    match &select.distinct {
+        None => Ok(false),
+        Some(ast::Distinct::Distinct) => Ok(true),
+        Some(_) => Err(script.at_span("DISTINCT ON is not supported", select.span())),
+    }
+}
+
+/// The name a relation's table is written with (its last part).
+pub(super) fn table_name(name: &ast::ObjectName) -> String {
+    name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.clone()).unwrap_or_default()
 }
 
 fn split_and(expr: &ast::Expr, out: &mut Vec<ast::Expr>) {
@@ -213,7 +231,7 @@ impl<'a> Binder<'a> {
                     relation.span(),
                 ));
             };
-            let table = name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.clone()).unwrap_or_default();
+            let table = table_name(name);
             self.use_source(&table, relation.span())?;
             let alias_name = alias.as_ref().map_or(table.clone(), |a| a.name.value.clone()).to_ascii_lowercase();
             if aliases.iter().any(|a| a.name == alias_name) {
@@ -320,9 +338,7 @@ impl<'a> Binder<'a> {
         if let Some(selection) = &select.selection {
             split_and(selection, &mut conjuncts);
         }
-        if let Some(having) = &select.having {
-            return Err(self.script.at_span("HAVING is not supported on a continuous temporal query", having.span()));
-        }
+        let distinct = set_semantics(self.script, select)?;
         let time = self.source().event_time.column.to_ascii_lowercase();
         let mut predicates = vec![Vec::new(); aliases.len()];
         let mut conditions = Vec::new();
@@ -392,11 +408,6 @@ impl<'a> Binder<'a> {
             }
             other => return Err(self.script.at_span("GROUP BY ALL and grouping sets are not supported", other.span())),
         }
-        let distinct = match &select.distinct {
-            None => false,
-            Some(ast::Distinct::Distinct) => true,
-            Some(_) => return Err(self.script.at_span("DISTINCT ON is not supported", select.span())),
-        };
         let mut columns = Vec::new();
         for item in &select.projection {
             let (expr, name) = match item {
@@ -533,10 +544,7 @@ pub fn bind_temporal(
         }
     }
     let columns_schema = Arc::new(Schema::new(fields));
-    let output_schema = match emit {
-        EmitMode::Changes => changelog_schema(&columns_schema),
-        EmitMode::OnWindowClose => Arc::clone(&columns_schema),
-    };
+    let output_schema = emitted_schema(&columns_schema, emit);
     let blocks = plans.into_iter().map(|p| p.block).collect();
     let plan = TemporalPlan { blocks, columns, group_types, columns_schema, emit };
     Ok(QueryPlan {

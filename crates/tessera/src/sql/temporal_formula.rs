@@ -40,7 +40,7 @@ use datafusion_sql::sqlparser::ast::{self, GroupByExpr, SelectItem, SetExpr, Spa
 use datafusion_sql::sqlparser::tokenizer::Span;
 
 use super::binder::bind_stateless_select;
-use super::temporal::{is_count_star, unnest, Binder, BlockColumn, BlockPlan};
+use super::temporal::{is_count_star, set_semantics, table_name, unnest, Binder, BlockColumn, BlockPlan};
 use crate::catalog::sql_type_name;
 use crate::error::{Result, TesseraError};
 use crate::plan::TemporalBlock;
@@ -250,7 +250,7 @@ impl FormulaBinder<'_, '_> {
         {
             return Err(self.atom_shape(select.span()));
         }
-        let table = table.0.last().and_then(|p| p.as_ident()).map(|i| i.value.clone()).unwrap_or_default();
+        let table = table_name(table);
         let source = self.binder.use_source(&table, relation.span())?;
         let time = source.event_time.column.to_ascii_lowercase();
         let mut vars: Vec<(Var, ast::Expr)> = Vec::new();
@@ -327,9 +327,7 @@ pub(super) fn bind_formula_block(
             selection.span(),
         ));
     }
-    if let Some(having) = &select.having {
-        return Err(script.at_span("HAVING is not supported on a continuous temporal query", having.span()));
-    }
+    let distinct = set_semantics(script, select)?;
     let mut formula = FormulaBinder { binder, with, variables: Vec::new(), atoms: Vec::new() };
     let body = formula.formula(formula_expr)?;
     if formula.atoms.is_empty() {
@@ -338,11 +336,6 @@ pub(super) fn bind_formula_block(
             formula_expr.span(),
         ));
     }
-    let distinct = match &select.distinct {
-        None => false,
-        Some(ast::Distinct::Distinct) => true,
-        Some(_) => return Err(script.at_span("DISTINCT ON is not supported", select.span())),
-    };
     let mut group = Vec::new();
     match &select.group_by {
         GroupByExpr::Expressions(exprs, modifiers) if modifiers.is_empty() => {
