@@ -143,6 +143,7 @@ fn synopsis_json(plan: &TemporalPlan) -> Value {
                 "orders": block.orders,
                 "atoms": program.atoms.iter().map(|a| json!({ "label": a.label, "variables": names(&a.vars) })).collect::<Vec<_>>(),
                 "counters": program.counters(),
+                "counter_chains": program.chains.as_ref().map(|c| c.describe(&program.atoms)),
                 "partitioned_by": names(&program.partition),
                 "grouped_by": names(&program.group),
                 "space_class": program.space.name(),
@@ -369,9 +370,17 @@ fn synopsis_text(text: &mut String, synopsis: &serde_json::Map<String, Value>) {
             "{indent}state partitioned by: {}\n",
             if partition.is_empty() { "nothing (one partition)".to_string() } else { partition.join(", ") }
         ));
-        text.push_str(&format!("{indent}counters:\n"));
-        for counter in strings(&block["counters"]) {
-            text.push_str(&format!("{indent}  {counter}\n"));
+        match block["counter_chains"].as_str() {
+            Some(chains) => text.push_str(&format!(
+                "{indent}counters: a chain per partition, one count per step completed so far ({chains}), \
+                 each event one increment\n"
+            )),
+            None => {
+                text.push_str(&format!("{indent}counters:\n"));
+                for counter in strings(&block["counters"]) {
+                    text.push_str(&format!("{indent}  {counter}\n"));
+                }
+            }
         }
     }
 }

@@ -15,7 +15,7 @@
 //! the snapshot holds only the epoch, each block's last instant and the events still waiting
 //! for the watermark. All partitions stay in memory while the query runs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, StringArray};
@@ -29,7 +29,8 @@ use crate::error::{Result, TesseraError};
 use crate::plan::{EmitMode, TemporalBlock, TemporalColumn, TemporalPlan};
 use crate::state::codec::{StateReader, StateWriter};
 use crate::state::store::StateStore;
-use crate::synopsis::{Count, Key, Synopsis, Value};
+use crate::synopsis::evaluator::{decode_count, decode_key, encode_count, encode_key};
+use crate::synopsis::{ChainSynopsis, Count, Key, Program, Synopsis, Value};
 
 /// The values of one variable, each given an id in the order first seen (the id is what the
 /// synopsis keys its counts by).
@@ -170,12 +171,246 @@ struct Saved {
 /// Events waiting for the watermark: per instant, the count per atom and valuation.
 type Pending = BTreeMap<i64, HashMap<(usize, Key), Count>>;
 
+/// An event a counter chain waits to apply: its instant, partition and atom.
+type ChainEvent = (i64, u32, u32);
+
+/// How a block's events wait for the watermark and reach its synopsis.
+enum Engine {
+    /// Any program: events wait counted per instant, atom and valuation, and are applied
+    /// instant by instant (every on-time instant, with events of an atom or not: the answer is
+    /// read at the stream's current instant).
+    Formula { synopsis: Synopsis, pending: Pending },
+    /// A funnel's counter chains: events wait in arrival order (`sorted` while they came in time
+    /// order) and are applied sorted by instant.
+    Chain { synopsis: ChainSynopsis, pending: VecDeque<ChainEvent>, sorted: bool },
+}
+
+impl Engine {
+    fn program(&self) -> &Program {
+        match self {
+            Engine::Formula { synopsis, .. } => synopsis.program(),
+            Engine::Chain { synopsis, .. } => synopsis.program(),
+        }
+    }
+
+    fn last_instant(&self) -> Option<i64> {
+        match self {
+            Engine::Formula { synopsis, .. } => synopsis.last_instant(),
+            Engine::Chain { synopsis, .. } => synopsis.last_instant(),
+        }
+    }
+
+    fn set_last_instant(&mut self, last: Option<i64>) {
+        match self {
+            Engine::Formula { synopsis, .. } => synopsis.set_last_instant(last),
+            Engine::Chain { synopsis, .. } => synopsis.set_last_instant(last),
+        }
+    }
+
+    /// The answer at `instant`, not before the last instant applied.
+    fn answer(&self, instant: i64) -> Result<Vec<(Key, Count)>> {
+        match self {
+            Engine::Formula { synopsis, .. } => synopsis.answer(instant),
+            Engine::Chain { synopsis, .. } => synopsis.answer(),
+        }
+    }
+
+    fn take_changed(&mut self) -> Vec<(Key, Option<Vec<u8>>)> {
+        match self {
+            Engine::Formula { synopsis, .. } => synopsis.take_changed(),
+            Engine::Chain { synopsis, .. } => synopsis.take_changed(),
+        }
+    }
+
+    fn insert_partition(&mut self, key: Key, bytes: &[u8]) -> Result<()> {
+        match self {
+            Engine::Formula { synopsis, .. } => synopsis.insert_partition(key, bytes),
+            Engine::Chain { synopsis, .. } => synopsis.insert_partition(key, bytes),
+        }
+    }
+
+    /// Takes the events of `atom` at `rows` (`ids`: per variable of the atom, every row's value
+    /// id), marking late ones.
+    fn take_atom(
+        &mut self,
+        atom: usize,
+        rows: &[usize],
+        ids: &[Arc<Vec<Value>>],
+        input: &EventBatch,
+        late: &mut [bool],
+    ) -> Result<()> {
+        match self {
+            Engine::Formula { pending, .. } => {
+                for &row in rows {
+                    let (instant, watermark) = (input.event_times[row], input.watermarks.at(row));
+                    if instant < watermark {
+                        late[row] = true;
+                        continue;
+                    }
+                    let key: Key = ids.iter().map(|column| column[row]).collect();
+                    *pending.entry(instant).or_default().entry((atom, key)).or_insert(0) += 1;
+                }
+            }
+            Engine::Chain { synopsis, pending, sorted, .. } => {
+                // Where each partition variable is among the atom's variables.
+                let program = synopsis.program();
+                let vars = &program.atoms[atom].vars;
+                let positions: Vec<usize> = program
+                    .partition
+                    .iter()
+                    .map(|p| vars.iter().position(|v| v == p).expect("a chain's atoms bind the partition"))
+                    .collect();
+                let mut key: Vec<Value> = vec![0; positions.len()];
+                for &row in rows {
+                    let (instant, watermark) = (input.event_times[row], input.watermarks.at(row));
+                    if instant < watermark {
+                        late[row] = true;
+                        continue;
+                    }
+                    for (k, &i) in key.iter_mut().zip(&positions) {
+                        *k = ids[i][row];
+                    }
+                    let partition = synopsis.partition(&key)?;
+                    if pending.back().is_some_and(|&(last, _, _)| instant < last) {
+                        *sorted = false;
+                    }
+                    pending.push_back((instant, partition, atom as u32));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes the instants of the on-time rows of `input`: each is one of the stream's, and the
+    /// answer is read at the latest applied. A program of one partition is evaluated at every
+    /// one (a `NOT` holds at instants without events); any other only needs the latest, in
+    /// `on_time`.
+    fn take_instants(&mut self, input: &EventBatch, on_time: &mut Option<i64>) {
+        let instants = (0..input.len())
+            .map(|row| (input.event_times[row], input.watermarks.at(row)))
+            .filter(|(instant, watermark)| instant >= watermark)
+            .map(|(instant, _)| instant);
+        match self {
+            Engine::Formula { synopsis, pending } if synopsis.program().partition.is_empty() => {
+                instants.for_each(|instant| {
+                    pending.entry(instant).or_default();
+                })
+            }
+            _ => *on_time = instants.chain(*on_time).max(),
+        }
+    }
+
+    /// Applies the events before `watermark`, in time order; returns how many entries it
+    /// applied.
+    fn apply_before(&mut self, watermark: i64, on_time: Option<i64>) -> Result<u64> {
+        let mut applied = 0;
+        match self {
+            Engine::Formula { synopsis, pending } => {
+                while let Some(entry) = pending.first_entry() {
+                    if *entry.key() >= watermark {
+                        break;
+                    }
+                    let (instant, events) = entry.remove_entry();
+                    applied += events.len() as u64;
+                    synopsis.apply(instant, events.into_iter().map(|((atom, key), count)| (atom, key, count)))?;
+                }
+            }
+            Engine::Chain { synopsis, pending, sorted } => {
+                if !*sorted {
+                    pending.make_contiguous().sort_by_key(|&(instant, _, _)| instant);
+                    *sorted = true;
+                }
+                let ready = pending.partition_point(|&(instant, _, _)| instant < watermark);
+                let mut last = synopsis.last_instant();
+                for (instant, partition, atom) in pending.drain(..ready) {
+                    synopsis.add(instant, partition, atom as usize, 1)?;
+                    last = last.max(Some(instant));
+                }
+                synopsis.set_last_instant(last);
+                applied = ready as u64;
+            }
+        }
+        if let Some(instant) = on_time.filter(|&t| t < watermark) {
+            self.set_last_instant(self.last_instant().max(Some(instant)));
+        }
+        Ok(applied)
+    }
+
+    /// The events still waiting, for a checkpoint.
+    fn encode_pending(&self, w: &mut StateWriter) {
+        match self {
+            Engine::Formula { pending, .. } => {
+                w.len(pending.len());
+                for (instant, events) in pending {
+                    w.i64(*instant);
+                    w.len(events.len());
+                    for ((atom, key), count) in events {
+                        w.u32(*atom as u32);
+                        encode_key(w, key);
+                        encode_count(w, *count);
+                    }
+                }
+            }
+            Engine::Chain { synopsis, pending, .. } => {
+                w.len(pending.len());
+                for &(instant, partition, atom) in pending {
+                    w.i64(instant);
+                    w.u32(atom);
+                    encode_key(w, &synopsis.key(partition));
+                }
+            }
+        }
+    }
+
+    /// Takes back what [`encode_pending`](Self::encode_pending) wrote.
+    fn decode_pending(&mut self, r: &mut StateReader) -> Result<()> {
+        match self {
+            Engine::Formula { pending, .. } => {
+                pending.clear();
+                for _ in 0..r.len(16)? {
+                    let instant = r.i64()?;
+                    let mut events = HashMap::new();
+                    for _ in 0..r.len(28)? {
+                        let atom = r.u32()? as usize;
+                        let key = decode_key(r)?;
+                        events.insert((atom, key), decode_count(r)?);
+                    }
+                    pending.insert(instant, events);
+                }
+            }
+            Engine::Chain { synopsis, pending, sorted } => {
+                pending.clear();
+                for _ in 0..r.len(20)? {
+                    let instant = r.i64()?;
+                    let atom = r.u32()?;
+                    let partition = synopsis.partition(&decode_key(r)?)?;
+                    pending.push_back((instant, partition, atom));
+                }
+                *sorted = pending.iter().zip(pending.iter().skip(1)).all(|(a, b)| a.0 <= b.0);
+            }
+        }
+        Ok(())
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Engine::Formula { synopsis, pending } => {
+                synopsis.state_bytes() + pending.values().map(|m| m.len() * 48 + 64).sum::<usize>()
+            }
+            Engine::Chain { synopsis, pending, .. } => {
+                synopsis.state_bytes() + pending.len() * std::mem::size_of::<ChainEvent>()
+            }
+        }
+    }
+}
+
 /// The state of one block of the query's UNION ALL.
 struct BlockState {
-    synopsis: Synopsis,
+    engine: Engine,
     /// One per variable of the block's program.
     interners: Vec<ValueInterner>,
-    pending: Pending,
+    /// The latest on-time instant taken, for engines that do not wait on every instant.
+    on_time: Option<i64>,
     /// The answer `EMIT CHANGES` last wrote.
     answer: BTreeMap<Key, Count>,
 }
@@ -194,12 +429,11 @@ impl BlockState {
             .iter()
             .map(|t| ValueInterner::new(t.as_ref().unwrap_or(&DataType::Null)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(BlockState {
-            synopsis: Synopsis::new(program),
-            interners,
-            pending: BTreeMap::new(),
-            answer: BTreeMap::new(),
-        })
+        let engine = match program.chains {
+            Some(_) => Engine::Chain { synopsis: ChainSynopsis::new(program)?, pending: VecDeque::new(), sorted: true },
+            None => Engine::Formula { synopsis: Synopsis::new(program), pending: BTreeMap::new() },
+        };
+        Ok(BlockState { engine, interners, on_time: None, answer: BTreeMap::new() })
     }
 
     /// Matches `input`'s rows against every atom of `block`; marks late rows in `late`.
@@ -214,6 +448,9 @@ impl BlockState {
         // Aliases binding a variable from the same column intern it once per batch.
         let mut interned: HashMap<(usize, String), Arc<Vec<Value>>> = HashMap::new();
         for (atom, atom_plan) in block.atoms.iter().enumerate() {
+            if !self.engine.program().reads_atom[atom] {
+                continue;
+            }
             let selected: Vec<usize> = match &atom_plan.filter {
                 Some(filter) => {
                     let mask = filter.evaluate(rows)?.into_array(n)?;
@@ -225,7 +462,7 @@ impl BlockState {
             if selected.is_empty() {
                 continue;
             }
-            let vars = &self.synopsis.program().atoms[atom].vars;
+            let vars = self.engine.program().atoms[atom].vars.clone();
             let mut ids: Vec<Arc<Vec<Value>>> = Vec::with_capacity(vars.len());
             for (i, &var) in vars.iter().enumerate() {
                 let expr = &atom_plan.projection[i + 1];
@@ -240,48 +477,18 @@ impl BlockState {
                 };
                 ids.push(column_ids);
             }
-            for row in selected {
-                let (instant, watermark) = (input.event_times[row], input.watermarks.at(row));
-                if instant < watermark {
-                    late[row] = true;
-                    continue;
-                }
-                let key: Key = ids.iter().map(|column| column[row]).collect();
-                *self.pending.entry(instant).or_default().entry((atom, key)).or_insert(0) += 1;
-                metrics.store_reads += 1;
-            }
+            metrics.store_reads += selected.len() as u64;
+            self.engine.take_atom(atom, &selected, &ids, input, late)?;
         }
-        // Every instant of the stream is applied, with events of an atom or not: it is the
-        // current instant the answer is read at (see `Synopsis::apply`).
-        for row in 0..n {
-            let (instant, watermark) = (input.event_times[row], input.watermarks.at(row));
-            if instant >= watermark {
-                self.pending.entry(instant).or_default();
-            }
-        }
-        Ok(())
-    }
-
-    /// Applies the instants before `watermark`, in time order.
-    fn apply_before(&mut self, watermark: i64, metrics: &mut OperatorMetrics) -> Result<()> {
-        while let Some(entry) = self.pending.first_entry() {
-            if *entry.key() >= watermark {
-                break;
-            }
-            let (instant, events) = entry.remove_entry();
-            metrics.store_writes += events.len() as u64;
-            self.synopsis.apply(instant, events.into_iter().map(|((atom, key), count)| (atom, key, count)))?;
-        }
+        self.engine.take_instants(input, &mut self.on_time);
         Ok(())
     }
 
     fn bytes(&self) -> usize {
-        let pending: usize = self.pending.values().map(|m| m.len() * 48 + 64).sum();
         let interned: usize = self.interners.iter().map(ValueInterner::bytes).sum();
-        self.synopsis.state_bytes() + pending + interned
+        self.engine.bytes() + interned
     }
 }
-
 pub struct SynopsisExec {
     plan: Arc<TemporalPlan>,
     blocks: Vec<BlockState>,
@@ -308,14 +515,14 @@ impl SynopsisExec {
 
     fn apply_before(&mut self, watermark: i64) -> Result<()> {
         for block in &mut self.blocks {
-            block.apply_before(watermark, &mut self.metrics)?;
+            self.metrics.store_writes += block.engine.apply_before(watermark, block.on_time)?;
         }
         Ok(())
     }
 
     /// The last instant any block applied.
     fn last_instant(&self) -> Option<i64> {
-        self.blocks.iter().filter_map(|b| b.synopsis.last_instant()).max()
+        self.blocks.iter().filter_map(|b| b.engine.last_instant()).max()
     }
 
     /// Rows of block `b`'s answer, in the query's columns (with `ops`, a changelog).
@@ -325,7 +532,7 @@ impl SynopsisExec {
         if let Some(ops) = ops {
             columns.push(Arc::new(StringArray::from(ops)));
         }
-        let program = block.synopsis.program();
+        let program = block.engine.program();
         for column in &self.plan.columns {
             columns.push(match column {
                 TemporalColumn::Group(position) => {
@@ -359,10 +566,10 @@ impl SynopsisExec {
         self.written = Some(instant);
         for b in 0..self.blocks.len() {
             let block = &self.blocks[b];
-            if block.synopsis.last_instant().is_none() {
+            if block.engine.last_instant().is_none() {
                 continue;
             }
-            let now: BTreeMap<Key, Count> = block.synopsis.answer(instant)?.into_iter().collect();
+            let now: BTreeMap<Key, Count> = block.engine.answer(instant)?.into_iter().collect();
             let mut changed: Vec<(Key, Count)> = Vec::new();
             let mut ops = Vec::new();
             for (key, &count) in &now {
@@ -428,10 +635,10 @@ impl StreamOperator for SynopsisExec {
             return self.write_changes(last, emit);
         }
         for b in 0..self.blocks.len() {
-            if self.blocks[b].synopsis.last_instant().is_none() {
+            if self.blocks[b].engine.last_instant().is_none() {
                 continue;
             }
-            let answer = self.blocks[b].synopsis.answer(last)?;
+            let answer = self.blocks[b].engine.answer(last)?;
             self.metrics.emit_reads += answer.len() as u64;
             if !answer.is_empty() {
                 let rows = self.rows(b, &answer, None)?;
@@ -456,7 +663,7 @@ impl StreamOperator for SynopsisExec {
         w.i64(self.written.unwrap_or(0));
         w.len(self.blocks.len());
         for (b, block) in self.blocks.iter_mut().enumerate() {
-            for (key, bytes) in block.synopsis.take_changed() {
+            for (key, bytes) in block.engine.take_changed() {
                 let previous = saved.partitions[b].remove(&key);
                 if let Some((version, _)) = previous {
                     saved.retired.push((partition_key(saved.operator, b, &key, version), epoch));
@@ -486,19 +693,11 @@ impl StreamOperator for SynopsisExec {
                 }
                 w.u64(saved.values[b][var] as u64);
             }
-            w.bool(block.synopsis.last_instant().is_some());
-            w.i64(block.synopsis.last_instant().unwrap_or(0));
-            w.len(block.pending.len());
-            for (instant, events) in &block.pending {
-                w.i64(*instant);
-                w.len(events.len());
-                for ((atom, key), count) in events {
-                    w.u32(*atom as u32);
-                    crate::synopsis::evaluator::encode_key(w, key);
-                    w.u64((*count >> 64) as u64);
-                    w.u64(*count as u64);
-                }
-            }
+            w.bool(block.engine.last_instant().is_some());
+            w.i64(block.engine.last_instant().unwrap_or(0));
+            w.bool(block.on_time.is_some());
+            w.i64(block.on_time.unwrap_or(0));
+            block.engine.encode_pending(w);
         }
         saved.epoch += 1;
         let stored = saved.partitions.iter().flat_map(|p| p.values()).map(|&(_, bytes)| bytes).sum();
@@ -523,19 +722,11 @@ impl StreamOperator for SynopsisExec {
             }
             let last = r.bool()?;
             let last_at = r.i64()?;
-            block.synopsis.set_last_instant(last.then_some(last_at));
-            block.pending.clear();
-            for _ in 0..r.len(16)? {
-                let instant = r.i64()?;
-                let mut events = HashMap::new();
-                for _ in 0..r.len(28)? {
-                    let atom = r.u32()? as usize;
-                    let key = crate::synopsis::evaluator::decode_key(r)?;
-                    let count = (Count::from(r.u64()?) << 64) | Count::from(r.u64()?);
-                    events.insert((atom, key), count);
-                }
-                block.pending.insert(instant, events);
-            }
+            block.engine.set_last_instant(last.then_some(last_at));
+            let on_time = r.bool()?;
+            let on_time_at = r.i64()?;
+            block.on_time = on_time.then_some(on_time_at);
+            block.engine.decode_pending(r)?;
         }
         // Every key of the operator: values chunks in id order, partition versions by key.
         let prefix = saved.operator.to_be_bytes();
@@ -594,13 +785,13 @@ impl StreamOperator for SynopsisExec {
                 saved.store.remove(&store_key)?;
                 continue;
             }
-            self.blocks[b].synopsis.insert_partition(key.clone(), &bytes)?;
+            self.blocks[b].engine.insert_partition(key.clone(), &bytes)?;
             saved.partitions[b].insert(key, (latest, bytes.len() as u64));
         }
         if let Some(at) = self.written {
             for block in &mut self.blocks {
-                if block.synopsis.last_instant().is_some() {
-                    block.answer = block.synopsis.answer(at)?.into_iter().collect();
+                if block.engine.last_instant().is_some() {
+                    block.answer = block.engine.answer(at)?.into_iter().collect();
                 }
             }
         }

@@ -174,7 +174,7 @@ fn order_formula(order: &[Vec<usize>], block: &Block, atoms: &[Atom], keep: &[Va
 }
 
 /// An atom's alias: its label up to its conditions (`a[a.kind = 'login']` is `a`).
-fn alias_name(label: &str) -> &str {
+pub(crate) fn alias_name(label: &str) -> &str {
     label.split('[').next().unwrap_or(label)
 }
 

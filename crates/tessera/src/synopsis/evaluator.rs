@@ -33,7 +33,7 @@ pub type Key = Box<[Value]>;
 /// variables (in [`super::formula::Atom::vars`] order).
 pub type InstantEvents = Vec<HashMap<Key, Count>>;
 
-fn form_error(e: FormError) -> TesseraError {
+pub(crate) fn form_error(e: FormError) -> TesseraError {
     match e {
         FormError::Overflow => {
             TesseraError::Execution("a count of the synopsis exceeds 128 bits (about 3.4e38 duplicates)".into())
@@ -320,12 +320,12 @@ pub struct Synopsis {
 /// The encoding of a saved partition; one of another format is refused with a message.
 const PARTITION_FORMAT: u8 = 1;
 
-fn encode_count(w: &mut StateWriter, c: Count) {
+pub(crate) fn encode_count(w: &mut StateWriter, c: Count) {
     w.u64((c >> 64) as u64);
     w.u64(c as u64);
 }
 
-fn decode_count(r: &mut StateReader) -> Result<Count> {
+pub(crate) fn decode_count(r: &mut StateReader) -> Result<Count> {
     Ok((Count::from(r.u64()?) << 64) | Count::from(r.u64()?))
 }
 

@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use super::chain::Chains;
 use super::form::{Binary, Unary};
 use crate::error::{Result, TesseraError};
 
@@ -173,6 +174,9 @@ pub struct Program {
     /// independently (empty: one partition).
     pub partition: Vec<Var>,
     pub space: SpaceClass,
+    /// A funnel's counter chains, when the formula has their shape (evaluated by
+    /// [`super::chain::ChainSynopsis`] instead of the general evaluator).
+    pub chains: Option<Chains>,
     /// Nodes keeping counts, by table.
     pub(crate) tables: Vec<usize>,
     /// Whether the formula reads each atom (events of the others are ignored).
@@ -223,7 +227,9 @@ impl Program {
         let reads_atom = (0..query.atoms.len())
             .map(|a| nodes.iter().any(|n| matches!(n.kind, NodeKind::Atom(i) if i == a)))
             .collect();
+        let partition = partition.unwrap_or_default();
         Ok(Program {
+            chains: Chains::recognize(query, &partition),
             formula: Display(query, &query.body).to_string(),
             reads_atom,
             nodes,
@@ -232,7 +238,7 @@ impl Program {
             variables: query.variables.clone(),
             group: query.group.clone(),
             distinct: query.distinct,
-            partition: partition.unwrap_or_default(),
+            partition,
             space: if counts { SpaceClass::LogBounded } else { SpaceClass::Bounded },
             tables,
         })

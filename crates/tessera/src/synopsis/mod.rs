@@ -15,12 +15,15 @@
 //!   unions of linear orders and then into formulas.
 //! - [`form`]: how a count continues through instants without events (so they are skipped).
 //! - [`evaluator`]: the synopsis state and its update.
+//! - [`chain`]: funnels (every level binds the partition variables) as fixed counter arrays.
 
+pub mod chain;
 pub mod conjunctive;
 pub mod evaluator;
 pub mod form;
 pub mod formula;
 
+pub use chain::{ChainSynopsis, Chains};
 pub use evaluator::{Key, Synopsis, Value};
 pub use form::Count;
 pub use formula::{Atom, Formula, Program, SinceCount, SpaceClass, TemporalQuery, Var};

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use tessera::synopsis::conjunctive::{self, Allowed, Block, ConjunctiveQuery};
-use tessera::synopsis::{Atom, Count, Formula, Program, SinceCount, Synopsis, TemporalQuery, Value, Var};
+use tessera::synopsis::{
+    Atom, ChainSynopsis, Count, Formula, Program, SinceCount, Synopsis, TemporalQuery, Value, Var,
+};
 use tessera::window::generators::SplitMix;
 
 /// An event: its instant, its kind (atom `kind` matches it) and its columns, one per
@@ -455,8 +457,79 @@ fn conjunctive_queries_equal_counting_their_tuples() {
             })
             .collect();
         let what = format!("case {cases}: {q:?} as {}", program.formula());
+        // Counter chains exactly when every alias binds the same variables and counts are kept.
+        let same_vars = q.atoms.iter().all(|a| {
+            let (mut x, mut y) = (a.vars.clone(), q.atoms[0].vars.clone());
+            x.sort_unstable();
+            y.sort_unstable();
+            x == y
+        });
+        assert_eq!(program.chains.is_some(), same_vars && !q.distinct, "{what}");
         let space = program.space;
         check_every_instant(program, &per_alias, 16, |t| count_tuples(&q, &kinds, &events, t), &what);
         assert_eq!(space.name(), if q.distinct { "bounded" } else { "log-bounded" }, "{what}");
+    }
+}
+
+/// Funnels (every alias binds the same variables: none, `u`, or `u` and `v` in either order):
+/// their counter chains count, at every instant, what enumerating the tuples of events counts.
+#[test]
+fn counter_chains_equal_counting_their_tuples() {
+    let ops = ["<", "<=", "=", ">=", ">", "<>"];
+    let mut rng = SplitMix::new(777);
+    let mut cases = 0;
+    while cases < 300 {
+        let shared: Vec<Var> = [vec![], vec![0], vec![0, 1]][pick(&mut rng, 3)].clone();
+        let (mut atoms, mut kinds, mut blocks) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..1 + usize::from(pick(&mut rng, 4) == 0) {
+            let k = 1 + pick(&mut rng, 4);
+            let aliases: Vec<usize> = (atoms.len()..atoms.len() + k).collect();
+            for _ in 0..k {
+                let mut vars = shared.clone();
+                if pick(&mut rng, 2) == 0 {
+                    vars.reverse();
+                }
+                atoms.push(Atom { label: format!("e{}", atoms.len()), vars });
+                kinds.push(pick(&mut rng, 3));
+            }
+            let mut conditions = Vec::new();
+            for _ in 0..pick(&mut rng, k + 2) {
+                let (a, b) = (pick(&mut rng, k), pick(&mut rng, k));
+                if a != b {
+                    conditions.push((a, b, Allowed::from_sql(ops[pick(&mut rng, ops.len())]).unwrap()));
+                }
+            }
+            blocks.push(Block { aliases, conditions });
+        }
+        let group = if !shared.is_empty() && pick(&mut rng, 3) != 0 { vec![0] } else { Vec::new() };
+        let q = ConjunctiveQuery {
+            variables: vec!["u".into(), "v".into(), "w".into()],
+            atoms,
+            blocks,
+            group,
+            distinct: false,
+        };
+        let Ok(rewritten) = conjunctive::to_temporal(&q) else { continue };
+        cases += 1;
+        let program = Arc::new(Program::compile(&rewritten.query).unwrap());
+        let what = format!("case {cases}: {q:?} as {}", program.formula());
+        assert!(program.chains.is_some(), "{what}");
+        let mut chains = ChainSynopsis::new(Arc::clone(&program)).unwrap();
+        let events = random_stream(&mut rng, 3, 14, 2);
+        let mut i = 0;
+        for t in 0..16 {
+            while i < events.len() && events[i].t == t {
+                let e = events[i];
+                let key: Vec<Value> = program.partition.iter().map(|&v| e.cols[v]).collect();
+                let partition = chains.partition(&key).unwrap();
+                for (a, _) in kinds.iter().enumerate().filter(|(_, &k)| k == e.kind) {
+                    chains.add(t, partition, a, 1).unwrap_or_else(|e| panic!("{what}: {e}"));
+                }
+                i += 1;
+            }
+            let got: Vec<(Vec<Value>, Count)> =
+                chains.answer().unwrap().into_iter().map(|(k, c)| (k.to_vec(), c)).collect();
+            assert_eq!(got, count_tuples(&q, &kinds, &events, t), "{what} at instant {t}");
+        }
     }
 }
