@@ -299,14 +299,13 @@ fn database_script(args: &RunArgs) -> Result<Option<Vec<tessera_db::Statement>>,
 /// Compiles a script and applies the settings given on the command line; a script without
 /// queries (empty, comments only, or only sources and settings) is refused.
 pub fn load_script(path: &std::path::Path, settings: &[String]) -> Result<Script, TesseraError> {
-    let mut script = Script::from_file(path)?;
+    let script = Script::from_file_with(path, settings)?;
     if script.queries.is_empty() {
         return Err(TesseraError::Plan(format!(
             "{} has no queries (SELECT ... FROM a source): nothing to run",
             path.display()
         )));
     }
-    script.apply_settings(settings)?;
     Ok(script)
 }
 
@@ -370,8 +369,8 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
     };
     for (q, because) in script.kept_whole() {
         eprintln!(
-            "tessera: warning: query {} keeps every event of its source (SET allow_unbounded_state): its state \
-             grows with the stream; {because}",
+            "tessera: warning: query {} keeps every event of its source: its state grows with the stream; \
+             {because}",
             q + 1
         );
     }

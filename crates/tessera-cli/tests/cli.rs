@@ -1378,6 +1378,44 @@ fn an_unbounded_query_is_refused_unless_the_script_allows_keeping_every_event() 
     assert_eq!(rows, ["1,4", "2,1"]);
     let stderr = text(&kept.stderr);
     assert!(stderr.contains("warning: query 1 keeps every event of its source"), "{stderr}");
+    // A setting given outside the script holds while its queries are planned.
+    let allowed = tessera(&["run", "--set", "allow_unbounded_state=true", "refused.sql"], dir.path());
+    assert!(allowed.status.success(), "{}", text(&allowed.stderr));
+    assert_eq!(text(&allowed.stdout), text(&kept.stdout));
+}
+
+/// `--set temporal_strategy=kept_whole` runs a funnel a synopsis answers by keeping every event
+/// (with the warning), to the same rows; the script's own SET of it gives way.
+#[test]
+fn a_funnel_kept_whole_answers_as_its_synopsis() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("e.csv"),
+        "u,kind,ts\n1,login,1\n1,buy,2\n2,login,2\n1,login,3\n2,buy,3\n1,buy,5\n2,buy,5\n1,buy,3\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("funnel.sql"),
+        "CREATE SOURCE e (u BIGINT, kind VARCHAR, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) \
+         WITH (path = 'e.csv', time_unit = 's');\nSET temporal_strategy = 'synopsis';\n\
+         SELECT a.u, COUNT(*) AS pairs FROM e a, e b WHERE a.u = b.u AND a.kind = 'login' AND b.kind = 'buy' \
+         AND a.ts < b.ts GROUP BY a.u;\n",
+    )
+    .expect("write");
+    let rows = |out: &std::process::Output| {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let mut rows: Vec<String> = text(&out.stdout).lines().skip(1).map(String::from).collect();
+        rows.sort();
+        rows
+    };
+    let synopsis = tessera(&["run", "funnel.sql"], dir.path());
+    // User 1: login 1 before buys 2 and 5, login 3 before buy 5 (the buy at 3 comes after the
+    // watermark passed 4: late); user 2: login 2 before buys 3 and 5.
+    assert_eq!(rows(&synopsis), ["1,3", "2,2"]);
+    assert!(!text(&synopsis.stderr).contains("keeps every event"), "{}", text(&synopsis.stderr));
+    let kept = tessera(&["run", "--set", "temporal_strategy=kept_whole", "funnel.sql"], dir.path());
+    assert_eq!(rows(&kept), ["1,3", "2,2"]);
+    assert!(text(&kept.stderr).contains("SET temporal_strategy = 'kept_whole' asked for it"), "{}", text(&kept.stderr));
 }
 
 /// `tessera run --on-error skip` on a script of table statements: the malformed rows of a COPY

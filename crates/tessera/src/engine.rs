@@ -13,7 +13,7 @@ use crate::exec::pipeline::{run_source, Parallelism, ProgressFn, SourceCheckpoin
 use crate::optimizer::window_strategy::Strategy;
 use crate::optimizer::{window_groups, WindowGroup};
 use crate::physical::PhysicalPlan;
-use crate::plan::{BranchPlan, QueryPlan};
+use crate::plan::{BranchPlan, QueryPlan, TemporalStrategy};
 use crate::sql::{binder::bind_query, parse_script_here, ScriptText, Statement};
 use crate::state::checkpoint::{fnv64, CheckpointConfig, Checkpointer};
 use crate::state::store::StateStore;
@@ -49,6 +49,8 @@ pub struct Settings {
     /// Run continuous queries that no bounded synopsis answers by keeping every event of their
     /// source and answering with a batch query over them (`SET allow_unbounded_state`).
     pub allow_unbounded_state: bool,
+    /// How continuous temporal queries run (`SET temporal_strategy`).
+    pub temporal_strategy: TemporalStrategy,
 }
 
 /// Parses `SET window_strategy`: `auto` (the cheapest, `None`) or a strategy to force.
@@ -85,6 +87,7 @@ impl Default for Settings {
             window_strategy: None,
             input_flush_ms: 200,
             allow_unbounded_state: false,
+            temporal_strategy: TemporalStrategy::Synopsis,
         }
     }
 }
@@ -106,10 +109,14 @@ impl Settings {
                     _ => return Err(format!("allow_unbounded_state is true or false, got '{value}'")),
                 }
             }
+            "temporal_strategy" => {
+                self.temporal_strategy = TemporalStrategy::parse(value)
+                    .ok_or_else(|| format!("unknown temporal_strategy '{value}' (known: 'synopsis', 'kept_whole')"))?
+            }
             _ => {
                 return Err(format!(
                 "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy, input_flush_ms, \
-                 allow_unbounded_state)"
+                 allow_unbounded_state, temporal_strategy)"
             ))
             }
         }
@@ -128,22 +135,16 @@ pub struct Script {
 impl Script {
     /// Reads and compiles a script file; paths inside it are relative to its directory.
     pub fn from_file(path: &Path) -> Result<Script> {
+        Script::from_file_with(path, &[])
+    }
+
+    /// [`from_file`](Self::from_file) with `name=value` settings given outside the script: they
+    /// hold from its first statement on and win over its `SET`s.
+    pub fn from_file_with(path: &Path, settings: &[String]) -> Result<Script> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| TesseraError::io(format!("cannot read {}", path.display()), e))?;
         let base = path.parent().unwrap_or_else(|| Path::new("."));
-        Script::compile(&text, base)
-    }
-
-    /// Applies `name=value` settings given outside the script (they win over its `SET`s).
-    pub fn apply_settings(&mut self, assignments: &[String]) -> Result<()> {
-        for assignment in assignments {
-            let (name, value) = assignment
-                .split_once('=')
-                .ok_or_else(|| TesseraError::Option(format!("expected NAME=VALUE, got '{assignment}'")))?;
-            let name = name.trim().to_ascii_lowercase();
-            self.settings.set(&name, value.trim().trim_matches('\'')).map_err(TesseraError::Option)?;
-        }
-        Ok(())
+        Script::compile_with(&text, base, settings)
     }
 
     /// The script's window groups, planned with its settings.
@@ -151,13 +152,13 @@ impl Script {
         window_groups(&self.queries, (self.settings.eta, self.settings.keys), self.settings.window_strategy)
     }
 
-    /// The queries kept whole under `SET allow_unbounded_state` (index, why no bounded synopsis
-    /// answers them): a run warns of them.
+    /// The queries kept whole (index, why: no bounded synopsis answers them, or `SET
+    /// temporal_strategy` asked): a run warns of them.
     pub fn kept_whole(&self) -> Vec<(usize, &str)> {
         let mut kept = Vec::new();
         for (q, query) in self.queries.iter().enumerate() {
             if let [BranchPlan::Prefix(prefix)] = &query.branches[..] {
-                kept.push((q, prefix.unbounded_because.as_str()));
+                kept.push((q, prefix.kept_because.as_str()));
             }
         }
         kept
@@ -172,13 +173,35 @@ impl Script {
     /// Compiles a script's text; paths inside it are relative to `base_dir`. Planning runs on a
     /// thread of its own with a deep stack (see [`crate::sql::nesting`]).
     pub fn compile(text: &str, base_dir: &Path) -> Result<Script> {
-        crate::exec::on_deep_stack("tessera-plan", || Script::compile_here(text, base_dir))
+        Script::compile_with(text, base_dir, &[])
     }
 
-    fn compile_here(text: &str, base_dir: &Path) -> Result<Script> {
+    /// [`compile`](Self::compile) with `name=value` settings that win over the script's `SET`s.
+    pub fn compile_with(text: &str, base_dir: &Path, overrides: &[String]) -> Result<Script> {
+        let overrides = overrides
+            .iter()
+            .map(|assignment| {
+                let (name, value) = assignment
+                    .split_once('=')
+                    .ok_or_else(|| TesseraError::Option(format!("expected NAME=VALUE, got '{assignment}'")))?;
+                Ok((name.trim().to_ascii_lowercase(), value.trim().trim_matches('\'').to_string()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut settings = Settings::default();
+        for (name, value) in &overrides {
+            settings.set(name, value).map_err(TesseraError::Option)?;
+        }
+        crate::exec::on_deep_stack("tessera-plan", || Script::compile_here(text, base_dir, settings, &overrides))
+    }
+
+    fn compile_here(
+        text: &str,
+        base_dir: &Path,
+        mut settings: Settings,
+        overrides: &[(String, String)],
+    ) -> Result<Script> {
         let script_text = ScriptText::new(text);
         let mut catalog = Catalog::default();
-        let mut settings = Settings::default();
         let mut queries: Vec<QueryPlan> = Vec::new();
         for statement in parse_script_here(text, base_dir)? {
             match statement {
@@ -189,10 +212,16 @@ impl Script {
                         .map_err(|_| script_text.error(format!("source `{name}` is already defined"), None))?;
                 }
                 Statement::Set { name, value, location } => {
-                    settings.set(&name, &value).map_err(|m| script_text.error(m, location))?;
+                    let error = |m| script_text.error(m, location);
+                    if overrides.iter().any(|(overridden, _)| *overridden == name) {
+                        // Checked, but the value given outside the script holds.
+                        Settings::default().set(&name, &value).map_err(error)?;
+                    } else {
+                        settings.set(&name, &value).map_err(error)?;
+                    }
                 }
                 Statement::Query { query, emit, location } => {
-                    let plan = bind_query(&catalog, &script_text, &query, emit, settings.allow_unbounded_state)?;
+                    let plan = bind_query(&catalog, &script_text, &query, emit, &settings)?;
                     // Stdin can be read once: by the queries of one source.
                     let reads_stdin =
                         |q: &QueryPlan| catalog.source(&q.source).is_some_and(|s| s.location == Location::Stdin);

@@ -88,7 +88,7 @@ pub fn explain_json(script: &Script) -> Value {
             let kept_whole = physical.sources.iter().flat_map(|s| &s.operators).find_map(|o| match &o.kind {
                 OperatorKind::Prefix(p) if o.queries.contains(&q) => Some(json!({
                     "space_class": "unbounded",
-                    "because": p.unbounded_because,
+                    "because": p.kept_because,
                     "kept": "every on-time event of the source",
                     "answered_by": "a batch query over the events kept",
                 })),
@@ -260,8 +260,8 @@ pub fn explain_text(explained: &Value) -> String {
         }
         if let Some(kept) = q["kept_whole"].as_object() {
             text.push_str(&format!(
-                "  kept whole (SET allow_unbounded_state): every on-time event of the source is kept, and a batch \
-                 query over them answers; the state grows with the stream\n  because {}\n",
+                "  kept whole: every on-time event of the source is kept, and a batch query over them answers; the \
+                 state grows with the stream\n  because {}\n",
                 kept["because"].as_str().unwrap_or("")
             ));
             continue;

@@ -67,6 +67,28 @@ pub enum BranchPlan {
     Prefix(Arc<PrefixPlan>),
 }
 
+/// How continuous temporal queries run (`SET temporal_strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TemporalStrategy {
+    /// From a synopsis; a query none bounds is refused (or kept whole under
+    /// `allow_unbounded_state`).
+    #[default]
+    Synopsis,
+    /// Every SQL self-join kept whole, even where a synopsis answers it: what a streaming join
+    /// that keeps its inputs does, to compare with.
+    KeptWhole,
+}
+
+impl TemporalStrategy {
+    pub fn parse(value: &str) -> Option<TemporalStrategy> {
+        match value.to_ascii_lowercase().as_str() {
+            "synopsis" => Some(TemporalStrategy::Synopsis),
+            "kept_whole" => Some(TemporalStrategy::KeptWhole),
+            _ => None,
+        }
+    }
+}
+
 /// A query answered by a batch SQL engine over every on-time event of its source so far.
 #[derive(Debug, Clone)]
 pub struct PrefixPlan {
@@ -75,8 +97,8 @@ pub struct PrefixPlan {
     /// The source, the table the query reads (lower case), and its columns.
     pub source: String,
     pub source_schema: SchemaRef,
-    /// Why no bounded synopsis answers it (the refusal it would otherwise get).
-    pub unbounded_because: String,
+    /// Why it is kept whole: the refusal it would otherwise get, or the setting that asked.
+    pub kept_because: String,
     /// The columns of the answer (without the changelog's `op`).
     pub columns_schema: SchemaRef,
     pub emit: EmitMode,

@@ -559,7 +559,7 @@ pub fn create_operator(
         OperatorKind::Prefix(plan) => {
             let engine = batch_sql.ok_or_else(|| {
                 TesseraError::Plan(
-                    "a query kept whole (allow_unbounded_state) needs a batch SQL engine: the tessera command has \
+                    "a query kept whole needs a batch SQL engine: the tessera command has \
                      one; a program gives one in RunOptions::batch_sql"
                         .into(),
                 )

@@ -30,10 +30,11 @@ use super::diagnostic::{closest_name, span_location};
 use super::{duration_in_units, ScriptText};
 use crate::aggregate;
 use crate::catalog::{sql_type_name, Catalog, SourceDef};
+use crate::engine::Settings;
 use crate::error::{Result, TesseraError};
 use crate::plan::{
     emitted_schema, AggregateColumn, BranchPlan, EmitMode, ExprRef, PrefixPlan, QueryPlan, StatelessPlan,
-    WindowAggregatePlan,
+    TemporalStrategy, WindowAggregatePlan,
 };
 use crate::window::{WindowSpec, MAX_WINDOWS_PER_EVENT};
 
@@ -154,14 +155,15 @@ fn windowed_schema(source: &SourceDef) -> SchemaRef {
 }
 
 /// Binds one query statement.
-/// `allow_unbounded`: a continuous query no bounded synopsis answers runs by keeping every event
-/// of its source (`SET allow_unbounded_state = true`) instead of being refused.
+/// A continuous temporal query no bounded synopsis answers runs by keeping every event of its
+/// source under `SET allow_unbounded_state = true` instead of being refused; every SQL
+/// self-join does under `SET temporal_strategy = 'kept_whole'`.
 pub fn bind_query(
     catalog: &Catalog,
     script: &ScriptText,
     query: &ast::Query,
     emit: EmitMode,
-    allow_unbounded: bool,
+    settings: &Settings,
 ) -> Result<QueryPlan> {
     if let Some(order_by) = &query.order_by {
         return Err(script.at_span(
@@ -176,9 +178,25 @@ pub fn bind_query(
     if query.with.is_some() || selects.iter().any(|(select, _)| super::temporal::is_temporal(select)) {
         let bound =
             super::temporal::bind_temporal(catalog, script, query.with.as_ref(), &selects, query.to_string(), emit);
+        let forced = settings.temporal_strategy == TemporalStrategy::KeptWhole;
         return match bound {
-            Err(TesseraError::Sql(refused)) if allow_unbounded && refused.message.starts_with(UNBOUNDED) => {
+            Err(TesseraError::Sql(refused))
+                if (settings.allow_unbounded_state || forced) && refused.message.starts_with(UNBOUNDED) =>
+            {
                 bind_prefix(catalog, script, query, emit, refused.message)
+            }
+            Ok(_) if forced => {
+                if let Some((select, _)) =
+                    selects.iter().find(|(s, _)| super::temporal_formula::formula_call(s).is_some())
+                {
+                    return Err(script.at_span(
+                        "temporal_strategy = 'kept_whole' runs SQL self-joins by batch; a TEMPORAL formula has no \
+                         batch SQL to run (SET temporal_strategy = 'synopsis')",
+                        select.span(),
+                    ));
+                }
+                let because = "SET temporal_strategy = 'kept_whole' asked for it (a synopsis would answer it)";
+                bind_prefix(catalog, script, query, emit, because.to_string())
             }
             other => other,
         };
@@ -805,7 +823,7 @@ fn bind_prefix(
     script: &ScriptText,
     query: &ast::Query,
     emit: EmitMode,
-    unbounded_because: String,
+    kept_because: String,
 ) -> Result<QueryPlan> {
     let mut sources: Vec<String> = Vec::new();
     let _ = ast::visit_relations(query, |name| {
@@ -817,9 +835,7 @@ fn bind_prefix(
     });
     let source = match sources.as_slice() {
         [one] => catalog.source(one).ok_or_else(|| script.at_span(format!("unknown source `{one}`"), query.span()))?,
-        _ => {
-            return Err(script.at_span("a query kept whole under allow_unbounded_state reads one source", query.span()))
-        }
+        _ => return Err(script.at_span("a query kept whole reads one source", query.span())),
     };
     let context = StreamContext::new(catalog);
     let options = ParserOptions { enable_ident_normalization: true, ..ParserOptions::default() };
@@ -833,7 +849,7 @@ fn bind_prefix(
         sql: query.to_string(),
         source: source.name.to_ascii_lowercase(),
         source_schema: Arc::clone(&source.schema),
-        unbounded_because,
+        kept_because,
         columns_schema,
         emit,
     };
