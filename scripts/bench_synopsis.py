@@ -17,11 +17,12 @@ The answers are compared where both ran. The peer a streaming self-join is: the 
 tessera with `--set temporal_strategy=kept_whole` (every event kept, DataFusion joins them at the
 end), its wall time, state bytes and peak RSS, up to --kept-max-events (SQL workloads only: a
 TEMPORAL formula has no batch SQL). `cpu s` is the run's user + system time (both threads: the
-reader's and the query's).
+reader's and the query's); `--cpus 0` pins tessera to one core for the one-core figure. A DuckDB
+run that fails (out of memory on a self-join) is reported as failed, with its exit status.
 
 Usage: scripts/bench_synopsis.py [--tessera BIN] [--max-events 100000000] [--users 1000]
                                  [--duckdb-max-events 10000000] [--kept-max-events 10000000]
-                                 [--workloads funnel2,funnel3]
+                                 [--workloads funnel2,funnel3] [--cpus 0]
 """
 
 import argparse
@@ -130,7 +131,9 @@ def main():
     parser.add_argument("--duckdb-threads", type=int, default=2)
     parser.add_argument("--kept-max-events", type=int, default=10_000_000)
     parser.add_argument("--workloads", default="funnel2,funnel3")
+    parser.add_argument("--cpus", help="run tessera pinned to these CPUs (taskset -c), e.g. 0 for one core")
     args = parser.parse_args()
+    pin = ["taskset", "-c", args.cpus] if args.cpus else []
     sizes = []
     n = args.min_events
     while n <= args.max_events:
@@ -152,14 +155,14 @@ def main():
                 with open(script, "w") as f:
                     f.write(SOURCE.format(path=data) + sql + ";\n")
                 out, stats = os.path.join(tmp, "out.csv"), os.path.join(tmp, "stats.json")
-                wall, rss, cpu = run([args.tessera, "run", script, "-q", "-o", out, "--stats-json", stats])
+                wall, rss, cpu = run(pin + [args.tessera, "run", script, "-q", "-o", out, "--stats-json", stats])
                 state = json.load(open(stats)).get("state_bytes_peak", 0)
                 with open(out) as f:
                     ours = sorted([int(x) for x in row] for row in list(csv.reader(f))[1:])
                 kept = "n/a, n/a, n/a"
                 if duck_sql is None and events <= args.kept_max_events:
                     kept_out = os.path.join(tmp, "kept.csv")
-                    kept_s, kept_rss, _ = run([args.tessera, "run", script, "-q", "-o", kept_out, "--stats-json", stats,
+                    kept_s, kept_rss, _ = run(pin + [args.tessera, "run", script, "-q", "-o", kept_out, "--stats-json", stats,
                                                "--set", "temporal_strategy=kept_whole"])
                     kept_state = json.load(open(stats)).get("state_bytes_peak", 0)
                     with open(kept_out) as f:
@@ -169,11 +172,16 @@ def main():
                 duck_s, ratio, equal = "", "", ""
                 if events <= args.duckdb_max_events:
                     code = duckdb_run(data, duck_sql or sql, args.duckdb_threads)
-                    printed = subprocess.run([py, "-c", code], check=True, capture_output=True, text=True).stdout
-                    result = json.loads(printed.strip().splitlines()[-1])
-                    duck_s = f"{result['seconds']:.3f}"
-                    ratio = f"{wall / result['seconds']:.2f}"
-                    equal = "yes" if result["rows"] == ours else "NO"
+                    done = subprocess.run([py, "-c", code], capture_output=True, text=True)
+                    if done.returncode != 0:
+                        # DuckDB running out of memory on a self-join is a figure too, not a reason to stop.
+                        reason = (done.stderr.strip().splitlines() or ["no message"])[-1][:80].replace(",", ";")
+                        duck_s, ratio, equal = f"failed (exit {done.returncode}: {reason})", "n/a", "n/a"
+                    else:
+                        result = json.loads(done.stdout.strip().splitlines()[-1])
+                        duck_s = f"{result['seconds']:.3f}"
+                        ratio = f"{wall / result['seconds']:.2f}"
+                        equal = "yes" if result["rows"] == ours else "NO"
                 print(f"{events}, {wall:.3f}, {events / wall:,.0f}, {cpu:.2f}, {state}, {rss:.0f}, {kept}, {duck_s}, "
                       f"{ratio}, {equal}", flush=True)
 

@@ -230,19 +230,19 @@ impl Engine {
     }
 
     /// Takes the events of `atom` at `rows` (`ids`: per variable of the atom, every row's value
-    /// id), marking late ones.
+    /// id; `watermarks`: the one each row met), marking late ones.
     fn take_atom(
         &mut self,
         atom: usize,
         rows: &[usize],
         ids: &[Arc<Vec<Value>>],
-        input: &EventBatch,
+        (input, watermarks): (&EventBatch, &[i64]),
         late: &mut [bool],
     ) -> Result<()> {
         match self {
             Engine::Formula { pending, .. } => {
                 for &row in rows {
-                    let (instant, watermark) = (input.event_times[row], input.watermarks.at(row));
+                    let (instant, watermark) = (input.event_times[row], watermarks[row]);
                     if instant < watermark {
                         late[row] = true;
                         continue;
@@ -262,7 +262,7 @@ impl Engine {
                     .collect();
                 let mut key: Vec<Value> = vec![0; positions.len()];
                 for &row in rows {
-                    let (instant, watermark) = (input.event_times[row], input.watermarks.at(row));
+                    let (instant, watermark) = (input.event_times[row], watermarks[row]);
                     if instant < watermark {
                         late[row] = true;
                         continue;
@@ -285,11 +285,13 @@ impl Engine {
     /// answer is read at the latest applied. A program of one partition is evaluated at every
     /// one (a `NOT` holds at instants without events); any other only needs the latest, in
     /// `on_time`.
-    fn take_instants(&mut self, input: &EventBatch, on_time: &mut Option<i64>) {
-        let instants = (0..input.len())
-            .map(|row| (input.event_times[row], input.watermarks.at(row)))
+    fn take_instants(&mut self, (input, watermarks): (&EventBatch, &[i64]), on_time: &mut Option<i64>) {
+        let instants = input
+            .event_times
+            .iter()
+            .zip(watermarks)
             .filter(|(instant, watermark)| instant >= watermark)
-            .map(|(instant, _)| instant);
+            .map(|(&instant, _)| instant);
         match self {
             Engine::Formula { synopsis, pending } if synopsis.program().partition.is_empty() => {
                 instants.for_each(|instant| {
@@ -436,11 +438,12 @@ impl BlockState {
         Ok(BlockState { engine, interners, on_time: None, answer: BTreeMap::new() })
     }
 
-    /// Matches `input`'s rows against every atom of `block`; marks late rows in `late`.
+    /// Matches `input`'s rows against every atom of `block` (`watermarks`: the one each row
+    /// met); marks late rows in `late`.
     fn take(
         &mut self,
         block: &TemporalBlock,
-        input: &EventBatch,
+        (input, watermarks): (&EventBatch, &[i64]),
         late: &mut [bool],
         metrics: &mut OperatorMetrics,
     ) -> Result<()> {
@@ -455,7 +458,11 @@ impl BlockState {
                 Some(filter) => {
                     let mask = filter.evaluate(rows)?.into_array(n)?;
                     let mask = mask.as_boolean();
-                    (0..n).filter(|&i| mask.is_valid(i) && mask.value(i)).collect()
+                    let holds = match mask.nulls() {
+                        Some(nulls) => mask.values() & nulls.inner(),
+                        None => mask.values().clone(),
+                    };
+                    holds.set_indices().collect()
                 }
                 None => (0..n).collect(),
             };
@@ -478,9 +485,9 @@ impl BlockState {
                 ids.push(column_ids);
             }
             metrics.store_reads += selected.len() as u64;
-            self.engine.take_atom(atom, &selected, &ids, input, late)?;
+            self.engine.take_atom(atom, &selected, &ids, (input, watermarks), late)?;
         }
-        self.engine.take_instants(input, &mut self.on_time);
+        self.engine.take_instants((input, watermarks), &mut self.on_time);
         Ok(())
     }
 
@@ -605,8 +612,9 @@ impl StreamOperator for SynopsisExec {
 
     fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()> {
         let mut late = vec![false; input.len()];
+        let watermarks = input.watermarks.per_row(input.len());
         for (state, block) in self.blocks.iter_mut().zip(&self.plan.blocks) {
-            state.take(block, input, &mut late, &mut self.metrics)?;
+            state.take(block, (input, &watermarks), &mut late, &mut self.metrics)?;
         }
         if late.iter().any(|&l| l) {
             let indices: Vec<u32> = (0..input.len() as u32).filter(|&i| late[i as usize]).collect();

@@ -10,3 +10,4 @@ mod reference;
 mod slt;
 mod store_costs;
 mod synopsis;
+mod temporal_reference;
