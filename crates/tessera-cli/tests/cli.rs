@@ -1416,6 +1416,10 @@ fn a_funnel_kept_whole_answers_as_its_synopsis() {
     let kept = tessera(&["run", "--set", "temporal_strategy=kept_whole", "funnel.sql"], dir.path());
     assert_eq!(rows(&kept), ["1,3", "2,2"]);
     assert!(text(&kept.stderr).contains("SET temporal_strategy = 'kept_whole' asked for it"), "{}", text(&kept.stderr));
+    // Flink has no form of the synopsis: compiling says so instead of printing a partial script.
+    let flink = tessera(&["compile", "--target", "flink", "funnel.sql"], dir.path());
+    assert_eq!(flink.status.code(), Some(1), "{}", text(&flink.stdout));
+    assert!(text(&flink.stderr).contains("not compiled to Flink SQL yet"), "{}", text(&flink.stderr));
 }
 
 /// `tessera run --on-error skip` on a script of table statements: the malformed rows of a COPY

@@ -53,6 +53,13 @@ pub fn compile_flink(script: &Script) -> Result<String> {
     }
     for query in &script.queries {
         for branch in &query.branches {
+            if matches!(branch, BranchPlan::Temporal(_) | BranchPlan::Prefix(_)) {
+                return Err(TesseraError::Plan(format!(
+                    "continuous temporal queries are not compiled to Flink SQL yet (Flink would run the \
+                     self-join as a regular join that keeps every event; the synopsis has no Flink form): {}",
+                    query.sql
+                )));
+            }
             let BranchPlan::WindowAggregate(plan) = branch else { continue };
             if let Some(aggregate) = plan
                 .aggregates
