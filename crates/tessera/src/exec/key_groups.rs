@@ -183,13 +183,7 @@ impl TableVersions {
                 TesseraError::Checkpoint(format!("table {name:?} of key group {group} is missing from the state store"))
             })?;
             let mut r = StateReader::new(&bytes);
-            let format = r.u8()?;
-            if format != TABLE_FORMAT {
-                return Err(TesseraError::Checkpoint(format!(
-                    "the state store holds a table in format {format}; this tessera reads format {TABLE_FORMAT}: \
-                     resume with the tessera that wrote it, or give another --state-dir"
-                )));
-            }
+            r.format("a table", TABLE_FORMAT)?;
             operator.insert_table(name, &mut r)?;
             r.finish()?;
             read += bytes.len() as u64;

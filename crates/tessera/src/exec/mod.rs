@@ -494,12 +494,7 @@ impl KeySpaces {
                     TesseraError::Checkpoint("the state store lacks interned keys the checkpoint names".into())
                 })?;
                 let mut chunk = StateReader::new(&bytes);
-                let format = chunk.u8()?;
-                if format != KEYS_FORMAT {
-                    return Err(TesseraError::Checkpoint(format!(
-                        "the state store holds keys in format {format}; this tessera reads format {KEYS_FORMAT}"
-                    )));
-                }
+                chunk.format("interned keys", KEYS_FORMAT)?;
                 space.shared.restore(&mut chunk)?;
                 chunk.finish()?;
                 named.push(key);

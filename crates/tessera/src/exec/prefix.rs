@@ -86,7 +86,7 @@ impl PrefixExec {
         self.kept.iter().map(|(_, times)| times.iter().filter(|&&t| t < watermark).count()).sum()
     }
 
-    /// The answer over the events before `watermark`, in the plan's columns.
+    /// The answer over the events before `watermark`, in the plan's columns, rows ascending.
     fn answer(&mut self, watermark: i64) -> Result<RecordBatch> {
         let rows = self.events_before(watermark)?;
         let schema = self.kept.first().map_or_else(|| Arc::clone(&self.plan.source_schema), |(b, _)| b.schema());
@@ -107,6 +107,14 @@ impl PrefixExec {
             batches.push(RecordBatch::try_new(Arc::clone(columns_schema), columns)?);
         }
         let answer = arrow::compute::concat_batches(columns_schema, &batches)?;
+        // Ascending by its columns, so a run's rows do not depend on the engine's partitions.
+        let sort: Vec<arrow::compute::SortColumn> = answer
+            .columns()
+            .iter()
+            .map(|c| arrow::compute::SortColumn { values: Arc::clone(c), options: None })
+            .collect();
+        let order = arrow::compute::lexsort_to_indices(&sort, None)?;
+        let answer = arrow::compute::take_record_batch(&answer, &order)?;
         self.metrics.emit_reads += answer.num_rows() as u64;
         Ok(answer)
     }

@@ -112,11 +112,7 @@ impl ValueInterner {
     /// Takes back the values of a [`chunk`](Self::chunk), which must start at the next id.
     fn restore_chunk(&mut self, bytes: &[u8]) -> Result<()> {
         let mut r = StateReader::new(bytes);
-        if r.u8()? != CHUNK_FORMAT {
-            return Err(TesseraError::Checkpoint(
-                "the state store holds values in a format this tessera does not read".into(),
-            ));
-        }
+        r.format("interned values", CHUNK_FORMAT)?;
         for _ in 0..r.len(8)? {
             let value: Box<[u8]> = r.bytes()?.into();
             self.ids.insert(value.clone(), self.values.len() as Value);

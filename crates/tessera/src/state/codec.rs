@@ -125,6 +125,19 @@ impl<'a> StateReader<'a> {
         Ok(self.take(1)?[0])
     }
 
+    /// Reads the format byte of a stored `what` (a table, a partition...), refusing one this
+    /// tessera does not read with a message that says what to do.
+    pub fn format(&mut self, what: &str, reads: u8) -> Result<()> {
+        let format = self.u8()?;
+        if format != reads {
+            return Err(TesseraError::Checkpoint(format!(
+                "the state store holds {what} in format {format}; this tessera reads format {reads}: resume \
+                 with the tessera that wrote it, or give another --state-dir"
+            )));
+        }
+        Ok(())
+    }
+
     pub fn bool(&mut self) -> Result<bool> {
         match self.u8()? {
             0 => Ok(false),
@@ -207,6 +220,17 @@ impl<'a> StateReader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_format_this_tessera_does_not_read_is_refused_with_what_to_do() {
+        let bytes = [2u8, 9];
+        let mut r = StateReader::new(&bytes);
+        r.format("a table", 2).expect("the format it reads");
+        assert_eq!(r.u8().unwrap(), 9, "the format byte is consumed");
+        let message = StateReader::new(&bytes).format("a table", 1).unwrap_err().to_string();
+        assert!(message.contains("holds a table in format 2; this tessera reads format 1"), "{message}");
+        assert!(message.contains("--state-dir"), "{message}");
+    }
 
     #[test]
     fn values_round_trip_and_truncation_is_an_error() {

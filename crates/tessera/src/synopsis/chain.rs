@@ -319,13 +319,7 @@ impl ChainSynopsis {
     /// Puts back a partition [`take_changed`](Self::take_changed) encoded.
     pub fn insert_partition(&mut self, key: Key, bytes: &[u8]) -> Result<()> {
         let mut r = StateReader::new(bytes);
-        let format = r.u8()?;
-        if format != PARTITION_FORMAT {
-            return Err(TesseraError::Checkpoint(format!(
-                "the state store holds a counter chain in format {format}; this tessera reads format \
-                 {PARTITION_FORMAT}: resume with the tessera that wrote it, or give another --state-dir"
-            )));
-        }
+        r.format("a counter chain", PARTITION_FORMAT)?;
         let instant = r.i64()?;
         if r.len(16)? != self.stride {
             return Err(TesseraError::Checkpoint("a saved counter chain does not match the query".into()));

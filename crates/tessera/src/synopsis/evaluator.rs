@@ -379,13 +379,7 @@ impl Partition {
     }
 
     fn decode(r: &mut StateReader, tables: usize) -> Result<Partition> {
-        let format = r.u8()?;
-        if format != PARTITION_FORMAT {
-            return Err(TesseraError::Checkpoint(format!(
-                "the state store holds a synopsis partition in format {format}; this tessera reads format \
-                 {PARTITION_FORMAT}: resume with the tessera that wrote it, or give another --state-dir"
-            )));
-        }
+        r.format("a synopsis partition", PARTITION_FORMAT)?;
         let anchor = r.i64()?;
         if r.len(8)? != tables {
             return Err(TesseraError::Checkpoint("a saved synopsis partition does not match the query".into()));
