@@ -187,7 +187,8 @@ impl StreamOperator for PrefixExec {
 
     fn process(&mut self, input: &Arc<EventBatch>, out: &mut Output) -> Result<()> {
         let n = input.len();
-        let on_time: Vec<bool> = (0..n).map(|i| input.event_times[i] >= input.watermarks.at(i)).collect();
+        let on_time: Vec<bool> =
+            input.event_times.iter().zip(input.watermarks.per_row(n)).map(|(&t, watermark)| t >= watermark).collect();
         if on_time.iter().any(|&t| !t) {
             let late: Vec<u32> = (0..n as u32).filter(|&i| !on_time[i as usize]).collect();
             out.late.push((0, input.take(&late)?.rows));
