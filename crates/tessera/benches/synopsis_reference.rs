@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tessera::synopsis::conjunctive::{self, Allowed, Block, ConjunctiveQuery};
-use tessera::synopsis::{Atom, ChainSynopsis, Count, Key, Program, Synopsis, Value};
+use tessera::synopsis::{Atom, ChainSynopsis, Count, Key, PartitionIds, Program, Synopsis, Value};
 use tessera::window::generators::SplitMix;
 
 use temporal_reference::{Event, Reference};
@@ -77,11 +77,14 @@ fn general(program: &Arc<Program>, events: &[Event]) -> (Answer, usize) {
 /// The counter chains, event by event.
 fn chains(program: &Arc<Program>, events: &[Event]) -> (Answer, usize) {
     let mut chains = ChainSynopsis::new(Arc::clone(program)).expect("chains");
+    let mut ids = PartitionIds::new(program);
     for e in events.iter().filter(|e| e.kind < 2) {
-        let partition = chains.partition(&[e.cols[0]]).expect("partition");
+        let partition = ids.id(&[e.cols[0]]).expect("partition");
         chains.add(e.t, partition, e.kind, 1).expect("add");
     }
-    (listed(chains.answer().expect("answer")), chains.state_bytes())
+    let mut answer = std::collections::BTreeMap::new();
+    chains.answer_into(&|p| ids.key(p), &mut answer).expect("answer");
+    (listed(answer.into_iter().collect()), chains.state_bytes())
 }
 
 fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {

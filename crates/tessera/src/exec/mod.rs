@@ -25,8 +25,10 @@ mod running_window;
 mod stamp;
 mod state_tables;
 mod synopsis;
+mod synopsis_groups;
 mod time_runs;
 mod two_stacks;
+mod versions;
 mod window_aggregate;
 mod window_emitter;
 
@@ -563,7 +565,8 @@ pub fn create_operator(
         }
         OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new(plan.clone()))),
         OperatorKind::Synopsis(plan) => {
-            Ok(Box::new(synopsis::SynopsisExec::new(Arc::clone(plan), (Arc::clone(&state.store), state.id))?))
+            let OperatorState { store, id, memory_bytes, group_bits } = state;
+            Ok(Box::new(synopsis::SynopsisExec::new(Arc::clone(plan), (store, id), memory_bytes, group_bits)?))
         }
         OperatorKind::Windows(windows) => {
             let keys = key_spaces.get(&windows.slots[0])?;

@@ -1,19 +1,21 @@
 //! `SynopsisExec`: a continuous temporal query as an operator. Each batch's rows are matched
 //! against every atom (its alias's conditions) and the values of the atom's variables interned;
 //! events wait, counted per instant, atom and valuation, until the watermark passes their
-//! instant, and are then applied to the [`Synopsis`] instant by instant in time order. Rows
-//! older than the watermark they meet are late: counted and set aside, as for windows.
+//! instant, and are then applied in time order to the synopsis of their partition's group
+//! ([`super::synopsis_groups`]: groups of partitions, evicted to the state store beyond the
+//! operator's memory). Rows older than the watermark they meet are late: counted and set
+//! aside, as for windows.
 //!
 //! Without an EMIT clause the answer as of the last event's instant is written at the end of
 //! the input; with `EMIT CHANGES`, after every batch, the rows of the answer (as of the last
 //! complete instant) that changed since the last ones written: `+I` for a new group, `+U` for a
-//! new count, `-D` for a group whose count fell to 0.
+//! new count, `-D` for a group whose count fell to 0. An answer reads every group of
+//! partitions in turn (loading evicted ones).
 //!
-//! Checkpoints are incremental: each writes to the state store the partitions applied since
-//! the previous one (a new version per partition, keyed by the checkpoint's epoch; the version
-//! it replaces is deleted once the checkpoint has committed) and the values interned since;
-//! the snapshot holds only the epoch, each block's last instant and the events still waiting
-//! for the watermark. All partitions stay in memory while the query runs.
+//! Checkpoints are incremental: each writes to the state store the groups changed since they
+//! were last written, and the values interned since the previous checkpoint; the snapshot
+//! holds each block's last instant, its events still waiting for the watermark, and each
+//! group's version and waiting events. The interned values stay in memory (as window keys do).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -24,13 +26,15 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 use hashbrown::HashMap;
 
+use super::synopsis_groups::{PartitionGroups, GROUP_TABLE};
+use super::versions::Versions;
 use super::{CheckpointBytes, EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::error::{Result, TesseraError};
 use crate::plan::{EmitMode, TemporalBlock, TemporalColumn, TemporalPlan};
 use crate::state::codec::{StateReader, StateWriter};
 use crate::state::store::StateStore;
-use crate::synopsis::evaluator::{decode_count, decode_key, encode_count, encode_key};
-use crate::synopsis::{ChainSynopsis, Count, Key, Program, Synopsis, Value};
+use crate::synopsis::evaluator::{decode_count, decode_key, encode_count, encode_key, project};
+use crate::synopsis::{ChainSynopsis, Count, Key, PartitionIds, Program, Synopsis, Value};
 
 /// The values of one variable, each given an id in the order first seen (the id is what the
 /// synopsis keys its counts by).
@@ -40,6 +44,8 @@ struct ValueInterner {
     converter: RowConverter,
     ids: HashMap<Box<[u8]>, Value>,
     values: Vec<Box<[u8]>>,
+    /// The bytes the values take (kept as they come).
+    bytes: usize,
 }
 
 impl ValueInterner {
@@ -49,6 +55,7 @@ impl ValueInterner {
             converter: RowConverter::new(vec![SortField::new(data_type.clone())])?,
             ids: HashMap::new(),
             values: Vec::new(),
+            bytes: 0,
         })
     }
 
@@ -63,7 +70,9 @@ impl ValueInterner {
         }
         let ids = self.intern_rows(column)?;
         for (&v, &id) in ints.values().iter().zip(&ids) {
-            self.int_ids.insert(v, id);
+            if self.int_ids.insert(v, id).is_none() {
+                self.bytes += 24;
+            }
         }
         Ok(ids)
     }
@@ -79,8 +88,7 @@ impl ValueInterner {
                     Some(&id) => id,
                     None => {
                         let id = self.values.len() as Value;
-                        self.values.push(bytes.into());
-                        self.ids.insert(bytes.into(), id);
+                        self.add(bytes.into());
                         id
                     }
                 }
@@ -96,72 +104,34 @@ impl ValueInterner {
         Ok(columns.remove(0))
     }
 
-    fn bytes(&self) -> usize {
-        self.values.iter().map(|v| 2 * v.len() + 2 * std::mem::size_of::<Box<[u8]>>() + 8).sum()
-    }
-
-    /// The values from id `from` on, encoded.
-    fn chunk(&self, from: usize) -> Vec<u8> {
-        let mut w = StateWriter::default();
-        w.u8(CHUNK_FORMAT);
-        w.len(self.values.len() - from);
-        self.values[from..].iter().for_each(|v| w.bytes(v));
-        w.into_bytes()
-    }
-
-    /// Takes back the values of a [`chunk`](Self::chunk), which must start at the next id.
-    fn restore_chunk(&mut self, bytes: &[u8]) -> Result<()> {
-        let mut r = StateReader::new(bytes);
-        r.format("interned values", CHUNK_FORMAT)?;
-        for _ in 0..r.len(8)? {
-            let value: Box<[u8]> = r.bytes()?.into();
-            self.ids.insert(value.clone(), self.values.len() as Value);
-            self.values.push(value);
-        }
-        r.finish()
+    /// Gives `value` the next id.
+    fn add(&mut self, value: Box<[u8]>) {
+        self.bytes += 2 * value.len() + 2 * std::mem::size_of::<Box<[u8]>>() + 8;
+        self.ids.insert(value.clone(), self.values.len() as Value);
+        self.values.push(value);
     }
 }
 
-/// The encoding of a chunk of interned values.
+/// Partitions are evicted in groups of at most 1,024 (a window key group may hold 65,536
+/// keys): a partition of a formula takes hundreds of bytes, so a group stays well within any
+/// useful memory budget, and a group of counter chains (about 72 KB) is still worth a write.
+const PARTITION_GROUP_BITS: u32 = 10;
+
+/// The encoding of a chunk of interned values or partition keys.
 const CHUNK_FORMAT: u8 = 1;
 
-/// What the store holds of a synopsis operator, after its 8-byte id: a partition's version
-/// (`PARTITION`, block, partition key, epoch; empty: deleted in that epoch), or a chunk of a
-/// variable's values (`VALUES`, block, variable, first id).
-const PARTITION: u8 = 0;
-const VALUES: u8 = 1;
+/// The tags of the other tables of a synopsis operator (besides its groups,
+/// [`GROUP_TABLE`]): a chunk of a variable's values (then the block, the variable and the
+/// chunk's first id), a chunk of partition keys (then the block and the first id).
+const VALUES_TABLE: u8 = 1;
+const KEYS_TABLE: u8 = 2;
 
-fn partition_key(operator: u64, block: usize, key: &[Value], epoch: u64) -> Vec<u8> {
-    let mut k = operator.to_be_bytes().to_vec();
-    k.push(PARTITION);
-    k.extend_from_slice(&(block as u16).to_be_bytes());
-    for v in key {
-        k.extend_from_slice(&v.to_be_bytes());
-    }
-    k.extend_from_slice(&epoch.to_be_bytes());
-    k
-}
-
-fn values_key(operator: u64, block: usize, var: usize, first: u64) -> Vec<u8> {
-    let mut k = operator.to_be_bytes().to_vec();
-    k.push(VALUES);
-    k.extend_from_slice(&(block as u16).to_be_bytes());
-    k.extend_from_slice(&(var as u16).to_be_bytes());
-    k.extend_from_slice(&first.to_be_bytes());
-    k
-}
-
-/// Where a synopsis operator's state lives beyond a checkpoint, and what it saved there.
-struct Saved {
-    store: Arc<StateStore>,
-    operator: u64,
-    /// Partitions saved now get this version; the next checkpoint commits it.
-    epoch: u64,
-    /// Keys no checkpoint after the epoch (second) needs: deleted once a later one starts.
-    retired: Vec<(Vec<u8>, u64)>,
-    /// Per block, each saved partition's version and bytes, and per variable the values saved.
-    partitions: Vec<HashMap<Key, (u64, u64)>>,
-    values: Vec<Vec<usize>>,
+fn chunk_name(tag: u8, block: usize, var: usize, first: usize) -> Vec<u8> {
+    let mut name = vec![tag];
+    name.extend_from_slice(&(block as u16).to_be_bytes());
+    name.extend_from_slice(&(var as u16).to_be_bytes());
+    name.extend_from_slice(&(first as u64).to_be_bytes());
+    name
 }
 
 /// Events waiting for the watermark: per instant, the count per atom and valuation.
@@ -170,251 +140,55 @@ type Pending = BTreeMap<i64, HashMap<(usize, Key), Count>>;
 /// An event a counter chain waits to apply: its instant, partition and atom.
 type ChainEvent = (i64, u32, u32);
 
-/// How a block's events wait for the watermark and reach its synopsis.
+/// How a block's events wait for the watermark and reach its groups of partitions.
 enum Engine {
     /// Any program: events wait counted per instant, atom and valuation, and are applied
-    /// instant by instant (every on-time instant, with events of an atom or not: the answer is
-    /// read at the stream's current instant).
-    Formula { synopsis: Synopsis, pending: Pending },
+    /// instant by instant (a program of one partition at every on-time instant, with events of
+    /// an atom or not: its `NOT`s hold at instants without events).
+    Formula { groups: PartitionGroups<Synopsis>, pending: Pending },
     /// A funnel's counter chains: events wait in arrival order (`sorted` while they came in time
     /// order) and are applied sorted by instant.
-    Chain { synopsis: ChainSynopsis, pending: VecDeque<ChainEvent>, sorted: bool },
+    Chain { groups: PartitionGroups<ChainSynopsis>, pending: VecDeque<ChainEvent>, sorted: bool },
 }
 
 impl Engine {
-    fn program(&self) -> &Program {
+    fn pending_bytes(&self) -> usize {
         match self {
-            Engine::Formula { synopsis, .. } => synopsis.program(),
-            Engine::Chain { synopsis, .. } => synopsis.program(),
+            Engine::Formula { pending, .. } => pending.values().map(|m| m.len() * 48 + 64).sum::<usize>(),
+            Engine::Chain { pending, .. } => pending.len() * std::mem::size_of::<ChainEvent>(),
         }
     }
 
-    fn last_instant(&self) -> Option<i64> {
+    fn groups_bytes(&self) -> u64 {
         match self {
-            Engine::Formula { synopsis, .. } => synopsis.last_instant(),
-            Engine::Chain { synopsis, .. } => synopsis.last_instant(),
-        }
-    }
-
-    fn set_last_instant(&mut self, last: Option<i64>) {
-        match self {
-            Engine::Formula { synopsis, .. } => synopsis.set_last_instant(last),
-            Engine::Chain { synopsis, .. } => synopsis.set_last_instant(last),
-        }
-    }
-
-    /// The answer at `instant`, not before the last instant applied.
-    fn answer(&self, instant: i64) -> Result<Vec<(Key, Count)>> {
-        match self {
-            Engine::Formula { synopsis, .. } => synopsis.answer(instant),
-            Engine::Chain { synopsis, .. } => synopsis.answer(),
-        }
-    }
-
-    fn take_changed(&mut self) -> Vec<(Key, Option<Vec<u8>>)> {
-        match self {
-            Engine::Formula { synopsis, .. } => synopsis.take_changed(),
-            Engine::Chain { synopsis, .. } => synopsis.take_changed(),
-        }
-    }
-
-    fn insert_partition(&mut self, key: Key, bytes: &[u8]) -> Result<()> {
-        match self {
-            Engine::Formula { synopsis, .. } => synopsis.insert_partition(key, bytes),
-            Engine::Chain { synopsis, .. } => synopsis.insert_partition(key, bytes),
-        }
-    }
-
-    /// Takes the events of `atom` at `rows` (`ids`: per variable of the atom, every row's value
-    /// id; `watermarks`: the one each row met), marking late ones.
-    fn take_atom(
-        &mut self,
-        atom: usize,
-        rows: &[usize],
-        ids: &[Arc<Vec<Value>>],
-        (input, watermarks): (&EventBatch, &[i64]),
-        late: &mut [bool],
-    ) -> Result<()> {
-        match self {
-            Engine::Formula { pending, .. } => {
-                for &row in rows {
-                    let (instant, watermark) = (input.event_times[row], watermarks[row]);
-                    if instant < watermark {
-                        late[row] = true;
-                        continue;
-                    }
-                    let key: Key = ids.iter().map(|column| column[row]).collect();
-                    *pending.entry(instant).or_default().entry((atom, key)).or_insert(0) += 1;
-                }
-            }
-            Engine::Chain { synopsis, pending, sorted, .. } => {
-                // Where each partition variable is among the atom's variables.
-                let program = synopsis.program();
-                let vars = &program.atoms[atom].vars;
-                let positions: Vec<usize> = program
-                    .partition
-                    .iter()
-                    .map(|p| vars.iter().position(|v| v == p).expect("a chain's atoms bind the partition"))
-                    .collect();
-                let mut key: Vec<Value> = vec![0; positions.len()];
-                for &row in rows {
-                    let (instant, watermark) = (input.event_times[row], watermarks[row]);
-                    if instant < watermark {
-                        late[row] = true;
-                        continue;
-                    }
-                    for (k, &i) in key.iter_mut().zip(&positions) {
-                        *k = ids[i][row];
-                    }
-                    let partition = synopsis.partition(&key)?;
-                    if pending.back().is_some_and(|&(last, _, _)| instant < last) {
-                        *sorted = false;
-                    }
-                    pending.push_back((instant, partition, atom as u32));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Notes the instants of the on-time rows of `input`: each is one of the stream's, and the
-    /// answer is read at the latest applied. A program of one partition is evaluated at every
-    /// one (a `NOT` holds at instants without events); any other only needs the latest, in
-    /// `on_time`.
-    fn take_instants(&mut self, (input, watermarks): (&EventBatch, &[i64]), on_time: &mut Option<i64>) {
-        let instants = input
-            .event_times
-            .iter()
-            .zip(watermarks)
-            .filter(|(instant, watermark)| instant >= watermark)
-            .map(|(&instant, _)| instant);
-        match self {
-            Engine::Formula { synopsis, pending } if synopsis.program().partition.is_empty() => {
-                instants.for_each(|instant| {
-                    pending.entry(instant).or_default();
-                })
-            }
-            _ => *on_time = instants.chain(*on_time).max(),
-        }
-    }
-
-    /// Applies the events before `watermark`, in time order; returns how many entries it
-    /// applied.
-    fn apply_before(&mut self, watermark: i64, on_time: Option<i64>) -> Result<u64> {
-        let mut applied = 0;
-        match self {
-            Engine::Formula { synopsis, pending } => {
-                while let Some(entry) = pending.first_entry() {
-                    if *entry.key() >= watermark {
-                        break;
-                    }
-                    let (instant, events) = entry.remove_entry();
-                    applied += events.len() as u64;
-                    synopsis.apply(instant, events.into_iter().map(|((atom, key), count)| (atom, key, count)))?;
-                }
-            }
-            Engine::Chain { synopsis, pending, sorted } => {
-                if !*sorted {
-                    pending.make_contiguous().sort_by_key(|&(instant, _, _)| instant);
-                    *sorted = true;
-                }
-                let ready = pending.partition_point(|&(instant, _, _)| instant < watermark);
-                let mut last = synopsis.last_instant();
-                for (instant, partition, atom) in pending.drain(..ready) {
-                    synopsis.add(instant, partition, atom as usize, 1)?;
-                    last = last.max(Some(instant));
-                }
-                synopsis.set_last_instant(last);
-                applied = ready as u64;
-            }
-        }
-        if let Some(instant) = on_time.filter(|&t| t < watermark) {
-            self.set_last_instant(self.last_instant().max(Some(instant)));
-        }
-        Ok(applied)
-    }
-
-    /// The events still waiting, for a checkpoint.
-    fn encode_pending(&self, w: &mut StateWriter) {
-        match self {
-            Engine::Formula { pending, .. } => {
-                w.len(pending.len());
-                for (instant, events) in pending {
-                    w.i64(*instant);
-                    w.len(events.len());
-                    for ((atom, key), count) in events {
-                        w.u32(*atom as u32);
-                        encode_key(w, key);
-                        encode_count(w, *count);
-                    }
-                }
-            }
-            Engine::Chain { synopsis, pending, .. } => {
-                w.len(pending.len());
-                for &(instant, partition, atom) in pending {
-                    w.i64(instant);
-                    w.u32(atom);
-                    encode_key(w, &synopsis.key(partition));
-                }
-            }
-        }
-    }
-
-    /// Takes back what [`encode_pending`](Self::encode_pending) wrote.
-    fn decode_pending(&mut self, r: &mut StateReader) -> Result<()> {
-        match self {
-            Engine::Formula { pending, .. } => {
-                pending.clear();
-                for _ in 0..r.len(16)? {
-                    let instant = r.i64()?;
-                    let mut events = HashMap::new();
-                    for _ in 0..r.len(28)? {
-                        let atom = r.u32()? as usize;
-                        let key = decode_key(r)?;
-                        events.insert((atom, key), decode_count(r)?);
-                    }
-                    pending.insert(instant, events);
-                }
-            }
-            Engine::Chain { synopsis, pending, sorted } => {
-                pending.clear();
-                for _ in 0..r.len(20)? {
-                    let instant = r.i64()?;
-                    let atom = r.u32()?;
-                    let partition = synopsis.partition(&decode_key(r)?)?;
-                    pending.push_back((instant, partition, atom));
-                }
-                *sorted = pending.iter().zip(pending.iter().skip(1)).all(|(a, b)| a.0 <= b.0);
-            }
-        }
-        Ok(())
-    }
-
-    fn bytes(&self) -> usize {
-        match self {
-            Engine::Formula { synopsis, pending } => {
-                synopsis.state_bytes() + pending.values().map(|m| m.len() * 48 + 64).sum::<usize>()
-            }
-            Engine::Chain { synopsis, pending, .. } => {
-                synopsis.state_bytes() + pending.len() * std::mem::size_of::<ChainEvent>()
-            }
+            Engine::Formula { groups, .. } => groups.bytes(),
+            Engine::Chain { groups, .. } => groups.bytes(),
         }
     }
 }
 
 /// The state of one block of the query's UNION ALL.
 struct BlockState {
+    program: Arc<Program>,
     engine: Engine,
     /// One per variable of the block's program.
     interners: Vec<ValueInterner>,
+    /// The partitions' ids; partition `id` is in group `id >> group_bits`.
+    ids: PartitionIds,
+    group_bits: u32,
+    /// The latest instant applied (the answer is read there).
+    last: Option<i64>,
     /// The latest on-time instant taken, for engines that do not wait on every instant.
     on_time: Option<i64>,
     /// The answer `EMIT CHANGES` last wrote.
     answer: BTreeMap<Key, Count>,
+    /// Per variable the values, and the partition keys, saved to the store.
+    saved_values: Vec<usize>,
+    saved_keys: usize,
 }
 
 impl BlockState {
-    fn new(block: &TemporalBlock) -> Result<Self> {
+    fn new(b: usize, block: &TemporalBlock, group_bits: u32, budget: u64) -> Result<Self> {
         let program = Arc::clone(&block.program);
         let mut types: Vec<Option<DataType>> = vec![None; program.variables.len()];
         for (atom, atom_plan) in program.atoms.iter().zip(&block.atoms) {
@@ -427,11 +201,29 @@ impl BlockState {
             .iter()
             .map(|t| ValueInterner::new(t.as_ref().unwrap_or(&DataType::Null)))
             .collect::<Result<Vec<_>>>()?;
+        let groups = |p: &Arc<Program>| (Arc::clone(p), b, budget);
         let engine = match program.chains {
-            Some(_) => Engine::Chain { synopsis: ChainSynopsis::new(program)?, pending: VecDeque::new(), sorted: true },
-            None => Engine::Formula { synopsis: Synopsis::new(program), pending: BTreeMap::new() },
+            Some(_) => {
+                let (p, b, budget) = groups(&program);
+                Engine::Chain { groups: PartitionGroups::new(p, b, budget), pending: VecDeque::new(), sorted: true }
+            }
+            None => {
+                let (p, b, budget) = groups(&program);
+                Engine::Formula { groups: PartitionGroups::new(p, b, budget), pending: BTreeMap::new() }
+            }
         };
-        Ok(BlockState { engine, interners, on_time: None, answer: BTreeMap::new() })
+        Ok(BlockState {
+            ids: PartitionIds::new(&program),
+            saved_values: vec![0; interners.len()],
+            saved_keys: 0,
+            program,
+            engine,
+            interners,
+            group_bits,
+            last: None,
+            on_time: None,
+            answer: BTreeMap::new(),
+        })
     }
 
     /// Matches `input`'s rows against every atom of `block` (`watermarks`: the one each row
@@ -446,8 +238,9 @@ impl BlockState {
         let (rows, n) = (&input.rows, input.len());
         // Aliases binding a variable from the same column intern it once per batch.
         let mut interned: HashMap<(usize, String), Arc<Vec<Value>>> = HashMap::new();
+        let program = Arc::clone(&self.program);
         for (atom, atom_plan) in block.atoms.iter().enumerate() {
-            if !self.engine.program().reads_atom[atom] {
+            if !program.reads_atom[atom] {
                 continue;
             }
             let selected: Vec<usize> = match &atom_plan.filter {
@@ -465,7 +258,7 @@ impl BlockState {
             if selected.is_empty() {
                 continue;
             }
-            let vars = self.engine.program().atoms[atom].vars.clone();
+            let vars = &program.atoms[atom].vars;
             let mut ids: Vec<Arc<Vec<Value>>> = Vec::with_capacity(vars.len());
             for (i, &var) in vars.iter().enumerate() {
                 let expr = &atom_plan.projection[i + 1];
@@ -481,51 +274,372 @@ impl BlockState {
                 ids.push(column_ids);
             }
             metrics.store_reads += selected.len() as u64;
-            self.engine.take_atom(atom, &selected, &ids, (input, watermarks), late)?;
+            self.take_atom(atom, &selected, &ids, (input, watermarks), late)?;
         }
-        self.engine.take_instants((input, watermarks), &mut self.on_time);
+        self.take_instants((input, watermarks));
         Ok(())
     }
 
-    fn bytes(&self) -> usize {
-        let interned: usize = self.interners.iter().map(ValueInterner::bytes).sum();
-        self.engine.bytes() + interned
+    /// Takes the events of `atom` at `rows` (`ids`: per variable of the atom, every row's value
+    /// id; `watermarks`: the one each row met), marking late ones.
+    fn take_atom(
+        &mut self,
+        atom: usize,
+        rows: &[usize],
+        ids: &[Arc<Vec<Value>>],
+        (input, watermarks): (&EventBatch, &[i64]),
+        late: &mut [bool],
+    ) -> Result<()> {
+        match &mut self.engine {
+            Engine::Formula { pending, .. } => {
+                for &row in rows {
+                    let (instant, watermark) = (input.event_times[row], watermarks[row]);
+                    if instant < watermark {
+                        late[row] = true;
+                        continue;
+                    }
+                    let key: Key = ids.iter().map(|column| column[row]).collect();
+                    *pending.entry(instant).or_default().entry((atom, key)).or_insert(0) += 1;
+                }
+            }
+            Engine::Chain { pending, sorted, .. } => {
+                // Where each partition variable is among the atom's variables.
+                let program = &self.program;
+                let vars = &program.atoms[atom].vars;
+                let positions: Vec<usize> = program
+                    .partition
+                    .iter()
+                    .map(|p| vars.iter().position(|v| v == p).expect("a chain's atoms bind the partition"))
+                    .collect();
+                let mut key: Vec<Value> = vec![0; positions.len()];
+                for &row in rows {
+                    let (instant, watermark) = (input.event_times[row], watermarks[row]);
+                    if instant < watermark {
+                        late[row] = true;
+                        continue;
+                    }
+                    for (k, &i) in key.iter_mut().zip(&positions) {
+                        *k = ids[i][row];
+                    }
+                    let partition = self.ids.id(&key)?;
+                    if pending.back().is_some_and(|&(last, _, _)| instant < last) {
+                        *sorted = false;
+                    }
+                    pending.push_back((instant, partition, atom as u32));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes the instants of the on-time rows of `input`: each is one of the stream's, and the
+    /// answer is read at the latest applied. A program of one partition is evaluated at every
+    /// one (a `NOT` holds at instants without events); any other only needs the latest, in
+    /// `on_time`.
+    fn take_instants(&mut self, (input, watermarks): (&EventBatch, &[i64])) {
+        let instants = input
+            .event_times
+            .iter()
+            .zip(watermarks)
+            .filter(|(instant, watermark)| instant >= watermark)
+            .map(|(&instant, _)| instant);
+        match &mut self.engine {
+            Engine::Formula { pending, .. } if self.program.partition.is_empty() => instants.for_each(|instant| {
+                pending.entry(instant).or_default();
+            }),
+            _ => self.on_time = instants.chain(self.on_time).max(),
+        }
+    }
+
+    /// Applies the events before `watermark`, in time order, each to its partition's group;
+    /// returns how many entries it applied.
+    fn apply_before(&mut self, watermark: i64, versions: &mut Versions) -> Result<u64> {
+        let mut applied = 0;
+        let bits = self.group_bits;
+        match &mut self.engine {
+            Engine::Formula { groups, pending } => {
+                let program = &self.program;
+                while let Some(entry) = pending.first_entry() {
+                    if *entry.key() >= watermark {
+                        break;
+                    }
+                    let (instant, events) = entry.remove_entry();
+                    applied += events.len() as u64;
+                    self.last = self.last.max(Some(instant));
+                    if program.partition.is_empty() {
+                        let events = events.into_iter().map(|((atom, key), count)| (atom, key, count)).collect();
+                        groups.deliver(0, (instant, events), versions)?;
+                        continue;
+                    }
+                    let mut by_group: BTreeMap<usize, Vec<(usize, Key, Count)>> = BTreeMap::new();
+                    for ((atom, key), count) in events {
+                        let partition = project(&key, &program.atoms[atom].vars, &program.partition);
+                        let g = (self.ids.id(&partition)? >> bits) as usize;
+                        by_group.entry(g).or_default().push((atom, key, count));
+                    }
+                    for (g, events) in by_group {
+                        groups.deliver(g, (instant, events), versions)?;
+                    }
+                }
+            }
+            Engine::Chain { groups, pending, sorted } => {
+                if !*sorted {
+                    pending.make_contiguous().sort_by_key(|&(instant, _, _)| instant);
+                    *sorted = true;
+                }
+                let ready = pending.partition_point(|&(instant, _, _)| instant < watermark);
+                let mask = (1u32 << bits).wrapping_sub(1);
+                for (instant, partition, atom) in pending.drain(..ready) {
+                    groups.deliver((partition >> bits) as usize, (instant, partition & mask, atom), versions)?;
+                    self.last = self.last.max(Some(instant));
+                }
+                applied = ready as u64;
+            }
+        }
+        if let Some(instant) = self.on_time.filter(|&t| t < watermark) {
+            self.last = self.last.max(Some(instant));
+        }
+        self.fit(versions)?;
+        Ok(applied)
+    }
+
+    /// Keeps the block's groups within its memory with what it holds besides.
+    fn fit(&mut self, versions: &mut Versions) -> Result<()> {
+        let other = (self.other_bytes()) as u64;
+        match &mut self.engine {
+            Engine::Formula { groups, .. } if groups.bounded() => {
+                groups.set_other_bytes(other);
+                groups.fit(versions)
+            }
+            Engine::Chain { groups, .. } if groups.bounded() => {
+                groups.set_other_bytes(other);
+                groups.fit(versions)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The answer at `instant` (not before the last instant applied), per valuation of the
+    /// group variables, ascending, without zeros: every group's, summed.
+    fn answer(&mut self, instant: i64, versions: &mut Versions) -> Result<Vec<(Key, Count)>> {
+        let mut answer = BTreeMap::new();
+        let bits = self.group_bits;
+        match &mut self.engine {
+            Engine::Formula { groups, .. } => {
+                groups.for_each(versions, &mut |_, synopsis| synopsis.answer_into(instant, &mut answer))?
+            }
+            Engine::Chain { groups, .. } => {
+                let ids = &self.ids;
+                groups.for_each(versions, &mut |g, chains| {
+                    let base = (g as u32) << bits;
+                    chains.answer_into(&|p| ids.key(base | p), &mut answer)
+                })?
+            }
+        }
+        let distinct = self.program.distinct;
+        Ok(answer.into_iter().filter(|&(_, c)| c > 0).map(|(k, c)| (k, if distinct { c.min(1) } else { c })).collect())
+    }
+
+    /// What the block holds in memory besides its groups: interned values and partition keys,
+    /// events before the watermark, the answer `EMIT CHANGES` last wrote.
+    fn other_bytes(&self) -> usize {
+        let interned: usize = self.interners.iter().map(|i| i.bytes).sum();
+        let answer = self.answer.keys().map(|k| 48 + 8 * k.len()).sum::<usize>();
+        interned + self.ids.bytes() + self.engine.pending_bytes() + answer
+    }
+
+    fn bytes(&self) -> u64 {
+        self.other_bytes() as u64 + self.engine.groups_bytes()
+    }
+
+    /// Saves what changed to the store (groups, values and partition keys interned since the
+    /// last checkpoint) and writes the block's progress; returns the bytes written.
+    fn checkpoint(&mut self, b: usize, w: &mut StateWriter, versions: &mut Versions) -> Result<u64> {
+        let mut written = 0;
+        for (var, interner) in self.interners.iter().enumerate() {
+            let from = self.saved_values[var];
+            if interner.values.len() > from {
+                let mut chunk = StateWriter::default();
+                chunk.u8(CHUNK_FORMAT);
+                chunk.len(interner.values.len() - from);
+                interner.values[from..].iter().for_each(|v| chunk.bytes(v));
+                let chunk = chunk.into_bytes();
+                versions.put(&chunk_name(VALUES_TABLE, b, var, from), &chunk, None)?;
+                written += chunk.len() as u64;
+                self.saved_values[var] = interner.values.len();
+            }
+            w.u64(self.saved_values[var] as u64);
+        }
+        let keys = self.ids.interned();
+        if keys.len() > self.saved_keys {
+            let mut chunk = StateWriter::default();
+            chunk.u8(CHUNK_FORMAT);
+            chunk.len(keys.len() - self.saved_keys);
+            keys[self.saved_keys..].iter().for_each(|k| encode_key(&mut chunk, k));
+            let chunk = chunk.into_bytes();
+            versions.put(&chunk_name(KEYS_TABLE, b, 0, self.saved_keys), &chunk, None)?;
+            written += chunk.len() as u64;
+            self.saved_keys = keys.len();
+        }
+        w.u64(self.saved_keys as u64);
+        for instant in [self.last, self.on_time] {
+            w.bool(instant.is_some());
+            w.i64(instant.unwrap_or(0));
+        }
+        match &mut self.engine {
+            Engine::Formula { groups, pending } => {
+                w.len(pending.len());
+                for (instant, events) in pending.iter() {
+                    w.i64(*instant);
+                    w.len(events.len());
+                    for ((atom, key), count) in events {
+                        w.u32(*atom as u32);
+                        encode_key(w, key);
+                        encode_count(w, *count);
+                    }
+                }
+                written += groups.checkpoint(w, versions)?;
+            }
+            Engine::Chain { groups, pending, .. } => {
+                w.len(pending.len());
+                for &(instant, partition, atom) in pending.iter() {
+                    w.i64(instant);
+                    w.u32(partition);
+                    w.u32(atom);
+                }
+                written += groups.checkpoint(w, versions)?;
+            }
+        }
+        Ok(written)
+    }
+
+    /// Takes back what [`checkpoint`](Self::checkpoint) wrote (the values and keys are read
+    /// from the store afterwards).
+    fn restore(&mut self, r: &mut StateReader) -> Result<()> {
+        for var in 0..self.interners.len() {
+            self.saved_values[var] = r.u64()? as usize;
+        }
+        self.saved_keys = r.u64()? as usize;
+        let mut instant = || -> Result<Option<i64>> {
+            let (some, at) = (r.bool()?, r.i64()?);
+            Ok(some.then_some(at))
+        };
+        (self.last, self.on_time) = (instant()?, instant()?);
+        match &mut self.engine {
+            Engine::Formula { groups, pending } => {
+                pending.clear();
+                for _ in 0..r.len(16)? {
+                    let instant = r.i64()?;
+                    let mut events = HashMap::new();
+                    for _ in 0..r.len(28)? {
+                        let atom = r.u32()? as usize;
+                        let key = decode_key(r)?;
+                        events.insert((atom, key), decode_count(r)?);
+                    }
+                    pending.insert(instant, events);
+                }
+                groups.restore(r)
+            }
+            Engine::Chain { groups, pending, sorted } => {
+                pending.clear();
+                for _ in 0..r.len(16)? {
+                    pending.push_back((r.i64()?, r.u32()?, r.u32()?));
+                }
+                *sorted = pending.iter().zip(pending.iter().skip(1)).all(|(a, b)| a.0 <= b.0);
+                groups.restore(r)
+            }
+        }
+    }
+
+    /// Whether the restored checkpoint names version `version` of group `g`.
+    fn names_group(&self, g: usize, version: u64) -> bool {
+        match &self.engine {
+            Engine::Formula { groups, .. } => groups.names(g, version),
+            Engine::Chain { groups, .. } => groups.names(g, version),
+        }
+    }
+
+    /// Takes back a chunk of values or keys a checkpoint saved (chunks come in id order).
+    fn restore_chunk(&mut self, tag: u8, var: usize, first: usize, bytes: &[u8]) -> Result<()> {
+        let mut r = StateReader::new(bytes);
+        r.format("interned values", CHUNK_FORMAT)?;
+        let misplaced = || TesseraError::Checkpoint("the state store's interned values are out of order".into());
+        if tag == VALUES_TABLE {
+            let interner = self.interners.get_mut(var).ok_or_else(misplaced)?;
+            if interner.values.len() != first {
+                return Err(misplaced());
+            }
+            for _ in 0..r.len(8)? {
+                interner.add(r.bytes()?.into());
+            }
+        } else {
+            if self.ids.interned().len() != first {
+                return Err(misplaced());
+            }
+            for _ in 0..r.len(8)? {
+                self.ids.restore(decode_key(&mut r)?)?;
+            }
+        }
+        r.finish()
+    }
+
+    fn spill(&self) -> super::SpillCounters {
+        match &self.engine {
+            Engine::Formula { groups, .. } => groups.spill,
+            Engine::Chain { groups, .. } => groups.spill,
+        }
+    }
+
+    fn stored_bytes(&self) -> u64 {
+        match &self.engine {
+            Engine::Formula { groups, .. } => groups.stored_bytes(),
+            Engine::Chain { groups, .. } => groups.stored_bytes(),
+        }
     }
 }
+
 pub struct SynopsisExec {
     plan: Arc<TemporalPlan>,
     blocks: Vec<BlockState>,
     /// The last instant whose answer `EMIT CHANGES` wrote.
     written: Option<i64>,
     metrics: OperatorMetrics,
-    saved: Saved,
+    versions: Versions,
 }
 
 impl SynopsisExec {
-    /// The operator of `plan`, saving its state at checkpoints to `store` under `operator`.
-    pub fn new(plan: Arc<TemporalPlan>, (store, operator): (Arc<StateStore>, u64)) -> Result<Self> {
-        let blocks = plan.blocks.iter().map(BlockState::new).collect::<Result<Vec<_>>>()?;
-        let saved = Saved {
-            store,
-            operator,
-            epoch: 0,
-            retired: Vec::new(),
-            partitions: vec![HashMap::new(); blocks.len()],
-            values: blocks.iter().map(|b| vec![0; b.interners.len()]).collect(),
-        };
-        Ok(SynopsisExec { plan, blocks, written: None, metrics: OperatorMetrics::default(), saved })
+    /// The operator of `plan`, its partitions in groups of `2^group_bits` ids (at most
+    /// `2^PARTITION_GROUP_BITS`), in memory up
+    /// to `memory_bytes` (`u64::MAX`: no limit; each block of a UNION ALL gets an equal share)
+    /// and in `store` under `operator` beyond it and at checkpoints.
+    pub fn new(
+        plan: Arc<TemporalPlan>,
+        (store, operator): (Arc<StateStore>, u64),
+        memory_bytes: u64,
+        group_bits: u32,
+    ) -> Result<Self> {
+        let budget = if memory_bytes == u64::MAX { u64::MAX } else { memory_bytes / plan.blocks.len().max(1) as u64 };
+        let group_bits = group_bits.min(PARTITION_GROUP_BITS);
+        let blocks = plan
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(b, block)| BlockState::new(b, block, group_bits, budget))
+            .collect::<Result<Vec<_>>>()?;
+        let versions = Versions::new(store, operator);
+        Ok(SynopsisExec { plan, blocks, written: None, metrics: OperatorMetrics::default(), versions })
     }
 
     fn apply_before(&mut self, watermark: i64) -> Result<()> {
         for block in &mut self.blocks {
-            self.metrics.store_writes += block.engine.apply_before(watermark, block.on_time)?;
+            self.metrics.store_writes += block.apply_before(watermark, &mut self.versions)?;
         }
         Ok(())
     }
 
     /// The last instant any block applied.
     fn last_instant(&self) -> Option<i64> {
-        self.blocks.iter().filter_map(|b| b.engine.last_instant()).max()
+        self.blocks.iter().filter_map(|b| b.last).max()
     }
 
     /// Rows of block `b`'s answer, in the query's columns (with `ops`, a changelog).
@@ -535,11 +649,10 @@ impl SynopsisExec {
         if let Some(ops) = ops {
             columns.push(Arc::new(StringArray::from(ops)));
         }
-        let program = block.engine.program();
         for column in &self.plan.columns {
             columns.push(match column {
                 TemporalColumn::Group(position) => {
-                    let var = program.group[*position];
+                    let var = block.program.group[*position];
                     block.interners[var].column(answer.iter().map(|(key, _)| key[*position]))?
                 }
                 TemporalColumn::Count => {
@@ -568,11 +681,11 @@ impl SynopsisExec {
     fn write_changes(&mut self, instant: i64, emit: &mut dyn FnMut(Output) -> Result<()>) -> Result<()> {
         self.written = Some(instant);
         for b in 0..self.blocks.len() {
-            let block = &self.blocks[b];
-            if block.engine.last_instant().is_none() {
+            if self.blocks[b].last.is_none() {
                 continue;
             }
-            let now: BTreeMap<Key, Count> = block.engine.answer(instant)?.into_iter().collect();
+            let now: BTreeMap<Key, Count> = self.blocks[b].answer(instant, &mut self.versions)?.into_iter().collect();
+            let block = &self.blocks[b];
             let mut changed: Vec<(Key, Count)> = Vec::new();
             let mut ops = Vec::new();
             for (key, &count) in &now {
@@ -611,6 +724,7 @@ impl StreamOperator for SynopsisExec {
         let watermarks = input.watermarks.per_row(input.len());
         for (state, block) in self.blocks.iter_mut().zip(&self.plan.blocks) {
             state.take(block, (input, &watermarks), &mut late, &mut self.metrics)?;
+            state.fit(&mut self.versions)?;
         }
         if late.iter().any(|&l| l) {
             let indices: Vec<u32> = (0..input.len() as u32).filter(|&i| late[i as usize]).collect();
@@ -639,10 +753,10 @@ impl StreamOperator for SynopsisExec {
             return self.write_changes(last, emit);
         }
         for b in 0..self.blocks.len() {
-            if self.blocks[b].engine.last_instant().is_none() {
+            if self.blocks[b].last.is_none() {
                 continue;
             }
-            let answer = self.blocks[b].engine.answer(last)?;
+            let answer = self.blocks[b].answer(last, &mut self.versions)?;
             self.metrics.emit_reads += answer.len() as u64;
             if !answer.is_empty() {
                 let rows = self.rows(b, &answer, None)?;
@@ -652,64 +766,28 @@ impl StreamOperator for SynopsisExec {
         Ok(())
     }
 
-    /// Saves what changed since the last checkpoint: the partitions applied since (a new
-    /// version each, the old one deleted once this checkpoint has committed) and the values
-    /// interned since; writes the epoch, each block's last instant and its events still waiting.
+    /// Saves what changed since the last checkpoint: the groups of partitions changed since
+    /// they were last written (a new version each, the one it replaces deleted once this
+    /// checkpoint has committed) and the values and keys interned since; writes each block's
+    /// progress, its events still waiting for the watermark and its groups' versions.
     fn checkpoint(&mut self, w: &mut StateWriter) -> Result<CheckpointBytes> {
-        let saved = &mut self.saved;
-        let epoch = saved.epoch;
-        for (key, _) in saved.retired.extract_if(.., |(_, after)| *after < epoch) {
-            saved.store.remove(&key)?;
-        }
-        let mut written = 0u64;
-        w.u64(epoch);
+        self.versions.begin_checkpoint()?;
+        w.u64(self.versions.epoch());
         w.bool(self.written.is_some());
         w.i64(self.written.unwrap_or(0));
         w.len(self.blocks.len());
+        let mut written = 0;
         for (b, block) in self.blocks.iter_mut().enumerate() {
-            for (key, bytes) in block.engine.take_changed() {
-                let previous = saved.partitions[b].remove(&key);
-                if let Some((version, _)) = previous {
-                    saved.retired.push((partition_key(saved.operator, b, &key, version), epoch));
-                }
-                match bytes {
-                    Some(bytes) => {
-                        saved.store.put(&partition_key(saved.operator, b, &key, epoch), &bytes)?;
-                        written += bytes.len() as u64;
-                        saved.partitions[b].insert(key, (epoch, bytes.len() as u64));
-                    }
-                    None if previous.is_some() => {
-                        // A deletion, kept until the older version it hides is gone.
-                        let tombstone = partition_key(saved.operator, b, &key, epoch);
-                        saved.store.put(&tombstone, &[])?;
-                        saved.retired.push((tombstone, epoch + 1));
-                    }
-                    None => {}
-                }
-            }
-            for (var, interner) in block.interners.iter().enumerate() {
-                let from = saved.values[b][var];
-                if interner.values.len() > from {
-                    let chunk = interner.chunk(from);
-                    saved.store.put(&values_key(saved.operator, b, var, from as u64), &chunk)?;
-                    written += chunk.len() as u64;
-                    saved.values[b][var] = interner.values.len();
-                }
-                w.u64(saved.values[b][var] as u64);
-            }
-            w.bool(block.engine.last_instant().is_some());
-            w.i64(block.engine.last_instant().unwrap_or(0));
-            w.bool(block.on_time.is_some());
-            w.i64(block.on_time.unwrap_or(0));
-            block.engine.encode_pending(w);
+            written += block.checkpoint(b, w, &mut self.versions)?;
         }
-        saved.epoch += 1;
-        let stored = saved.partitions.iter().flat_map(|p| p.values()).map(|&(_, bytes)| bytes).sum();
-        Ok(CheckpointBytes { tables_written: written, tables_changed: written, tables_stored: stored })
+        let changed = self.versions.end_checkpoint();
+        let stored = self.blocks.iter().map(BlockState::stored_bytes).sum();
+        Ok(CheckpointBytes { tables_written: written, tables_changed: changed, tables_stored: stored })
     }
 
-    /// Takes back a checkpoint: the values and partitions it names from the store (deleting
-    /// every version written after it or no longer needed), and its progress.
+    /// Takes back a checkpoint: its progress, the values and keys it names from the store
+    /// (deleting every version written after it or no longer needed); groups of partitions
+    /// are read when their events arrive.
     fn restore(&mut self, r: &mut StateReader) -> Result<()> {
         let epoch = r.u64()?;
         let written = r.bool()?;
@@ -718,84 +796,50 @@ impl StreamOperator for SynopsisExec {
         if r.len(8)? != self.blocks.len() {
             return Err(TesseraError::Checkpoint("the snapshot's UNION ALL blocks do not match the query's".into()));
         }
-        let saved = &mut self.saved;
-        saved.epoch = epoch + 1;
-        for (b, block) in self.blocks.iter_mut().enumerate() {
-            for var in 0..block.interners.len() {
-                saved.values[b][var] = r.u64()? as usize;
-            }
-            let last = r.bool()?;
-            let last_at = r.i64()?;
-            block.engine.set_last_instant(last.then_some(last_at));
-            let on_time = r.bool()?;
-            let on_time_at = r.i64()?;
-            block.on_time = on_time.then_some(on_time_at);
-            block.engine.decode_pending(r)?;
+        for block in &mut self.blocks {
+            block.restore(r)?;
         }
-        // Every key of the operator: values chunks in id order, partition versions by key.
-        let prefix = saved.operator.to_be_bytes();
-        let mut chunks: Vec<(usize, usize, u64, Vec<u8>)> = Vec::new();
-        let mut versions: HashMap<(usize, Key), Vec<u64>> = HashMap::new();
+        let mut chunks: Vec<(usize, u8, usize, usize, Vec<u8>, u64)> = Vec::new();
+        let blocks = &self.blocks;
         let corrupt = || TesseraError::Checkpoint("the state store holds a key tessera did not write".into());
-        for key in saved.store.keys(&prefix)? {
-            let rest = &key[8..];
-            let block = u16::from_be_bytes(rest.get(1..3).ok_or_else(corrupt)?.try_into().expect("2 bytes")) as usize;
-            match rest[0] {
-                VALUES if rest.len() == 13 => {
-                    let var = u16::from_be_bytes(rest[3..5].try_into().expect("2 bytes")) as usize;
-                    let first = u64::from_be_bytes(rest[5..13].try_into().expect("8 bytes"));
-                    if saved.values.get(block).and_then(|v| v.get(var)).is_some_and(|&n| (first as usize) < n) {
-                        let bytes = saved.store.get(&key)?.ok_or_else(corrupt)?;
-                        chunks.push((block, var, first, bytes));
-                    } else {
-                        saved.store.remove(&key)?;
+        self.versions.restore(epoch, &mut |name, version| {
+            let block = u16::from_be_bytes(name.get(1..3).ok_or_else(corrupt)?.try_into().expect("2 bytes")) as usize;
+            let Some(state) = blocks.get(block) else { return Ok(false) };
+            match (name[0], name.len()) {
+                (GROUP_TABLE, 7) => {
+                    let g = u32::from_be_bytes(name[3..7].try_into().expect("4 bytes")) as usize;
+                    Ok(state.names_group(g, version))
+                }
+                (tag @ (VALUES_TABLE | KEYS_TABLE), 13) => {
+                    let var = u16::from_be_bytes(name[3..5].try_into().expect("2 bytes")) as usize;
+                    let first = u64::from_be_bytes(name[5..13].try_into().expect("8 bytes")) as usize;
+                    let saved =
+                        if tag == VALUES_TABLE { state.saved_values.get(var).copied() } else { Some(state.saved_keys) };
+                    let named = version <= epoch && saved.is_some_and(|n| first < n);
+                    if named {
+                        chunks.push((block, tag, var, first, name.to_vec(), version));
                     }
+                    Ok(named)
                 }
-                PARTITION if rest.len() >= 11 && (rest.len() - 11) % 8 == 0 => {
-                    let values: Key = rest[3..rest.len() - 8]
-                        .chunks(8)
-                        .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
-                        .collect();
-                    let version = u64::from_be_bytes(rest[rest.len() - 8..].try_into().expect("8 bytes"));
-                    if version > epoch || block >= self.blocks.len() {
-                        saved.store.remove(&key)?;
-                    } else {
-                        versions.entry((block, values)).or_default().push(version);
-                    }
-                }
-                _ => return Err(corrupt()),
+                _ => Err(corrupt()),
             }
+        })?;
+        chunks.sort_by_key(|&(b, tag, var, first, _, _)| (b, tag, var, first));
+        for (b, tag, var, first, name, version) in chunks {
+            let bytes = self.versions.get(&name, version, &|| format!("interned values of block {b}"))?;
+            self.blocks[b].restore_chunk(tag, var, first, &bytes)?;
         }
-        chunks.sort_by_key(|&(b, v, first, _)| (b, v, first));
-        for (b, var, _, bytes) in chunks {
-            self.blocks[b].interners[var].restore_chunk(&bytes)?;
-        }
-        for (b, block) in self.blocks.iter().enumerate() {
-            for (var, interner) in block.interners.iter().enumerate() {
-                if interner.values.len() != saved.values[b][var] {
-                    return Err(TesseraError::Checkpoint("the state store lacks values the checkpoint names".into()));
-                }
+        for block in &self.blocks {
+            let complete = block.interners.iter().zip(&block.saved_values).all(|(i, &n)| i.values.len() == n)
+                && block.ids.interned().len() == block.saved_keys;
+            if !complete {
+                return Err(TesseraError::Checkpoint("the state store lacks values the checkpoint names".into()));
             }
-        }
-        for ((b, key), mut found) in versions {
-            found.sort_unstable();
-            let latest = found.pop().expect("a version");
-            for older in found {
-                saved.store.remove(&partition_key(saved.operator, b, &key, older))?;
-            }
-            let store_key = partition_key(saved.operator, b, &key, latest);
-            let bytes = saved.store.get(&store_key)?.ok_or_else(corrupt)?;
-            if bytes.is_empty() {
-                saved.store.remove(&store_key)?;
-                continue;
-            }
-            self.blocks[b].engine.insert_partition(key.clone(), &bytes)?;
-            saved.partitions[b].insert(key, (latest, bytes.len() as u64));
         }
         if let Some(at) = self.written {
-            for block in &mut self.blocks {
-                if block.engine.last_instant().is_some() {
-                    block.answer = block.engine.answer(at)?.into_iter().collect();
+            for b in 0..self.blocks.len() {
+                if self.blocks[b].last.is_some() {
+                    self.blocks[b].answer = self.blocks[b].answer(at, &mut self.versions)?.into_iter().collect();
                 }
             }
         }
@@ -803,9 +847,8 @@ impl StreamOperator for SynopsisExec {
     }
 
     fn metrics(&self) -> Vec<OperatorMetrics> {
-        vec![OperatorMetrics {
-            state_bytes: self.blocks.iter().map(BlockState::bytes).sum::<usize>() as u64,
-            ..self.metrics
-        }]
+        let mut spill = super::SpillCounters::default();
+        self.blocks.iter().for_each(|b| spill.add(&b.spill()));
+        vec![OperatorMetrics { state_bytes: self.blocks.iter().map(BlockState::bytes).sum(), spill, ..self.metrics }]
     }
 }

@@ -134,18 +134,79 @@ fn conjunction_of_atoms(f: &Formula, out: &mut Vec<usize>) -> bool {
     }
 }
 
-/// How partitions get their dense ids.
-enum PartitionIds {
+/// Dense ids for the partitions of a program (the values of its partition variables).
+pub enum PartitionIds {
     /// One partition variable: the value's own id.
     One,
     /// None (one partition) or several: ids in the order first seen.
     Interned { ids: HashMap<Key, u32>, keys: Vec<Key> },
 }
 
-/// The encoding of a saved partition.
-const PARTITION_FORMAT: u8 = 1;
+impl PartitionIds {
+    /// The ids of the partitions of `program`.
+    pub fn new(program: &Program) -> Self {
+        match program.partition.len() {
+            1 => PartitionIds::One,
+            _ => PartitionIds::Interned { ids: HashMap::new(), keys: Vec::new() },
+        }
+    }
 
-/// The counter chains of one program, per partition.
+    /// The id of the partition whose partition variables have `key` (in
+    /// [`Program::partition`] order), given one if new.
+    pub fn id(&mut self, key: &[Value]) -> Result<u32> {
+        let too_many = || TesseraError::Execution("a synopsis holds at most 2^32 partitions".into());
+        match self {
+            PartitionIds::One => u32::try_from(key[0]).map_err(|_| too_many()),
+            PartitionIds::Interned { ids, keys } => match ids.get(key) {
+                Some(&id) => Ok(id),
+                None => {
+                    let id = u32::try_from(keys.len()).map_err(|_| too_many())?;
+                    ids.insert(key.into(), id);
+                    keys.push(key.into());
+                    Ok(id)
+                }
+            },
+        }
+    }
+
+    /// The partition variables' values of partition `id`.
+    pub fn key(&self, id: u32) -> Key {
+        match self {
+            PartitionIds::One => Box::new([Value::from(id)]),
+            PartitionIds::Interned { keys, .. } => keys[id as usize].clone(),
+        }
+    }
+
+    /// The keys interned (none for one partition variable, whose ids are its values').
+    pub fn interned(&self) -> &[Key] {
+        match self {
+            PartitionIds::One => &[],
+            PartitionIds::Interned { keys, .. } => keys,
+        }
+    }
+
+    /// Takes back keys [`interned`](Self::interned) listed, the next id first.
+    pub fn restore(&mut self, key: Key) -> Result<()> {
+        match self {
+            PartitionIds::One => Err(TesseraError::Checkpoint("a saved partition key does not match the query".into())),
+            PartitionIds::Interned { ids, keys } => {
+                ids.insert(key.clone(), keys.len() as u32);
+                keys.push(key);
+                Ok(())
+            }
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.interned().iter().map(|k| 2 * (std::mem::size_of::<Key>() + 8 * k.len()) + 4).sum()
+    }
+}
+
+/// The encoding of a saved group of counter chains.
+const GROUP_FORMAT: u8 = 1;
+
+/// The counter chains of one program over a group of partitions, each indexed by its id
+/// within the group (the caller maps partitions to groups and ids).
 pub struct ChainSynopsis {
     program: Arc<Program>,
     chains: Chains,
@@ -155,11 +216,6 @@ pub struct ChainSynopsis {
     counts: Vec<Count>,
     /// Per partition, its latest instant with events (`i64::MIN`: none yet).
     instants: Vec<i64>,
-    ids: PartitionIds,
-    /// Partitions changed since the last [`take_changed`](Self::take_changed).
-    changed: Vec<u32>,
-    dirty: Vec<bool>,
-    last: Option<i64>,
 }
 
 impl ChainSynopsis {
@@ -169,58 +225,13 @@ impl ChainSynopsis {
             .chains
             .clone()
             .ok_or_else(|| TesseraError::Internal("a counter-chain synopsis of a program without chains".into()))?;
-        let ids = match program.partition.len() {
-            1 => PartitionIds::One,
-            _ => PartitionIds::Interned { ids: HashMap::new(), keys: Vec::new() },
-        };
         Ok(ChainSynopsis {
             stride: program.atoms.len() + chains.counters(),
             program,
             chains,
             counts: Vec::new(),
             instants: Vec::new(),
-            ids,
-            changed: Vec::new(),
-            dirty: Vec::new(),
-            last: None,
         })
-    }
-
-    pub fn program(&self) -> &Program {
-        &self.program
-    }
-
-    /// The id of the partition whose partition variables have `key` (in
-    /// [`Program::partition`] order), made room for if new.
-    pub fn partition(&mut self, key: &[Value]) -> Result<u32> {
-        let too_many = || TesseraError::Execution("a counter chain holds at most 2^32 partitions".into());
-        let id = match &mut self.ids {
-            PartitionIds::One => u32::try_from(key[0]).map_err(|_| too_many())?,
-            PartitionIds::Interned { ids, keys } => match ids.get(key) {
-                Some(&id) => id,
-                None => {
-                    let id = u32::try_from(keys.len()).map_err(|_| too_many())?;
-                    ids.insert(key.into(), id);
-                    keys.push(key.into());
-                    id
-                }
-            },
-        };
-        let needed = id as usize + 1;
-        if self.instants.len() < needed {
-            self.instants.resize(needed, i64::MIN);
-            self.dirty.resize(needed, false);
-            self.counts.resize(needed * self.stride, 0);
-        }
-        Ok(id)
-    }
-
-    /// The partition variables' values of partition `id`.
-    pub fn key(&self, id: u32) -> Key {
-        match &self.ids {
-            PartitionIds::One => Box::new([Value::from(id)]),
-            PartitionIds::Interned { keys, .. } => keys[id as usize].clone(),
-        }
     }
 
     /// Adds `n` events of `atom` at `instant` to partition `id`; a partition's events must
@@ -228,6 +239,10 @@ impl ChainSynopsis {
     #[inline]
     pub fn add(&mut self, instant: i64, id: u32, atom: usize, n: Count) -> Result<()> {
         let p = id as usize;
+        if p >= self.instants.len() {
+            self.instants.resize(p + 1, i64::MIN);
+            self.counts.resize((p + 1) * self.stride, 0);
+        }
         if self.instants[p] != instant {
             if instant < self.instants[p] {
                 return Err(TesseraError::Internal(format!(
@@ -240,21 +255,7 @@ impl ChainSynopsis {
         }
         let event = &mut self.counts[p * self.stride + atom];
         *event = event.checked_add(n).ok_or(FormError::Overflow).map_err(form_error)?;
-        if !self.dirty[p] {
-            self.dirty[p] = true;
-            self.changed.push(id);
-        }
         Ok(())
-    }
-
-    /// Notes that the stream has reached `instant` (the answer is read there).
-    pub fn set_last_instant(&mut self, last: Option<i64>) {
-        self.last = last;
-    }
-
-    /// The last instant of the stream applied.
-    pub fn last_instant(&self) -> Option<i64> {
-        self.last
     }
 
     /// The partition's count of every order completed, its latest instant folded in.
@@ -271,15 +272,15 @@ impl ChainSynopsis {
         Ok(total)
     }
 
-    /// The answer per valuation of the group variables, ascending, without zeros.
-    pub fn answer(&self) -> Result<Vec<(Key, Count)>> {
+    /// Adds the answer of every partition to `answer`, per valuation of the group variables
+    /// (`key`: the partition variables' values of a partition id), without zeros.
+    pub fn answer_into(&self, key: &dyn Fn(u32) -> Key, answer: &mut BTreeMap<Key, Count>) -> Result<()> {
         let program = &*self.program;
         let positions: Vec<usize> = program
             .group
             .iter()
             .map(|g| program.partition.iter().position(|v| v == g).expect("group variables partition a chain"))
             .collect();
-        let mut answer: BTreeMap<Key, Count> = BTreeMap::new();
         for (p, &instant) in self.instants.iter().enumerate() {
             if instant == i64::MIN {
                 continue;
@@ -288,59 +289,49 @@ impl ChainSynopsis {
             if c == 0 {
                 continue;
             }
-            let key = self.key(p as u32);
+            let key = key(p as u32);
             let group: Key = positions.iter().map(|&i| key[i]).collect();
             let total = answer.entry(group).or_insert(0);
             *total = total.checked_add(c).ok_or(FormError::Overflow).map_err(form_error)?;
         }
-        Ok(answer.into_iter().collect())
+        Ok(())
     }
 
-    /// The partitions changed since the last call, each with its encoding.
-    pub fn take_changed(&mut self) -> Vec<(Key, Option<Vec<u8>>)> {
-        let changed = std::mem::take(&mut self.changed);
-        changed
-            .into_iter()
-            .map(|id| {
-                let p = id as usize;
-                self.dirty[p] = false;
-                let mut w = StateWriter::default();
-                w.u8(PARTITION_FORMAT);
-                w.i64(self.instants[p]);
-                w.len(self.stride);
-                for &c in &self.counts[p * self.stride..(p + 1) * self.stride] {
-                    encode_count(&mut w, c);
-                }
-                (self.key(id), Some(w.into_bytes()))
-            })
-            .collect()
-    }
-
-    /// Puts back a partition [`take_changed`](Self::take_changed) encoded.
-    pub fn insert_partition(&mut self, key: Key, bytes: &[u8]) -> Result<()> {
-        let mut r = StateReader::new(bytes);
-        r.format("a counter chain", PARTITION_FORMAT)?;
-        let instant = r.i64()?;
-        if r.len(16)? != self.stride {
-            return Err(TesseraError::Checkpoint("a saved counter chain does not match the query".into()));
-        }
-        let p = self.partition(&key)? as usize;
-        self.instants[p] = instant;
-        for c in &mut self.counts[p * self.stride..(p + 1) * self.stride] {
-            *c = decode_count(&mut r)?;
-        }
-        r.finish()
-    }
-
-    /// The bytes the state takes: every partition's counters, instant and key.
-    pub fn state_bytes(&self) -> usize {
-        let keys = match &self.ids {
-            PartitionIds::One => 0,
-            PartitionIds::Interned { keys, .. } => {
-                keys.iter().map(|k| 2 * (std::mem::size_of::<Key>() + 8 * k.len()) + 4).sum()
+    /// Every partition's latest instant and counters.
+    pub fn encode(&self, w: &mut StateWriter) {
+        w.u8(GROUP_FORMAT);
+        w.len(self.stride);
+        w.len(self.instants.len());
+        for (p, &instant) in self.instants.iter().enumerate() {
+            w.i64(instant);
+            for &c in &self.counts[p * self.stride..(p + 1) * self.stride] {
+                encode_count(w, c);
             }
-        };
-        self.counts.len() * std::mem::size_of::<Count>() + self.instants.len() * 9 + keys
+        }
+    }
+
+    /// Takes back what [`encode`](Self::encode) wrote.
+    pub fn decode(program: Arc<Program>, r: &mut StateReader) -> Result<Self> {
+        let mut synopsis = ChainSynopsis::new(program)?;
+        r.format("a group of counter chains", GROUP_FORMAT)?;
+        if r.len(8)? != synopsis.stride {
+            return Err(TesseraError::Checkpoint("saved counter chains do not match the query".into()));
+        }
+        let partitions = r.len(8 + 16 * synopsis.stride)?;
+        synopsis.instants.reserve_exact(partitions);
+        synopsis.counts.reserve_exact(partitions * synopsis.stride);
+        for _ in 0..partitions {
+            synopsis.instants.push(r.i64()?);
+            for _ in 0..synopsis.stride {
+                synopsis.counts.push(decode_count(r)?);
+            }
+        }
+        Ok(synopsis)
+    }
+
+    /// The bytes the state takes: every partition's counters and instant.
+    pub fn state_bytes(&self) -> usize {
+        self.counts.capacity() * std::mem::size_of::<Count>() + self.instants.capacity() * 8
     }
 }
 

@@ -65,7 +65,7 @@ enum Values {
 }
 
 /// The values of `key` (over `from`) at the variables `to` (a subset).
-fn project(key: &[Value], from: &[Var], to: &[Var]) -> Key {
+pub(crate) fn project(key: &[Value], from: &[Var], to: &[Var]) -> Key {
     to.iter().map(|v| key[from.iter().position(|f| f == v).expect("a subset of the variables")]).collect()
 }
 
@@ -313,12 +313,12 @@ pub struct Synopsis {
     partitions: HashMap<Key, Partition>,
     /// The last instant applied.
     last: Option<i64>,
-    /// Partitions applied since [`Synopsis::take_changed`] last listed them.
-    changed: hashbrown::HashSet<Key>,
+    /// The bytes the partitions take (kept as they change).
+    bytes: usize,
 }
 
-/// The encoding of a saved partition; one of another format is refused with a message.
-const PARTITION_FORMAT: u8 = 1;
+/// The encoding of a saved synopsis (its partitions).
+const SYNOPSIS_FORMAT: u8 = 1;
 
 pub(crate) fn encode_count(w: &mut StateWriter, c: Count) {
     w.u64((c >> 64) as u64);
@@ -360,7 +360,6 @@ pub fn decode_key(r: &mut StateReader) -> Result<Key> {
 
 impl Partition {
     fn encode(&self, w: &mut StateWriter) {
-        w.u8(PARTITION_FORMAT);
         w.i64(self.anchor);
         w.len(self.tables.len());
         for table in &self.tables {
@@ -379,7 +378,6 @@ impl Partition {
     }
 
     fn decode(r: &mut StateReader, tables: usize) -> Result<Partition> {
-        r.format("a synopsis partition", PARTITION_FORMAT)?;
         let anchor = r.i64()?;
         if r.len(8)? != tables {
             return Err(TesseraError::Checkpoint("a saved synopsis partition does not match the query".into()));
@@ -401,48 +399,55 @@ impl Partition {
     }
 }
 
+/// The bytes a valuation takes in memory.
+fn key_bytes(k: &Key) -> usize {
+    std::mem::size_of::<Key>() + k.len() * std::mem::size_of::<Value>()
+}
+
+impl Partition {
+    /// The bytes it takes in memory, its key's included.
+    fn bytes(&self, key: &Key) -> usize {
+        key_bytes(key)
+            + self.body.iter().map(|(k, f)| key_bytes(k) + f.bytes()).sum::<usize>()
+            + self
+                .tables
+                .iter()
+                .flat_map(|t| t.iter())
+                .map(|(k, e)| key_bytes(k) + e.own.bytes() + e.operand.bytes())
+                .sum::<usize>()
+    }
+}
+
 impl Synopsis {
     pub fn new(program: Arc<Program>) -> Self {
-        Synopsis { program, partitions: HashMap::new(), last: None, changed: hashbrown::HashSet::new() }
+        Synopsis { program, partitions: HashMap::new(), last: None, bytes: 0 }
     }
 
-    /// The partitions applied since the last call, each with its encoding (`None`: it holds
-    /// nothing any more).
-    pub fn take_changed(&mut self) -> Vec<(Key, Option<Vec<u8>>)> {
-        self.changed
-            .drain()
-            .map(|key| {
-                let bytes = self.partitions.get(&key).map(|p| {
-                    let mut w = StateWriter::default();
-                    p.encode(&mut w);
-                    w.into_bytes()
-                });
-                (key, bytes)
-            })
-            .collect()
+    /// Every partition and the last instant applied.
+    pub fn encode(&self, w: &mut StateWriter) {
+        w.u8(SYNOPSIS_FORMAT);
+        w.bool(self.last.is_some());
+        w.i64(self.last.unwrap_or(0));
+        w.len(self.partitions.len());
+        for (key, partition) in &self.partitions {
+            encode_key(w, key);
+            partition.encode(w);
+        }
     }
 
-    /// Puts back a partition [`take_changed`](Self::take_changed) encoded.
-    pub fn insert_partition(&mut self, key: Key, bytes: &[u8]) -> Result<()> {
-        let mut r = StateReader::new(bytes);
-        let partition = Partition::decode(&mut r, self.program.tables.len())?;
-        r.finish()?;
-        self.partitions.insert(key, partition);
-        Ok(())
-    }
-
-    /// Sets the last instant applied (restoring a checkpoint).
-    pub fn set_last_instant(&mut self, last: Option<i64>) {
-        self.last = last;
-    }
-
-    pub fn program(&self) -> &Program {
-        &self.program
-    }
-
-    /// The last instant applied.
-    pub fn last_instant(&self) -> Option<i64> {
-        self.last
+    /// Takes back what [`encode`](Self::encode) wrote.
+    pub fn decode(program: Arc<Program>, r: &mut StateReader) -> Result<Self> {
+        r.format("a synopsis", SYNOPSIS_FORMAT)?;
+        let mut synopsis = Synopsis::new(program);
+        let (has_last, last) = (r.bool()?, r.i64()?);
+        synopsis.last = has_last.then_some(last);
+        for _ in 0..r.len(16)? {
+            let key = decode_key(r)?;
+            let partition = Partition::decode(r, synopsis.program.tables.len())?;
+            synopsis.bytes += partition.bytes(&key);
+            synopsis.partitions.insert(key, partition);
+        }
+        Ok(synopsis)
     }
 
     /// Evaluates partition `old` (none: a new one) at `instant` with `events`.
@@ -490,11 +495,13 @@ impl Synopsis {
             by_partition.entry(Key::default()).or_insert_with(|| vec![HashMap::new(); program.atoms.len()]);
         }
         for (partition, events) in by_partition {
-            let next = self.step(self.partitions.get(&partition), instant, &events)?;
-            self.changed.insert(partition.clone());
+            let old = self.partitions.get(&partition);
+            let next = self.step(old, instant, &events)?;
+            self.bytes -= old.map_or(0, |p| p.bytes(&partition));
             if next.body.is_empty() && next.tables.iter().all(|t| t.is_empty()) {
                 self.partitions.remove(&partition);
             } else {
+                self.bytes += next.bytes(&partition);
                 self.partitions.insert(partition, next);
             }
         }
@@ -505,8 +512,15 @@ impl Synopsis {
     /// `answer`: the query's answer at `instant` (not before the last instant applied), per
     /// valuation of the group variables, ascending, without zeros.
     pub fn answer(&self, instant: i64) -> Result<Vec<(Key, Count)>> {
+        let mut answer = BTreeMap::new();
+        self.answer_into(instant, &mut answer)?;
+        Ok(answer.into_iter().map(|(k, c)| (k, if self.program.distinct { c.min(1) } else { c })).collect())
+    }
+
+    /// Adds every partition's count at `instant` to `answer`, per valuation of the group
+    /// variables, before `DISTINCT` (the caller caps the sums of every part at 1).
+    pub fn answer_into(&self, instant: i64, answer: &mut BTreeMap<Key, Count>) -> Result<()> {
         let program = &*self.program;
-        let mut answer: BTreeMap<Key, Count> = BTreeMap::new();
         let no_events: InstantEvents = vec![HashMap::new(); program.atoms.len()];
         let body_vars = &program.nodes[program.root].vars;
         for partition in self.partitions.values() {
@@ -530,28 +544,11 @@ impl Synopsis {
                 }
             }
         }
-        Ok(answer.into_iter().map(|(k, c)| (k, if program.distinct { c.min(1) } else { c })).collect())
+        Ok(())
     }
 
     /// The bytes the state takes: keys and forms of every partition.
     pub fn state_bytes(&self) -> usize {
-        let key_bytes = |k: &Key| std::mem::size_of::<Key>() + k.len() * std::mem::size_of::<Value>();
-        self.partitions
-            .iter()
-            .map(|(k, p)| {
-                key_bytes(k)
-                    + p.body.iter().map(|(k, f)| key_bytes(k) + f.bytes()).sum::<usize>()
-                    + p.tables
-                        .iter()
-                        .flat_map(|t| t.iter())
-                        .map(|(k, e)| key_bytes(k) + e.own.bytes() + e.operand.bytes())
-                        .sum::<usize>()
-            })
-            .sum()
-    }
-
-    /// The partitions held.
-    pub fn partitions(&self) -> usize {
-        self.partitions.len()
+        self.bytes
     }
 }

@@ -23,7 +23,7 @@ pub mod evaluator;
 pub mod form;
 pub mod formula;
 
-pub use chain::{ChainSynopsis, Chains};
+pub use chain::{ChainSynopsis, Chains, PartitionIds};
 pub use evaluator::{Key, Synopsis, Value};
 pub use form::Count;
 pub use formula::{Atom, Formula, Program, SinceCount, SpaceClass, TemporalQuery, Var};

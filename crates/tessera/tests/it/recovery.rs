@@ -203,9 +203,9 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
 
-    /// Continuous temporal queries resume to the same rows: their synopses' partitions and
-    /// interned values are saved to the store as they change, their waiting events and last
-    /// instants in the snapshot, and `EMIT CHANGES` continues from the rows it wrote (also for
+    /// Continuous temporal queries resume to the same rows, in memory or evicted to the store
+    /// after every batch: their synopses' groups of partitions and interned values are saved to
+    /// the store as they change, their waiting events and last instants in the snapshot, and `EMIT CHANGES` continues from the rows it wrote (also for
     /// a formula whose answer moves with the current instant, SINCE_DURATION). Queries kept
     /// whole resume with the same events: the chunks checkpoints wrote.
     #[test]
@@ -215,7 +215,10 @@ proptest! {
         batch_size in 1usize..20,
         crashes in prop::collection::vec(0usize..12, 1..4),
         workers in 1usize..3,
+        disk in any::<bool>(),
     ) {
+        // On disk, every group of partitions is evicted after every batch.
+        let disk = disk.then_some(0);
         let text = format!(
             "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '{delay}' SECOND)
                WITH (path = 'unused.csv', time_unit = 's');
@@ -236,7 +239,7 @@ proptest! {
         run(&text, None, &input, None, (None, Duration::ZERO), (workers, None), &mut expected).expect("uninterrupted run");
         let dir = tempfile::tempdir().expect("temp dir");
         let mut resumed = MemorySink::default();
-        resumed_after_crashes(&text, None, &input, dir.path(), &crashes, (workers, None), &mut resumed)
+        resumed_after_crashes(&text, None, &input, dir.path(), &crashes, (workers, disk), &mut resumed)
             .expect("resumed run");
         // The last two are kept whole (every event, answered by a stand-in batch engine).
         for q in 0..7 {
@@ -273,29 +276,71 @@ proptest! {
              SELECT k, window_start, window_end, MIN(v), COUNT(*) FROM TUMBLE(s, ts, INTERVAL '{range}' SECOND)
              GROUP BY k, window_start, window_end;"
         );
-        let input = batches(&events, batch_size);
-        let written = |sink: &MemorySink| -> Vec<String> {
-            (0..2)
-                .flat_map(|q| [&sink.rows[q], &sink.late[q]])
-                .map(|batches| arrow::util::pretty::pretty_format_batches(batches).expect("printable").to_string())
-                .collect()
-        };
-        let mut in_memory = MemorySink::default();
-        run(&text, strategy, &input, None, (None, Duration::ZERO), (1, None), &mut in_memory).expect("in memory");
-        let want = written(&in_memory);
-        // Evicted after every batch, or within a budget that holds some groups.
-        for budget in [0, 600] {
-            let mut sink = MemorySink::default();
-            run(&text, strategy, &input, None, (None, Duration::ZERO), (1, Some(budget)), &mut sink).expect("on disk");
-            prop_assert_eq!(&written(&sink), &want, "budget {}", budget);
-        }
-        for disk in [None, Some(0)] {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let mut resumed = MemorySink::default();
-            resumed_after_crashes(&text, strategy, &input, dir.path(), &crashes, (1, disk), &mut resumed).expect("resumed");
-            prop_assert_eq!(&written(&resumed), &want, "resumed, disk {:?}", disk);
-        }
+        same_output_wherever_the_state_is(&text, strategy, &batches(&events, batch_size), &crashes, 2)?;
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// The same for continuous temporal queries: their groups of partitions evicted after every
+    /// batch or partly in memory, and resumed after crashes.
+    #[test]
+    fn temporal_output_does_not_depend_on_where_the_state_is(
+        events in event_strategy(),
+        delay in 0i64..4,
+        batch_size in 1usize..12,
+        crashes in prop::collection::vec(0usize..12, 1..3),
+    ) {
+        let text = format!(
+            "CREATE SOURCE s (k BIGINT, tag VARCHAR, v DOUBLE, ts BIGINT, WATERMARK FOR ts AS ts - INTERVAL '{delay}' SECOND)
+               WITH (path = 'unused.csv', time_unit = 's');
+             SELECT a.k, COUNT(*) FROM s a, s b WHERE a.k = b.k AND a.v < 0 AND b.v > 0 AND a.ts < b.ts GROUP BY a.k
+               EMIT CHANGES;
+             SELECT a.k, a.tag, COUNT(*) FROM s a, s b, s c WHERE a.k = b.k AND b.k = c.k AND a.tag = b.tag
+               AND b.tag = c.tag AND a.ts < b.ts AND b.ts < c.ts GROUP BY a.k, a.tag;
+             WITH up AS (SELECT k FROM s WHERE v > 0), down AS (SELECT k FROM s WHERE v < 0)
+             SELECT k, COUNT(*) FROM TEMPORAL(SINCE_DURATION(NOT down, down) OR up AND NOT SO_FAR(down)) GROUP BY k
+               EMIT CHANGES;
+             SELECT b.k, COUNT(*) FROM s a, s b, s c WHERE a.k = b.k AND b.tag = c.tag AND a.ts < b.ts AND b.ts < c.ts
+               GROUP BY b.k;"
+        );
+        same_output_wherever_the_state_is(&text, None, &batches(&events, batch_size), &crashes, 4)?;
+    }
+}
+
+/// Runs `text` over `input` with one worker in memory, within budgets of 0 and 600 bytes, and
+/// resumed after `crashes` (in memory and on disk), and checks that the first `queries` write
+/// the same bytes in the same order each time.
+fn same_output_wherever_the_state_is(
+    text: &str,
+    strategy: Option<Strategy>,
+    input: &[RecordBatch],
+    crashes: &[usize],
+    queries: usize,
+) -> Result<(), TestCaseError> {
+    let written = |sink: &MemorySink| -> Vec<String> {
+        (0..queries)
+            .flat_map(|q| [&sink.rows[q], &sink.late[q]])
+            .map(|batches| arrow::util::pretty::pretty_format_batches(batches).expect("printable").to_string())
+            .collect()
+    };
+    let mut in_memory = MemorySink::default();
+    run(text, strategy, input, None, (None, Duration::ZERO), (1, None), &mut in_memory).expect("in memory");
+    let want = written(&in_memory);
+    // Evicted after every batch, or within a budget that holds some groups.
+    for budget in [0, 600] {
+        let mut sink = MemorySink::default();
+        run(text, strategy, input, None, (None, Duration::ZERO), (1, Some(budget)), &mut sink).expect("on disk");
+        prop_assert_eq!(&written(&sink), &want, "budget {}", budget);
+    }
+    for disk in [None, Some(0)] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut resumed = MemorySink::default();
+        resumed_after_crashes(text, strategy, input, dir.path(), crashes, (1, disk), &mut resumed).expect("resumed");
+        prop_assert_eq!(&written(&resumed), &want, "resumed, disk {:?}", disk);
+    }
+    Ok(())
 }
 
 /// Checkpoints write what changed: where most keys' slices stay as they were between two

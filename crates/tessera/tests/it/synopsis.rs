@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tessera::synopsis::conjunctive::{self, Allowed, Block, ConjunctiveQuery};
 use tessera::synopsis::{
-    Atom, ChainSynopsis, Count, Formula, Program, SinceCount, Synopsis, TemporalQuery, Value, Var,
+    Atom, ChainSynopsis, Count, Formula, PartitionIds, Program, SinceCount, Synopsis, TemporalQuery, Value, Var,
 };
 use tessera::window::generators::SplitMix;
 
@@ -350,20 +350,22 @@ fn counter_chains_equal_counting_their_tuples() {
         let what = format!("case {cases}: {q:?} as {}", program.formula());
         assert!(program.chains.is_some(), "{what}");
         let mut chains = ChainSynopsis::new(Arc::clone(&program)).unwrap();
+        let mut ids = PartitionIds::new(&program);
         let events = random_stream(&mut rng, 3, 14, 2);
         let mut i = 0;
         for t in 0..16 {
             while i < events.len() && events[i].t == t {
                 let e = events[i];
                 let key: Vec<Value> = program.partition.iter().map(|&v| e.cols[v]).collect();
-                let partition = chains.partition(&key).unwrap();
+                let partition = ids.id(&key).unwrap();
                 for (a, _) in kinds.iter().enumerate().filter(|(_, &k)| k == e.kind) {
                     chains.add(t, partition, a, 1).unwrap_or_else(|e| panic!("{what}: {e}"));
                 }
                 i += 1;
             }
-            let got: Vec<(Vec<Value>, Count)> =
-                chains.answer().unwrap().into_iter().map(|(k, c)| (k.to_vec(), c)).collect();
+            let mut answer = BTreeMap::new();
+            chains.answer_into(&|p| ids.key(p), &mut answer).unwrap();
+            let got: Vec<(Vec<Value>, Count)> = answer.into_iter().map(|(k, c)| (k.to_vec(), c)).collect();
             assert_eq!(got, count_tuples(&q, &kinds, &events, t), "{what} at instant {t}");
         }
     }
