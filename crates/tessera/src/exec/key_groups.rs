@@ -17,9 +17,10 @@
 //! **Checkpoints are incremental**: a checkpoint writes the tables of the groups in memory
 //! that changed since they were last saved, makes the store durable, and its snapshot holds
 //! only each group's progress, rows waiting, and the versions of its tables in the store.
-//! Tables are versioned by checkpoint epoch: a table saved again in a later epoch gets a new
-//! version, and the one a committed checkpoint may still need is deleted only after the next
-//! checkpoint commits; a resumed run deletes every version its checkpoint does not name.
+//! Tables are versioned by checkpoint epoch ([`Versions`]): a table saved again in a later
+//! epoch gets a new version, and the one a committed checkpoint may still need is deleted only
+//! after the next checkpoint commits; a resumed run deletes every version its checkpoint does
+//! not name.
 //!
 //! **Output does not depend on memory**: every group closes a window at the same batch
 //! whether it is in memory or not, and what the groups emit while one batch is taken is
@@ -34,6 +35,7 @@ use std::sync::Arc;
 
 use super::key_interner::SharedKeys;
 use super::state_tables::TableName;
+use super::versions::Versions;
 use super::window_aggregate::WindowAggregateExec;
 use super::{CheckpointBytes, EventBatch, OperatorMetrics, Output, SpillCounters, StreamOperator};
 use crate::error::{Result, TesseraError};
@@ -77,119 +79,68 @@ struct Group {
     out: Output,
 }
 
-/// The store's keys of one operator's tables, their versions and the versions to delete.
-struct TableVersions {
-    store: Arc<StateStore>,
-    /// Distinguishes this operator's tables in the store.
-    operator: u64,
-    /// The checkpoint epoch: tables saved now get this version; the next checkpoint commits it.
-    epoch: u64,
-    /// Keys of versions replaced or dropped in `epoch` (second), which the checkpoint of that
-    /// epoch may not need but the previous one does: deleted once it has committed.
-    retired: Vec<(Vec<u8>, u64)>,
-    /// Bytes of tables written since the last checkpoint (evictions and the checkpoint).
-    written_since_checkpoint: u64,
+/// A table's name in the store: its key group and its name within the group.
+fn table_name(group: usize, name: TableName) -> Vec<u8> {
+    let mut key = (group as u32).to_be_bytes().to_vec();
+    name.encode(&mut key);
+    key
 }
 
-impl TableVersions {
-    fn prefix(&self, group: Option<usize>) -> Vec<u8> {
-        let mut key = self.operator.to_be_bytes().to_vec();
-        if let Some(g) = group {
-            key.extend_from_slice(&(g as u32).to_be_bytes());
+/// Writes the tables of `operator` (key group `group`) that changed since they were saved (or
+/// never were), and retires the versions of tables it no longer holds; returns the bytes
+/// written.
+fn save_tables(
+    versions: &mut Versions,
+    group: usize,
+    operator: &mut WindowAggregateExec,
+    saved: &mut BTreeMap<TableName, Saved>,
+) -> Result<u64> {
+    let mut present = Vec::new();
+    let mut written = 0;
+    operator.visit_tables(&mut |name, mut table| {
+        present.push(name);
+        if !table.changed() && saved.contains_key(&name) {
+            return Ok(());
         }
-        key
+        let mut w = StateWriter::default();
+        w.u8(TABLE_FORMAT);
+        table.encode(&mut w);
+        let bytes = w.into_bytes();
+        let previous = saved.get(&name).map(|p| p.epoch);
+        let epoch = versions.put(&table_name(group, name), &bytes, previous)?;
+        saved.insert(name, Saved { epoch, bytes: bytes.len() as u64 });
+        table.mark_saved();
+        written += bytes.len() as u64;
+        Ok(())
+    })?;
+    present.sort_unstable();
+    let gone: Vec<(TableName, Saved)> =
+        saved.iter().filter(|(name, _)| present.binary_search(name).is_err()).map(|(n, s)| (*n, *s)).collect();
+    for (name, version) in gone {
+        saved.remove(&name);
+        versions.retire(&table_name(group, name), version.epoch)?;
     }
+    Ok(written)
+}
 
-    fn key(&self, group: usize, name: TableName, epoch: u64) -> Vec<u8> {
-        let mut key = self.prefix(Some(group));
-        name.encode(&mut key);
-        key.extend_from_slice(&epoch.to_be_bytes());
-        key
+/// Puts the saved tables of key group `group` back into `operator`; returns the bytes read.
+fn load_tables(
+    versions: &Versions,
+    group: usize,
+    operator: &mut WindowAggregateExec,
+    saved: &BTreeMap<TableName, Saved>,
+) -> Result<u64> {
+    let mut read = 0;
+    for (&name, version) in saved {
+        let bytes = versions
+            .get(&table_name(group, name), version.epoch, &|| format!("table {name:?} of key group {group}"))?;
+        let mut r = StateReader::new(&bytes);
+        r.format("a table", TABLE_FORMAT)?;
+        operator.insert_table(name, &mut r)?;
+        r.finish()?;
+        read += bytes.len() as u64;
     }
-
-    /// The group, table and version of a key of this operator.
-    fn parse(key: &[u8]) -> Result<(usize, TableName, u64)> {
-        let corrupt = || TesseraError::Checkpoint("the state store holds a key tessera did not write".into());
-        if key.len() != 12 + TableName::BYTES + 8 {
-            return Err(corrupt());
-        }
-        let group = u32::from_be_bytes(key[8..12].try_into().expect("4 bytes")) as usize;
-        let name = TableName::decode(&key[12..12 + TableName::BYTES])?;
-        let epoch = u64::from_be_bytes(key[12 + TableName::BYTES..].try_into().expect("8 bytes"));
-        Ok((group, name, epoch))
-    }
-
-    /// A version no longer needed once the current epoch's checkpoint commits: deleted now if
-    /// it was written in this epoch (no checkpoint names it), later otherwise.
-    fn retire(&mut self, group: usize, name: TableName, epoch: u64) -> Result<()> {
-        let key = self.key(group, name, epoch);
-        if epoch == self.epoch {
-            self.store.remove(&key)
-        } else {
-            self.retired.push((key, self.epoch));
-            Ok(())
-        }
-    }
-
-    /// Writes the tables of `operator` that changed since they were saved (or never were),
-    /// and retires the versions of tables it no longer holds; returns the bytes written.
-    fn save(
-        &mut self,
-        group: usize,
-        operator: &mut WindowAggregateExec,
-        saved: &mut BTreeMap<TableName, Saved>,
-    ) -> Result<u64> {
-        let mut present = Vec::new();
-        let mut written = 0;
-        operator.visit_tables(&mut |name, mut table| {
-            present.push(name);
-            if !table.changed() && saved.contains_key(&name) {
-                return Ok(());
-            }
-            let mut w = StateWriter::default();
-            w.u8(TABLE_FORMAT);
-            table.encode(&mut w);
-            let bytes = w.into_bytes();
-            let previous = saved.insert(name, Saved { epoch: self.epoch, bytes: bytes.len() as u64 });
-            if let Some(previous) = previous.filter(|p| p.epoch != self.epoch) {
-                self.retire(group, name, previous.epoch)?;
-            }
-            self.store.put(&self.key(group, name, self.epoch), &bytes)?;
-            table.mark_saved();
-            written += bytes.len() as u64;
-            Ok(())
-        })?;
-        present.sort_unstable();
-        let gone: Vec<(TableName, Saved)> =
-            saved.iter().filter(|(name, _)| present.binary_search(name).is_err()).map(|(n, s)| (*n, *s)).collect();
-        for (name, version) in gone {
-            saved.remove(&name);
-            self.retire(group, name, version.epoch)?;
-        }
-        self.written_since_checkpoint += written;
-        Ok(written)
-    }
-
-    /// Puts the saved tables back into `operator`; returns the bytes read.
-    fn load(
-        &self,
-        group: usize,
-        operator: &mut WindowAggregateExec,
-        saved: &BTreeMap<TableName, Saved>,
-    ) -> Result<u64> {
-        let mut read = 0;
-        for (&name, version) in saved {
-            let bytes = self.store.get(&self.key(group, name, version.epoch))?.ok_or_else(|| {
-                TesseraError::Checkpoint(format!("table {name:?} of key group {group} is missing from the state store"))
-            })?;
-            let mut r = StateReader::new(&bytes);
-            r.format("a table", TABLE_FORMAT)?;
-            operator.insert_table(name, &mut r)?;
-            r.finish()?;
-            read += bytes.len() as u64;
-        }
-        Ok(read)
-    }
+    Ok(read)
 }
 
 pub struct KeyGroupsExec {
@@ -200,7 +151,7 @@ pub struct KeyGroupsExec {
     keys: Arc<SharedKeys>,
     /// An operator as the plan builds it: its window nodes and output slots.
     probe: WindowAggregateExec,
-    tables: TableVersions,
+    tables: Versions,
     group_bits: u32,
     memory_budget: u64,
     slots: usize,
@@ -227,7 +178,7 @@ impl KeyGroupsExec {
             shape,
             keys,
             probe,
-            tables: TableVersions { store, operator: id, epoch: 0, retired: Vec::new(), written_since_checkpoint: 0 },
+            tables: Versions::new(store, id),
             group_bits,
             memory_budget,
             slots,
@@ -269,7 +220,7 @@ impl KeyGroupsExec {
                 let mut r = StateReader::new(&progress);
                 operator.decode_progress(&mut r)?;
                 r.finish()?;
-                let read = self.tables.load(g, &mut operator, &self.groups[g].saved)?;
+                let read = load_tables(&self.tables, g, &mut operator, &self.groups[g].saved)?;
                 self.spill.group_reads += 1;
                 self.spill.bytes_read += read;
             }
@@ -304,7 +255,7 @@ impl KeyGroupsExec {
         let mut operator = self.groups[g].operator.take().expect("resident");
         self.groups[g].metrics = operator.metrics();
         self.groups[g].next_close = operator.next_close();
-        let written = self.tables.save(g, &mut operator, &mut self.groups[g].saved)?;
+        let written = save_tables(&mut self.tables, g, &mut operator, &mut self.groups[g].saved)?;
         let mut w = StateWriter::default();
         operator.encode_progress(&mut w);
         self.groups[g].progress = Some(w.into_bytes());
@@ -559,15 +510,13 @@ impl StreamOperator for KeyGroupsExec {
     /// waiting rows and table versions. A resumed run keeps the same groups in memory and
     /// evicts in the same order, so it applies rows at the same points as an uninterrupted run.
     fn checkpoint(&mut self, w: &mut StateWriter) -> Result<CheckpointBytes> {
-        let epoch = self.tables.epoch;
-        for (key, _) in self.tables.retired.extract_if(.., |(_, retired_in)| *retired_in < epoch) {
-            self.tables.store.remove(&key)?;
-        }
+        self.tables.begin_checkpoint()?;
+        let epoch = self.tables.epoch();
         let mut written = 0;
         for g in 0..self.groups.len() {
             let group = &mut self.groups[g];
             if let Some(operator) = group.operator.as_mut() {
-                written += self.tables.save(g, operator, &mut group.saved)?;
+                written += save_tables(&mut self.tables, g, operator, &mut group.saved)?;
             }
         }
         w.u64(epoch);
@@ -576,14 +525,11 @@ impl StreamOperator for KeyGroupsExec {
         for g in 0..self.groups.len() {
             self.encode_group(g, w)?;
         }
-        let bytes = CheckpointBytes {
+        Ok(CheckpointBytes {
             tables_written: written,
-            tables_changed: self.tables.written_since_checkpoint,
+            tables_changed: self.tables.end_checkpoint(),
             tables_stored: self.groups.iter().flat_map(|g| g.saved.values()).map(|s| s.bytes).sum(),
-        };
-        self.tables.written_since_checkpoint = 0;
-        self.tables.epoch += 1;
-        Ok(bytes)
+        })
     }
 
     /// Takes back a checkpoint's groups and deletes the versions in the store it does not
@@ -592,18 +538,20 @@ impl StreamOperator for KeyGroupsExec {
         let epoch = r.u64()?;
         self.clock = r.u64()?;
         let n = r.len(27)?;
-        self.tables.epoch = epoch + 1;
         for g in 0..n {
             self.decode_group(g, r)?;
         }
-        for key in self.tables.store.keys(&self.tables.prefix(None))? {
-            let (g, name, version) = TableVersions::parse(&key)?;
-            let named = self.groups.get(g).and_then(|group| group.saved.get(&name)).is_some_and(|s| s.epoch == version);
-            if !named {
-                self.tables.store.remove(&key)?;
+        let groups = &self.groups;
+        self.tables.restore(epoch, &mut |name, version| {
+            let corrupt = || TesseraError::Checkpoint("the state store holds a key tessera did not write".into());
+            let group: [u8; 4] = name.get(..4).and_then(|g| g.try_into().ok()).ok_or_else(corrupt)?;
+            if name.len() != 4 + TableName::BYTES {
+                return Err(corrupt());
             }
-        }
-        Ok(())
+            let table = TableName::decode(&name[4..])?;
+            let saved = groups.get(u32::from_be_bytes(group) as usize).and_then(|g| g.saved.get(&table));
+            Ok(saved.is_some_and(|s| s.epoch == version))
+        })
     }
 
     fn metrics(&self) -> Vec<OperatorMetrics> {
