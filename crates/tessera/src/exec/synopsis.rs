@@ -24,7 +24,8 @@ use arrow::array::{Array, ArrayRef, AsArray, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Int64Type};
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
-use hashbrown::HashMap;
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use std::hash::BuildHasher;
 
 use super::synopsis_groups::{PartitionGroups, GROUP_TABLE};
 use super::versions::Versions;
@@ -32,20 +33,23 @@ use super::{CheckpointBytes, EventBatch, OperatorMetrics, Output, StreamOperator
 use crate::error::{Result, TesseraError};
 use crate::plan::{EmitMode, TemporalBlock, TemporalColumn, TemporalPlan};
 use crate::state::codec::{StateReader, StateWriter};
+use crate::state::memory::{allocation, hash_table};
 use crate::state::store::StateStore;
 use crate::synopsis::evaluator::{decode_count, decode_key, encode_count, encode_key, project};
 use crate::synopsis::{ChainSynopsis, Count, Key, PartitionIds, Program, Synopsis, Value};
 
 /// The values of one variable, each given an id in the order first seen (the id is what the
-/// synopsis keys its counts by).
+/// synopsis keys its counts by), their bytes in Arrow's row format one after another.
 struct ValueInterner {
     /// The ids of the 64-bit integers seen, so a column of them is interned without encoding.
     int_ids: HashMap<i64, Value>,
     converter: RowConverter,
-    ids: HashMap<Box<[u8]>, Value>,
-    values: Vec<Box<[u8]>>,
-    /// The bytes the values take (kept as they come).
-    bytes: usize,
+    /// The ids, found by hashing the values they stand for.
+    ids: HashTable<Value>,
+    hasher: DefaultHashBuilder,
+    /// Value `id` is `data[ends[id - 1]..ends[id]]` (from 0 for the first).
+    data: Vec<u8>,
+    ends: Vec<usize>,
 }
 
 impl ValueInterner {
@@ -53,10 +57,21 @@ impl ValueInterner {
         Ok(ValueInterner {
             int_ids: HashMap::new(),
             converter: RowConverter::new(vec![SortField::new(data_type.clone())])?,
-            ids: HashMap::new(),
-            values: Vec::new(),
-            bytes: 0,
+            ids: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+            data: Vec::new(),
+            ends: Vec::new(),
         })
+    }
+
+    /// The values interned.
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn value(&self, id: usize) -> &[u8] {
+        let start = if id == 0 { 0 } else { self.ends[id - 1] };
+        &self.data[start..self.ends[id]]
     }
 
     /// The id of every value of `column`.
@@ -70,9 +85,7 @@ impl ValueInterner {
         }
         let ids = self.intern_rows(column)?;
         for (&v, &id) in ints.values().iter().zip(&ids) {
-            if self.int_ids.insert(v, id).is_none() {
-                self.bytes += 24;
-            }
+            self.int_ids.insert(v, id);
         }
         Ok(ids)
     }
@@ -80,35 +93,41 @@ impl ValueInterner {
     /// [`intern`](Self::intern) through Arrow's row format (any type, NULL a value of its own).
     fn intern_rows(&mut self, column: &ArrayRef) -> Result<Vec<Value>> {
         let rows = self.converter.convert_columns(std::slice::from_ref(column))?;
-        Ok(rows
-            .iter()
-            .map(|row| {
-                let bytes = row.as_ref();
-                match self.ids.get(bytes) {
-                    Some(&id) => id,
-                    None => {
-                        let id = self.values.len() as Value;
-                        self.add(bytes.into());
-                        id
-                    }
-                }
-            })
-            .collect())
+        Ok(rows.iter().map(|row| self.id(row.as_ref())).collect())
+    }
+
+    /// The id of `value` (in the row format), given one if new.
+    fn id(&mut self, value: &[u8]) -> Value {
+        let hash = self.hasher.hash_one(value);
+        if let Some(&id) = self.ids.find(hash, |&id| self.value(id as usize) == value) {
+            return id;
+        }
+        let id = self.len() as Value;
+        self.data.extend_from_slice(value);
+        self.ends.push(self.data.len());
+        let (data, ends, hasher) = (&self.data, &self.ends, &self.hasher);
+        let rehash = |&id: &Value| {
+            let id = id as usize;
+            hasher.hash_one(&data[if id == 0 { 0 } else { ends[id - 1] }..ends[id]])
+        };
+        self.ids.insert_unique(hash, id, rehash);
+        id
     }
 
     /// The values of `ids`, as a column.
     fn column(&self, ids: impl Iterator<Item = Value>) -> Result<ArrayRef> {
         let parser = self.converter.parser();
-        let rows: Vec<_> = ids.map(|id| parser.parse(&self.values[id as usize])).collect();
+        let rows: Vec<_> = ids.map(|id| parser.parse(self.value(id as usize))).collect();
         let mut columns = self.converter.convert_rows(rows)?;
         Ok(columns.remove(0))
     }
 
-    /// Gives `value` the next id.
-    fn add(&mut self, value: Box<[u8]>) {
-        self.bytes += 2 * value.len() + 2 * std::mem::size_of::<Box<[u8]>>() + 8;
-        self.ids.insert(value.clone(), self.values.len() as Value);
-        self.values.push(value);
+    /// The bytes it takes in memory.
+    fn bytes(&self) -> usize {
+        allocation(self.data.capacity())
+            + allocation(self.ends.capacity() * std::mem::size_of::<usize>())
+            + hash_table::<Value>(self.ids.capacity())
+            + hash_table::<(i64, Value)>(self.int_ids.capacity())
     }
 }
 
@@ -443,7 +462,7 @@ impl BlockState {
     /// What the block holds in memory besides its groups: interned values and partition keys,
     /// events before the watermark, the answer `EMIT CHANGES` last wrote.
     fn other_bytes(&self) -> usize {
-        let interned: usize = self.interners.iter().map(|i| i.bytes).sum();
+        let interned: usize = self.interners.iter().map(ValueInterner::bytes).sum();
         let answer = self.answer.keys().map(|k| 48 + 8 * k.len()).sum::<usize>();
         interned + self.ids.bytes() + self.engine.pending_bytes() + answer
     }
@@ -458,15 +477,15 @@ impl BlockState {
         let mut written = 0;
         for (var, interner) in self.interners.iter().enumerate() {
             let from = self.saved_values[var];
-            if interner.values.len() > from {
+            if interner.len() > from {
                 let mut chunk = StateWriter::default();
                 chunk.u8(CHUNK_FORMAT);
-                chunk.len(interner.values.len() - from);
-                interner.values[from..].iter().for_each(|v| chunk.bytes(v));
+                chunk.len(interner.len() - from);
+                (from..interner.len()).for_each(|id| chunk.bytes(interner.value(id)));
                 let chunk = chunk.into_bytes();
                 versions.put(&chunk_name(VALUES_TABLE, b, var, from), &chunk, None)?;
                 written += chunk.len() as u64;
-                self.saved_values[var] = interner.values.len();
+                self.saved_values[var] = interner.len();
             }
             w.u64(self.saved_values[var] as u64);
         }
@@ -566,11 +585,11 @@ impl BlockState {
         let misplaced = || TesseraError::Checkpoint("the state store's interned values are out of order".into());
         if tag == VALUES_TABLE {
             let interner = self.interners.get_mut(var).ok_or_else(misplaced)?;
-            if interner.values.len() != first {
+            if interner.len() != first {
                 return Err(misplaced());
             }
             for _ in 0..r.len(8)? {
-                interner.add(r.bytes()?.into());
+                interner.id(r.bytes()?);
             }
         } else {
             if self.ids.interned().len() != first {
@@ -830,7 +849,7 @@ impl StreamOperator for SynopsisExec {
             self.blocks[b].restore_chunk(tag, var, first, &bytes)?;
         }
         for block in &self.blocks {
-            let complete = block.interners.iter().zip(&block.saved_values).all(|(i, &n)| i.values.len() == n)
+            let complete = block.interners.iter().zip(&block.saved_values).all(|(i, &n)| i.len() == n)
                 && block.ids.interned().len() == block.saved_keys;
             if !complete {
                 return Err(TesseraError::Checkpoint("the state store lacks values the checkpoint names".into()));

@@ -213,37 +213,47 @@ impl<G: PartitionGroup> PartitionGroups<G> {
     /// waiting for it otherwise.
     #[inline]
     pub(super) fn deliver(&mut self, g: usize, event: G::Event, versions: &mut Versions) -> Result<()> {
+        match self.slots.get_mut(g) {
+            Some(slot) if slot.group.is_some() => {
+                let group = slot.group.as_mut().expect("in memory");
+                group.apply(event)?;
+                slot.changed = true;
+                slot.last_used = self.clock;
+                if self.budget != u64::MAX {
+                    let bytes = group.bytes() as u64;
+                    self.resident_bytes = self.resident_bytes + bytes - slot.bytes;
+                    slot.bytes = bytes;
+                }
+                Ok(())
+            }
+            _ => self.deliver_to_absent(g, event, versions),
+        }
+    }
+
+    /// [`deliver`](Self::deliver) to a group not in memory: made if new, loaded if it fits,
+    /// else the event waits (loading the group once many wait).
+    #[cold]
+    fn deliver_to_absent(&mut self, g: usize, event: G::Event, versions: &mut Versions) -> Result<()> {
         if g >= self.slots.len() {
             self.slots.resize_with(g + 1, Slot::default);
         }
-        if self.slots[g].group.is_none() {
-            let room = self.room();
-            let slot = &mut self.slots[g];
-            if slot.saved.is_none() {
-                slot.group = Some(G::empty(&self.program)?);
-            } else if slot.bytes <= room {
-                self.load(g, versions)?;
-            } else {
-                let bytes = G::event_bytes(&event) as u64;
-                slot.waiting.push(event);
-                slot.waiting_bytes += bytes;
-                self.waiting_bytes += bytes;
-                if slot.waiting.len() < WAITING_EVENTS {
-                    return Ok(());
-                }
-                return self.load(g, versions);
-            }
-        }
-        self.clock += 1;
+        let room = self.room();
         let slot = &mut self.slots[g];
-        let group = slot.group.as_mut().expect("in memory");
-        group.apply(event)?;
-        slot.changed = true;
-        slot.last_used = self.clock;
-        let bytes = group.bytes() as u64;
-        self.resident_bytes = self.resident_bytes + bytes - slot.bytes;
-        slot.bytes = bytes;
-        Ok(())
+        if slot.saved.is_none() {
+            slot.group = Some(G::empty(&self.program)?);
+        } else if slot.bytes <= room {
+            self.load(g, versions)?;
+        } else {
+            let bytes = G::event_bytes(&event) as u64;
+            slot.waiting.push(event);
+            slot.waiting_bytes += bytes;
+            self.waiting_bytes += bytes;
+            if slot.waiting.len() >= WAITING_EVENTS {
+                self.load(g, versions)?;
+            }
+            return Ok(());
+        }
+        self.deliver(g, event, versions)
     }
 
     /// Brings group `g` into memory (making room first) and applies its waiting events.
@@ -333,6 +343,8 @@ impl<G: PartitionGroup> PartitionGroups<G> {
         if !self.bounded() {
             return Ok(());
         }
+        // Groups used since the last fit count as used now.
+        self.clock += 1;
         while self.waiting_bytes > self.budget / 4 {
             let g = (0..self.slots.len()).max_by_key(|&g| self.slots[g].waiting_bytes).expect("events wait");
             self.spill.pending_flushes += 1;
@@ -407,9 +419,13 @@ impl<G: PartitionGroup> PartitionGroups<G> {
         self.slots.get(g).and_then(|s| s.saved).is_some_and(|(v, _)| v == version)
     }
 
-    /// The bytes the groups take in memory with their waiting events.
+    /// The bytes the groups take in memory with their waiting events (kept as they change
+    /// when memory is bounded, summed when asked otherwise).
     pub(super) fn bytes(&self) -> u64 {
-        self.resident_bytes + self.waiting_bytes
+        if self.bounded() {
+            return self.resident_bytes + self.waiting_bytes;
+        }
+        self.slots.iter().filter_map(|s| s.group.as_ref()).map(|g| g.bytes() as u64).sum::<u64>() + self.waiting_bytes
     }
 
     /// The bytes of every group's version in the store.

@@ -31,6 +31,7 @@ use super::form::{Count, FormError};
 use super::formula::{Atom, Formula, Program, SinceCount, TemporalQuery, Var};
 use crate::error::{Result, TesseraError};
 use crate::state::codec::{StateReader, StateWriter};
+use crate::state::memory::{allocation, hash_table};
 
 /// The shape of a funnel program: per linear order, its levels earliest first, each level the
 /// atoms that hold at one instant.
@@ -198,7 +199,14 @@ impl PartitionIds {
     }
 
     pub fn bytes(&self) -> usize {
-        self.interned().iter().map(|k| 2 * (std::mem::size_of::<Key>() + 8 * k.len()) + 4).sum()
+        match self {
+            PartitionIds::One => 0,
+            PartitionIds::Interned { ids, keys } => {
+                hash_table::<(Key, u32)>(ids.capacity())
+                    + allocation(keys.capacity() * std::mem::size_of::<Key>())
+                    + keys.iter().map(|k| 2 * allocation(8 * k.len())).sum::<usize>()
+            }
+        }
     }
 }
 
@@ -331,7 +339,7 @@ impl ChainSynopsis {
 
     /// The bytes the state takes: every partition's counters and instant.
     pub fn state_bytes(&self) -> usize {
-        self.counts.capacity() * std::mem::size_of::<Count>() + self.instants.capacity() * 8
+        allocation(self.counts.capacity() * std::mem::size_of::<Count>()) + allocation(self.instants.capacity() * 8)
     }
 }
 

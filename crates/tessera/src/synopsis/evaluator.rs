@@ -22,6 +22,7 @@ use super::form::{Binary, Count, Form, FormError, Unary};
 use super::formula::{NodeKind, Program, SinceCount, Var};
 use crate::error::{Result, TesseraError};
 use crate::state::codec::{StateReader, StateWriter};
+use crate::state::memory::{allocation, hash_table};
 
 /// A data value, as the operator interns it.
 pub type Value = u64;
@@ -399,22 +400,33 @@ impl Partition {
     }
 }
 
-/// The bytes a valuation takes in memory.
+/// The heap bytes of a valuation.
 fn key_bytes(k: &Key) -> usize {
-    std::mem::size_of::<Key>() + k.len() * std::mem::size_of::<Value>()
+    allocation(k.len() * std::mem::size_of::<Value>())
+}
+
+/// The heap bytes of a form.
+fn form_bytes(f: &Form) -> usize {
+    allocation(f.next.capacity() * std::mem::size_of::<Count>())
 }
 
 impl Partition {
-    /// The bytes it takes in memory, its key's included.
+    /// The heap bytes it and its key take (its entry in the synopsis's table aside).
     fn bytes(&self, key: &Key) -> usize {
-        key_bytes(key)
-            + self.body.iter().map(|(k, f)| key_bytes(k) + f.bytes()).sum::<usize>()
+        let body = hash_table::<(Key, Form)>(self.body.capacity())
+            + self.body.iter().map(|(k, f)| key_bytes(k) + form_bytes(f)).sum::<usize>();
+        let tables = allocation(self.tables.capacity() * std::mem::size_of::<HashMap<Key, Entry>>())
             + self
                 .tables
                 .iter()
-                .flat_map(|t| t.iter())
-                .map(|(k, e)| key_bytes(k) + e.own.bytes() + e.operand.bytes())
-                .sum::<usize>()
+                .map(|t| {
+                    hash_table::<(Key, Entry)>(t.capacity())
+                        + t.iter()
+                            .map(|(k, e)| key_bytes(k) + form_bytes(&e.own) + form_bytes(&e.operand))
+                            .sum::<usize>()
+                })
+                .sum::<usize>();
+        key_bytes(key) + body + tables
     }
 }
 
@@ -549,6 +561,6 @@ impl Synopsis {
 
     /// The bytes the state takes: keys and forms of every partition.
     pub fn state_bytes(&self) -> usize {
-        self.bytes
+        self.bytes + hash_table::<(Key, Partition)>(self.partitions.capacity())
     }
 }

@@ -203,11 +203,6 @@ impl Form {
         }
         self
     }
-
-    /// The bytes the form takes.
-    pub fn bytes(&self) -> usize {
-        std::mem::size_of::<Form>() + self.next.capacity() * std::mem::size_of::<Count>()
-    }
 }
 
 #[cfg(test)]
