@@ -79,15 +79,21 @@ impl ValueInterner {
         let Some(ints) = column.as_primitive_opt::<Int64Type>().filter(|a| a.null_count() == 0) else {
             return self.intern_rows(column);
         };
-        let known: Option<Vec<Value>> = ints.values().iter().map(|v| self.int_ids.get(v).copied()).collect();
-        if let Some(ids) = known {
-            return Ok(ids);
+        // Only the values not seen before go through the row format, in the order first seen.
+        let mut unknown: Vec<i64> = Vec::new();
+        for &v in ints.values() {
+            if let hashbrown::hash_map::Entry::Vacant(entry) = self.int_ids.entry(v) {
+                entry.insert(Value::MAX);
+                unknown.push(v);
+            }
         }
-        let ids = self.intern_rows(column)?;
-        for (&v, &id) in ints.values().iter().zip(&ids) {
-            self.int_ids.insert(v, id);
+        if !unknown.is_empty() {
+            let fresh: ArrayRef = Arc::new(Int64Array::from(unknown.clone()));
+            for (v, id) in unknown.into_iter().zip(self.intern_rows(&fresh)?) {
+                self.int_ids.insert(v, id);
+            }
         }
-        Ok(ids)
+        Ok(ints.values().iter().map(|v| self.int_ids[v]).collect())
     }
 
     /// [`intern`](Self::intern) through Arrow's row format (any type, NULL a value of its own).
