@@ -19,10 +19,14 @@ end), its wall time, state bytes and peak RSS, up to --kept-max-events (SQL work
 TEMPORAL formula has no batch SQL). `cpu s` is the run's user + system time (both threads: the
 reader's and the query's); `--cpus 0` pins tessera to one core for the one-core figure. A DuckDB
 run that fails (out of memory on a self-join) is reported as failed, with its exit status.
+With --state-memory SIZE each synopsis also runs with `--state-backend disk --state-memory SIZE`
+(groups of partitions evicted to the LSM store beyond SIZE): its wall time, peak RSS, peak state
+bytes in memory and the bytes it wrote to and read back from the store; its answer must be the
+same as the memory backend's. --users sets the number of users (the state grows with it).
 
 Usage: scripts/bench_synopsis.py [--tessera BIN] [--max-events 100000000] [--users 1000]
                                  [--duckdb-max-events 10000000] [--kept-max-events 10000000]
-                                 [--workloads funnel2,funnel3] [--cpus 0]
+                                 [--workloads funnel2,funnel3] [--cpus 0] [--state-memory 64MB]
 """
 
 import argparse
@@ -132,6 +136,7 @@ def main():
     parser.add_argument("--kept-max-events", type=int, default=10_000_000)
     parser.add_argument("--workloads", default="funnel2,funnel3")
     parser.add_argument("--cpus", help="run tessera pinned to these CPUs (taskset -c), e.g. 0 for one core")
+    parser.add_argument("--state-memory", help="also run each synopsis on the disk backend within this memory")
     args = parser.parse_args()
     pin = ["taskset", "-c", args.cpus] if args.cpus else []
     sizes = []
@@ -144,7 +149,8 @@ def main():
         sql, duck_sql = WORKLOADS[workload]
         print(f"# {workload}: {sql}")
         print("events, tessera s, events/s, cpu s, state bytes, peak RSS MB, kept-whole s, kept-whole state bytes, "
-              "kept-whole RSS MB, duckdb s, tessera/duckdb, equal")
+              "kept-whole RSS MB, duckdb s, tessera/duckdb, equal"
+              + (", disk s, disk RSS MB, disk state bytes, spilled MB written, spilled MB read" if args.state_memory else ""))
         for events in sizes:
             data = os.path.join(ROOT, "bench-data", f"synopsis-{events}-{args.users}.parquet")
             if not os.path.exists(data):
@@ -159,6 +165,18 @@ def main():
                 state = json.load(open(stats)).get("state_bytes_peak", 0)
                 with open(out) as f:
                     ours = sorted([int(x) for x in row] for row in list(csv.reader(f))[1:])
+                disk = ""
+                if args.state_memory:
+                    disk_out = os.path.join(tmp, "disk.csv")
+                    disk_s, disk_rss, _ = run(pin + [args.tessera, "run", script, "-q", "-o", disk_out, "--stats-json", stats,
+                                               "--state-backend", "disk", "--state-memory", args.state_memory])
+                    disk_stats = json.load(open(stats))
+                    with open(disk_out) as f:
+                        if sorted([int(x) for x in row] for row in list(csv.reader(f))[1:]) != ours:
+                            sys.exit(f"{workload} at {events} events: the disk backend answers differently")
+                    spill = disk_stats.get("spill", {})
+                    disk = (f", {disk_s:.3f}, {disk_rss:.0f}, {disk_stats.get('state_bytes_peak', 0)}, "
+                            f"{spill.get('bytes_written', 0) / 1e6:.1f}, {spill.get('bytes_read', 0) / 1e6:.1f}")
                 kept = "n/a, n/a, n/a"
                 if duck_sql is None and events <= args.kept_max_events:
                     kept_out = os.path.join(tmp, "kept.csv")
@@ -183,7 +201,7 @@ def main():
                         ratio = f"{wall / result['seconds']:.2f}"
                         equal = "yes" if result["rows"] == ours else "NO"
                 print(f"{events}, {wall:.3f}, {events / wall:,.0f}, {cpu:.2f}, {state}, {rss:.0f}, {kept}, {duck_s}, "
-                      f"{ratio}, {equal}", flush=True)
+                      f"{ratio}, {equal}{disk}", flush=True)
 
 
 if __name__ == "__main__":
