@@ -470,14 +470,17 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
     }
     let spill = &stats.spill;
     if spill.group_writes > 0 {
+        // Groups of window keys or of synopsis partitions.
         text.push_str(&format!(
-            "\n  spilled state: {} key groups written ({:.1} MB), {} read back ({:.1} MB), {} closes answered from memory",
+            "\n  spilled state: {} groups written ({:.1} MB), {} read back ({:.1} MB)",
             spill.group_writes,
             spill.bytes_written as f64 / 1e6,
             spill.group_reads,
             spill.bytes_read as f64 / 1e6,
-            spill.lookups_in_memory
         ));
+        if spill.lookups_in_memory > 0 {
+            text.push_str(&format!(", {} closes answered from memory", spill.lookups_in_memory));
+        }
     }
     if stats.bad_rows > 0 {
         text.push_str(&format!("\n  skipped rows are in {}", args.dead_letter.display()));

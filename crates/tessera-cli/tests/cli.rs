@@ -503,13 +503,13 @@ fn killed_and_resumed_runs_write_every_row_once() {
     // And a checkpoint in an older format, with what to do.
     let manifest = dir.path().join("state/MANIFEST");
     let json = std::fs::read_to_string(&manifest).expect("manifest");
-    let older = json.replacen("\"format\": 4", "\"format\": 3", 1);
+    let older = json.replacen("\"format\": 5", "\"format\": 4", 1);
     assert_ne!(older, json, "the manifest names its format: {json}");
     std::fs::write(&manifest, older).expect("manifest");
     let old = tessera(&args, dir.path());
     assert_eq!(old.status.code(), Some(1), "{}", text(&old.stderr));
-    assert!(text(&old.stderr).contains("is in format 3"), "{}", text(&old.stderr));
-    assert!(text(&old.stderr).contains("reads format 4"), "{}", text(&old.stderr));
+    assert!(text(&old.stderr).contains("is in format 4"), "{}", text(&old.stderr));
+    assert!(text(&old.stderr).contains("reads format 5"), "{}", text(&old.stderr));
 }
 
 /// Checkpointed output (and the dead-letter file when rows are skipped) must be a file that

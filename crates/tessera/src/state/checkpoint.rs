@@ -31,8 +31,9 @@ const MANIFEST: &str = "MANIFEST";
 /// The format of the manifest and snapshot. Format 1 held every operator's whole state in
 /// the snapshot; format 2 holds their progress, the tables being in the state store; format 3
 /// has the rows and late rows of each query counted by the runtime, no longer by operators;
-/// format 4 has synopses keep their latest on-time instant, and funnels' counter chains.
-const FORMAT: u32 = 4;
+/// format 4 has synopses keep their latest on-time instant, and funnels' counter chains;
+/// format 5 has synopses keep their partitions in groups, a table of the store each.
+const FORMAT: u32 = 5;
 
 /// What one checkpoint wrote: the snapshot (progress, interned keys, rows waiting), the
 /// state tables it wrote to the store, the tables written since the previous checkpoint

@@ -56,6 +56,8 @@ struct Partition {
     anchor: i64,
     tables: Vec<HashMap<Key, Entry>>,
     body: HashMap<Key, Form>,
+    /// Its heap bytes with its key's, as [`Partition::bytes`] counted them when it was held.
+    held: usize,
 }
 
 /// What one evaluation produced per node.
@@ -383,7 +385,7 @@ impl Partition {
         if r.len(8)? != tables {
             return Err(TesseraError::Checkpoint("a saved synopsis partition does not match the query".into()));
         }
-        let mut partition = Partition { anchor, tables: Vec::with_capacity(tables), body: HashMap::new() };
+        let mut partition = Partition { anchor, tables: Vec::with_capacity(tables), body: HashMap::new(), held: 0 };
         for _ in 0..tables {
             let mut table = HashMap::new();
             for _ in 0..r.len(8)? {
@@ -455,8 +457,9 @@ impl Synopsis {
         synopsis.last = has_last.then_some(last);
         for _ in 0..r.len(16)? {
             let key = decode_key(r)?;
-            let partition = Partition::decode(r, synopsis.program.tables.len())?;
-            synopsis.bytes += partition.bytes(&key);
+            let mut partition = Partition::decode(r, synopsis.program.tables.len())?;
+            partition.held = partition.bytes(&key);
+            synopsis.bytes += partition.held;
             synopsis.partitions.insert(key, partition);
         }
         Ok(synopsis)
@@ -479,7 +482,7 @@ impl Synopsis {
             Values::Listed(map) => map,
             Values::Asked => return Err(TesseraError::Internal("the body of a synopsis is not listed".into())),
         };
-        Ok(Partition { anchor: instant, tables: step.tables, body })
+        Ok(Partition { anchor: instant, tables: step.tables, body, held: 0 })
     }
 
     /// `delta`: applies the events of `instant`, later than every instant applied before;
@@ -508,12 +511,13 @@ impl Synopsis {
         }
         for (partition, events) in by_partition {
             let old = self.partitions.get(&partition);
-            let next = self.step(old, instant, &events)?;
-            self.bytes -= old.map_or(0, |p| p.bytes(&partition));
+            let mut next = self.step(old, instant, &events)?;
+            self.bytes -= old.map_or(0, |p| p.held);
             if next.body.is_empty() && next.tables.iter().all(|t| t.is_empty()) {
                 self.partitions.remove(&partition);
             } else {
-                self.bytes += next.bytes(&partition);
+                next.held = next.bytes(&partition);
+                self.bytes += next.held;
                 self.partitions.insert(partition, next);
             }
         }
