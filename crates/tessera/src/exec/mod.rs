@@ -12,7 +12,10 @@
 //!
 //! A window operator ([`key_groups`]) owns its state as tables per key group, which it keeps
 //! in memory within the run's budget and saves to the state store beyond it and at
-//! checkpoints, writing only what changed; [`window_aggregate`] evaluates one key group.
+//! checkpoints, writing only what changed; [`window_aggregate`] evaluates one key group. A
+//! continuous temporal query ([`synopsis`]) keeps its synopsis the same way, in groups of
+//! partitions ([`synopsis_groups`]); both write their tables through [`versions`] (one version
+//! per checkpoint epoch).
 
 mod filter_project;
 mod group_table;
