@@ -118,6 +118,19 @@ pub struct TemporalPlan {
     pub emit: EmitMode,
 }
 
+impl TemporalPlan {
+    /// Whether workers may share its partitions: each sees every row and takes the events of
+    /// the answer's groups it owns. Every block must group by partition variables (so a
+    /// group's partitions, and its answer, are on one worker) and have some: an instant of a
+    /// partition's count then depends on its own events and the stream's instants alone.
+    pub fn shardable(&self) -> bool {
+        self.blocks.iter().all(|b| {
+            let p = &b.program;
+            !p.group.is_empty() && p.group.iter().all(|g| p.partition.contains(g))
+        })
+    }
+}
+
 /// One block of a temporal query: its synopsis's program and how each atom reads rows.
 #[derive(Debug, Clone)]
 pub struct TemporalBlock {

@@ -544,6 +544,9 @@ pub struct OperatorState {
     pub memory_bytes: u64,
     /// Its keys are split into key groups of `2^group_bits` ids.
     pub group_bits: u32,
+    /// This worker's number and the workers sharing the operator's rows (`(0, 1)`: it takes
+    /// all of them); a synopsis that workers may share takes the groups it owns.
+    pub share: (usize, usize),
 }
 
 /// The operator for `kind`; window operators get the key interner of their group keys and
@@ -568,8 +571,9 @@ pub fn create_operator(
         }
         OperatorKind::Stateless(plan) => Ok(Box::new(FilterProjectExec::new(plan.clone()))),
         OperatorKind::Synopsis(plan) => {
-            let OperatorState { store, id, memory_bytes, group_bits } = state;
-            Ok(Box::new(synopsis::SynopsisExec::new(Arc::clone(plan), (store, id), memory_bytes, group_bits)?))
+            let OperatorState { store, id, memory_bytes, group_bits, share } = state;
+            let shape = (memory_bytes, group_bits, share);
+            Ok(Box::new(synopsis::SynopsisExec::new(Arc::clone(plan), (store, id), shape)?))
         }
         OperatorKind::Windows(windows) => {
             let keys = key_spaces.get(&windows.slots[0])?;
@@ -579,7 +583,7 @@ pub fn create_operator(
             let make = Box::new(move |key_base| {
                 WindowAggregateExec::new(&windows, event_time_type.clone(), Arc::clone(&keys), key_base)
             });
-            let OperatorState { store, id, memory_bytes, group_bits } = state;
+            let OperatorState { store, id, memory_bytes, group_bits, .. } = state;
             Ok(Box::new(KeyGroupsExec::new(make, shape, group_keys, (store, id), group_bits, memory_bytes)?))
         }
     }

@@ -164,6 +164,8 @@ impl Worker {
                     // An equal share of the memory for every operator of every worker.
                     memory_bytes: state.memory_bytes.map_or(u64::MAX, |m| m / (workers * specs.len()).max(1) as u64),
                     group_bits: state.group_bits,
+                    // Whole operators take every row; otherwise rows are split among workers.
+                    share: if specs.len() >= workers { (0, 1) } else { (index, workers) },
                 };
                 Ok((s.queries.clone(), create_operator(&s.kind, event_time_type, &mut key_spaces, state, batch_sql)?))
             })
@@ -271,11 +273,16 @@ impl Partitioner {
         cache: &mut Vec<(String, Vec<Option<Arc<EventBatch>>>)>,
     ) -> Result<Vec<Option<Arc<EventBatch>>>> {
         let n = self.workers;
-        if let OperatorKind::Synopsis(_) | OperatorKind::Prefix(_) = kind {
-            // A synopsis's partitions are keyed by values each alias reads from its own
-            // columns, and a query kept whole relates any events: their rows stay together,
-            // on the first worker.
-            return Ok((0..n).map(|w| (w == 0).then(|| Arc::clone(input))).collect());
+        match kind {
+            // Every worker sees every row of a synopsis it may share and takes the events of
+            // its own groups (its partitions are keyed by values each alias reads from its own
+            // columns, and every instant of the stream counts).
+            OperatorKind::Synopsis(plan) if plan.shardable() => return Ok(vec![Some(Arc::clone(input)); n]),
+            // Other synopses, and a query kept whole (it relates any events), on the first.
+            OperatorKind::Synopsis(_) | OperatorKind::Prefix(_) => {
+                return Ok((0..n).map(|w| (w == 0).then(|| Arc::clone(input))).collect())
+            }
+            _ => {}
         }
         let Some(plan) = kind.window_shape() else {
             let target = self.batches_seen % n;

@@ -159,6 +159,13 @@ fn chunk_name(tag: u8, block: usize, var: usize, first: usize) -> Vec<u8> {
     name
 }
 
+/// The worker (of `workers`) that owns the group whose values have the ids `ids`: every worker
+/// interns the same rows in the same order, so the ids, and the owner, agree on all of them.
+fn owner(ids: impl Iterator<Item = Value>, workers: usize) -> usize {
+    let mixed = ids.fold(0u64, |h, id| h.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(id));
+    (mixed % workers as u64) as usize
+}
+
 /// Events waiting for the watermark: per instant, the count per atom and valuation.
 type Pending = BTreeMap<i64, HashMap<(usize, Key), Count>>;
 
@@ -201,6 +208,9 @@ struct BlockState {
     /// The partitions' ids; partition `id` is in group `id >> group_bits`.
     ids: PartitionIds,
     group_bits: u32,
+    /// This worker's number and the workers sharing the query: it takes the events of the
+    /// groups whose values' ids [`owner`] gives it.
+    share: (usize, usize),
     /// The latest instant applied (the answer is read there).
     last: Option<i64>,
     /// The latest on-time instant taken, for engines that do not wait on every instant.
@@ -213,7 +223,7 @@ struct BlockState {
 }
 
 impl BlockState {
-    fn new(b: usize, block: &TemporalBlock, group_bits: u32, budget: u64) -> Result<Self> {
+    fn new(b: usize, block: &TemporalBlock, (group_bits, share): (u32, (usize, usize)), budget: u64) -> Result<Self> {
         let program = Arc::clone(&block.program);
         let mut types: Vec<Option<DataType>> = vec![None; program.variables.len()];
         for (atom, atom_plan) in program.atoms.iter().zip(&block.atoms) {
@@ -245,6 +255,7 @@ impl BlockState {
             engine,
             interners,
             group_bits,
+            share,
             last: None,
             on_time: None,
             answer: BTreeMap::new(),
@@ -298,15 +309,15 @@ impl BlockState {
                 };
                 ids.push(column_ids);
             }
-            metrics.store_reads += selected.len() as u64;
-            self.take_atom(atom, &selected, &ids, (input, watermarks), late)?;
+            metrics.store_reads += self.take_atom(atom, &selected, &ids, (input, watermarks), late)?;
         }
         self.take_instants((input, watermarks));
         Ok(())
     }
 
     /// Takes the events of `atom` at `rows` (`ids`: per variable of the atom, every row's value
-    /// id; `watermarks`: the one each row met), marking late ones.
+    /// id; `watermarks`: the one each row met) that belong to this worker's groups, marking late
+    /// ones (all of them); returns how many it took.
     fn take_atom(
         &mut self,
         atom: usize,
@@ -314,7 +325,14 @@ impl BlockState {
         ids: &[Arc<Vec<Value>>],
         (input, watermarks): (&EventBatch, &[i64]),
         late: &mut [bool],
-    ) -> Result<()> {
+    ) -> Result<u64> {
+        let program = &self.program;
+        let vars = &program.atoms[atom].vars;
+        // Where each group variable is among the atom's (every atom binds the partition's).
+        let group: Vec<usize> = program.group.iter().filter_map(|g| vars.iter().position(|v| v == g)).collect();
+        let (worker, workers) = self.share;
+        let owned = |row: usize| workers == 1 || owner(group.iter().map(|&i| ids[i][row]), workers) == worker;
+        let mut taken = 0;
         match &mut self.engine {
             Engine::Formula { pending, .. } => {
                 for &row in rows {
@@ -323,14 +341,16 @@ impl BlockState {
                         late[row] = true;
                         continue;
                     }
+                    if !owned(row) {
+                        continue;
+                    }
+                    taken += 1;
                     let key: Key = ids.iter().map(|column| column[row]).collect();
                     *pending.entry(instant).or_default().entry((atom, key)).or_insert(0) += 1;
                 }
             }
             Engine::Chain { pending, sorted, .. } => {
                 // Where each partition variable is among the atom's variables.
-                let program = &self.program;
-                let vars = &program.atoms[atom].vars;
                 let positions: Vec<usize> = program
                     .partition
                     .iter()
@@ -343,6 +363,10 @@ impl BlockState {
                         late[row] = true;
                         continue;
                     }
+                    if !owned(row) {
+                        continue;
+                    }
+                    taken += 1;
                     for (k, &i) in key.iter_mut().zip(&positions) {
                         *k = ids[i][row];
                     }
@@ -354,7 +378,7 @@ impl BlockState {
                 }
             }
         }
-        Ok(())
+        Ok(taken)
     }
 
     /// Notes the instants of the on-time rows of `input`: each is one of the stream's, and the
@@ -633,23 +657,25 @@ pub struct SynopsisExec {
 }
 
 impl SynopsisExec {
-    /// The operator of `plan`, its partitions in groups of `2^group_bits` ids (at most
-    /// `2^PARTITION_GROUP_BITS`), in memory up
+    /// The operator of `plan` on worker `share.0` of `share.1` (which takes the events of the
+    /// answer's groups whose values' ids it owns, when the plan lets workers share it), its
+    /// partitions in groups of `2^group_bits` ids (at most `2^PARTITION_GROUP_BITS`), in memory up
     /// to `memory_bytes` (`u64::MAX`: no limit; each block of a UNION ALL gets an equal share)
     /// and in `store` under `operator` beyond it and at checkpoints.
     pub fn new(
         plan: Arc<TemporalPlan>,
         (store, operator): (Arc<StateStore>, u64),
-        memory_bytes: u64,
-        group_bits: u32,
+        (memory_bytes, group_bits, share): (u64, u32, (usize, usize)),
     ) -> Result<Self> {
+        // Workers share the partitions only where each group's are on one worker.
+        let share = if plan.shardable() { share } else { (0, 1) };
         let budget = if memory_bytes == u64::MAX { u64::MAX } else { memory_bytes / plan.blocks.len().max(1) as u64 };
         let group_bits = group_bits.min(PARTITION_GROUP_BITS);
         let blocks = plan
             .blocks
             .iter()
             .enumerate()
-            .map(|(b, block)| BlockState::new(b, block, group_bits, budget))
+            .map(|(b, block)| BlockState::new(b, block, (group_bits, share), budget))
             .collect::<Result<Vec<_>>>()?;
         let versions = Versions::new(store, operator);
         Ok(SynopsisExec { plan, blocks, written: None, metrics: OperatorMetrics::default(), versions })
@@ -751,7 +777,8 @@ impl StreamOperator for SynopsisExec {
             state.take(block, (input, &watermarks), &mut late, &mut self.metrics)?;
             state.fit(&mut self.versions)?;
         }
-        if late.iter().any(|&l| l) {
+        // Workers sharing the query all see a late row; the first reports it.
+        if self.blocks.first().is_none_or(|b| b.share.0 == 0) && late.iter().any(|&l| l) {
             let indices: Vec<u32> = (0..input.len() as u32).filter(|&i| late[i as usize]).collect();
             out.late.push((0, input.take(&indices)?.rows));
         }

@@ -203,8 +203,9 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
 
-    /// Continuous temporal queries resume to the same rows, in memory or evicted to the store
-    /// after every batch: their synopses' groups of partitions and interned values are saved to
+    /// Continuous temporal queries resume to the same rows (and late rows) as one worker writes
+    /// without crashing, on one or two workers (which share a synopsis's groups where each
+    /// group's partitions are on one worker), in memory or evicted to the store after every batch: their synopses' groups of partitions and interned values are saved to
     /// the store as they change, their waiting events and last instants in the snapshot, and `EMIT CHANGES` continues from the rows it wrote (also for
     /// a formula whose answer moves with the current instant, SINCE_DURATION). Queries kept
     /// whole resume with the same events: the chunks checkpoints wrote.
@@ -236,7 +237,8 @@ proptest! {
         );
         let input = batches(&events, batch_size);
         let mut expected = MemorySink::default();
-        run(&text, None, &input, None, (None, Duration::ZERO), (workers, None), &mut expected).expect("uninterrupted run");
+        // One worker in memory: workers sharing a synopsis's groups must answer as one does.
+        run(&text, None, &input, None, (None, Duration::ZERO), (1, None), &mut expected).expect("uninterrupted run");
         let dir = tempfile::tempdir().expect("temp dir");
         let mut resumed = MemorySink::default();
         resumed_after_crashes(&text, None, &input, dir.path(), &crashes, (workers, disk), &mut resumed)
