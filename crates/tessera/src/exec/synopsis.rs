@@ -27,7 +27,7 @@ use arrow::row::{RowConverter, SortField};
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use std::hash::BuildHasher;
 
-use super::synopsis_groups::{PartitionGroups, GROUP_TABLE};
+use super::synopsis_groups::{GroupTable, PartitionGroups, GROUP_TABLE};
 use super::versions::Versions;
 use super::{CheckpointBytes, EventBatch, OperatorMetrics, Output, StreamOperator};
 use crate::error::{Result, TesseraError};
@@ -191,10 +191,17 @@ impl Engine {
         }
     }
 
-    fn groups_bytes(&self) -> u64 {
+    fn groups(&self) -> &dyn GroupTable {
         match self {
-            Engine::Formula { groups, .. } => groups.bytes(),
-            Engine::Chain { groups, .. } => groups.bytes(),
+            Engine::Formula { groups, .. } => groups,
+            Engine::Chain { groups, .. } => groups,
+        }
+    }
+
+    fn groups_mut(&mut self) -> &mut dyn GroupTable {
+        match self {
+            Engine::Formula { groups, .. } => groups,
+            Engine::Chain { groups, .. } => groups,
         }
     }
 }
@@ -236,16 +243,14 @@ impl BlockState {
             .iter()
             .map(|t| ValueInterner::new(t.as_ref().unwrap_or(&DataType::Null)))
             .collect::<Result<Vec<_>>>()?;
-        let groups = |p: &Arc<Program>| (Arc::clone(p), b, budget);
+        let groups = Arc::clone(&program);
         let engine = match program.chains {
-            Some(_) => {
-                let (p, b, budget) = groups(&program);
-                Engine::Chain { groups: PartitionGroups::new(p, b, budget), pending: VecDeque::new(), sorted: true }
-            }
-            None => {
-                let (p, b, budget) = groups(&program);
-                Engine::Formula { groups: PartitionGroups::new(p, b, budget), pending: BTreeMap::new() }
-            }
+            Some(_) => Engine::Chain {
+                groups: PartitionGroups::new(groups, b, budget),
+                pending: VecDeque::new(),
+                sorted: true,
+            },
+            None => Engine::Formula { groups: PartitionGroups::new(groups, b, budget), pending: BTreeMap::new() },
         };
         Ok(BlockState {
             ids: PartitionIds::new(&program),
@@ -454,18 +459,11 @@ impl BlockState {
 
     /// Keeps the block's groups within its memory with what it holds besides.
     fn fit(&mut self, versions: &mut Versions) -> Result<()> {
-        let other = (self.other_bytes()) as u64;
-        match &mut self.engine {
-            Engine::Formula { groups, .. } if groups.bounded() => {
-                groups.set_other_bytes(other);
-                groups.fit(versions)
-            }
-            Engine::Chain { groups, .. } if groups.bounded() => {
-                groups.set_other_bytes(other);
-                groups.fit(versions)
-            }
-            _ => Ok(()),
+        if !self.engine.groups().bounded() {
+            return Ok(());
         }
+        let other = self.other_bytes() as u64;
+        self.engine.groups_mut().fit(other, versions)
     }
 
     /// The answer at `instant` (not before the last instant applied), per valuation of the
@@ -498,7 +496,7 @@ impl BlockState {
     }
 
     fn bytes(&self) -> u64 {
-        self.other_bytes() as u64 + self.engine.groups_bytes()
+        self.other_bytes() as u64 + self.engine.groups().bytes()
     }
 
     /// Saves what changed to the store (groups, values and partition keys interned since the
@@ -536,7 +534,7 @@ impl BlockState {
             w.i64(instant.unwrap_or(0));
         }
         match &mut self.engine {
-            Engine::Formula { groups, pending } => {
+            Engine::Formula { pending, .. } => {
                 w.len(pending.len());
                 for (instant, events) in pending.iter() {
                     w.i64(*instant);
@@ -547,19 +545,17 @@ impl BlockState {
                         encode_count(w, *count);
                     }
                 }
-                written += groups.checkpoint(w, versions)?;
             }
-            Engine::Chain { groups, pending, .. } => {
+            Engine::Chain { pending, .. } => {
                 w.len(pending.len());
                 for &(instant, partition, atom) in pending.iter() {
                     w.i64(instant);
                     w.u32(partition);
                     w.u32(atom);
                 }
-                written += groups.checkpoint(w, versions)?;
             }
         }
-        Ok(written)
+        Ok(written + self.engine.groups_mut().checkpoint(w, versions)?)
     }
 
     /// Takes back what [`checkpoint`](Self::checkpoint) wrote (the values and keys are read
@@ -575,7 +571,7 @@ impl BlockState {
         };
         (self.last, self.on_time) = (instant()?, instant()?);
         match &mut self.engine {
-            Engine::Formula { groups, pending } => {
+            Engine::Formula { pending, .. } => {
                 pending.clear();
                 for _ in 0..r.len(16)? {
                     let instant = r.i64()?;
@@ -587,25 +583,16 @@ impl BlockState {
                     }
                     pending.insert(instant, events);
                 }
-                groups.restore(r)
             }
-            Engine::Chain { groups, pending, sorted } => {
+            Engine::Chain { pending, sorted, .. } => {
                 pending.clear();
                 for _ in 0..r.len(16)? {
                     pending.push_back((r.i64()?, r.u32()?, r.u32()?));
                 }
                 *sorted = pending.iter().zip(pending.iter().skip(1)).all(|(a, b)| a.0 <= b.0);
-                groups.restore(r)
             }
         }
-    }
-
-    /// Whether the restored checkpoint names version `version` of group `g`.
-    fn names_group(&self, g: usize, version: u64) -> bool {
-        match &self.engine {
-            Engine::Formula { groups, .. } => groups.names(g, version),
-            Engine::Chain { groups, .. } => groups.names(g, version),
-        }
+        self.engine.groups_mut().restore(r)
     }
 
     /// Takes back a chunk of values or keys a checkpoint saved (chunks come in id order).
@@ -630,20 +617,6 @@ impl BlockState {
             }
         }
         r.finish()
-    }
-
-    fn spill(&self) -> super::SpillCounters {
-        match &self.engine {
-            Engine::Formula { groups, .. } => groups.spill,
-            Engine::Chain { groups, .. } => groups.spill,
-        }
-    }
-
-    fn stored_bytes(&self) -> u64 {
-        match &self.engine {
-            Engine::Formula { groups, .. } => groups.stored_bytes(),
-            Engine::Chain { groups, .. } => groups.stored_bytes(),
-        }
     }
 }
 
@@ -833,7 +806,7 @@ impl StreamOperator for SynopsisExec {
             written += block.checkpoint(b, w, &mut self.versions)?;
         }
         let changed = self.versions.end_checkpoint();
-        let stored = self.blocks.iter().map(BlockState::stored_bytes).sum();
+        let stored = self.blocks.iter().map(|b| b.engine.groups().stored_bytes()).sum();
         Ok(CheckpointBytes { tables_written: written, tables_changed: changed, tables_stored: stored })
     }
 
@@ -860,7 +833,7 @@ impl StreamOperator for SynopsisExec {
             match (name[0], name.len()) {
                 (GROUP_TABLE, 7) => {
                     let g = u32::from_be_bytes(name[3..7].try_into().expect("4 bytes")) as usize;
-                    Ok(state.names_group(g, version))
+                    Ok(state.engine.groups().names(g, version))
                 }
                 (tag @ (VALUES_TABLE | KEYS_TABLE), 13) => {
                     let var = u16::from_be_bytes(name[3..5].try_into().expect("2 bytes")) as usize;
@@ -900,7 +873,7 @@ impl StreamOperator for SynopsisExec {
 
     fn metrics(&self) -> Vec<OperatorMetrics> {
         let mut spill = super::SpillCounters::default();
-        self.blocks.iter().for_each(|b| spill.add(&b.spill()));
+        self.blocks.iter().for_each(|b| spill.add(&b.engine.groups().spill()));
         vec![OperatorMetrics { state_bytes: self.blocks.iter().map(BlockState::bytes).sum(), spill, ..self.metrics }]
     }
 }

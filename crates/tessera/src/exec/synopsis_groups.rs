@@ -167,7 +167,7 @@ pub(super) struct PartitionGroups<G: PartitionGroup> {
     other_bytes: u64,
     budget: u64,
     clock: u64,
-    pub(super) spill: SpillCounters,
+    spill: SpillCounters,
 }
 
 impl<G: PartitionGroup> PartitionGroups<G> {
@@ -185,16 +185,6 @@ impl<G: PartitionGroup> PartitionGroups<G> {
             clock: 0,
             spill: SpillCounters::default(),
         }
-    }
-
-    /// Whether memory is bounded (else nothing is ever evicted).
-    pub(super) fn bounded(&self) -> bool {
-        self.budget != u64::MAX
-    }
-
-    /// Notes what the block holds besides the groups, for the budget.
-    pub(super) fn set_other_bytes(&mut self, bytes: u64) {
-        self.other_bytes = bytes;
     }
 
     fn name(&self, g: usize) -> [u8; 7] {
@@ -339,7 +329,7 @@ impl<G: PartitionGroup> PartitionGroups<G> {
 
     /// Keeps the waiting events within a quarter of the budget (loading the group with the
     /// most), then evicts groups until everything fits the budget.
-    pub(super) fn fit(&mut self, versions: &mut Versions) -> Result<()> {
+    fn fit_budget(&mut self, versions: &mut Versions) -> Result<()> {
         if !self.bounded() {
             return Ok(());
         }
@@ -368,12 +358,42 @@ impl<G: PartitionGroup> PartitionGroups<G> {
             self.load(g, versions)?;
             f(g, self.slots[g].group.as_ref().expect("loaded"))?;
         }
-        self.fit(versions)
+        self.fit_budget(versions)
     }
+}
 
+/// What a block asks of its groups, whatever the kind of synopsis they hold.
+pub(super) trait GroupTable {
+    /// Whether memory is bounded (else nothing is ever evicted).
+    fn bounded(&self) -> bool;
+    /// Fits the budget, the block holding `other_bytes` besides the groups.
+    fn fit(&mut self, other_bytes: u64, versions: &mut Versions) -> Result<()>;
     /// Saves the groups in memory that changed; writes each group's version and waiting
     /// events to `w`; returns the bytes written to the store.
-    pub(super) fn checkpoint(&mut self, w: &mut StateWriter, versions: &mut Versions) -> Result<u64> {
+    fn checkpoint(&mut self, w: &mut StateWriter, versions: &mut Versions) -> Result<u64>;
+    /// Takes back what [`checkpoint`](Self::checkpoint) wrote: every saved group stays in the
+    /// store until its events arrive.
+    fn restore(&mut self, r: &mut StateReader) -> Result<()>;
+    /// Whether the checkpoint restored names version `version` of group `g`.
+    fn names(&self, g: usize, version: u64) -> bool;
+    /// The bytes the groups take in memory with their waiting events.
+    fn bytes(&self) -> u64;
+    /// The bytes of every group's version in the store.
+    fn stored_bytes(&self) -> u64;
+    fn spill(&self) -> SpillCounters;
+}
+
+impl<G: PartitionGroup> GroupTable for PartitionGroups<G> {
+    fn bounded(&self) -> bool {
+        self.budget != u64::MAX
+    }
+
+    fn fit(&mut self, other_bytes: u64, versions: &mut Versions) -> Result<()> {
+        self.other_bytes = other_bytes;
+        self.fit_budget(versions)
+    }
+
+    fn checkpoint(&mut self, w: &mut StateWriter, versions: &mut Versions) -> Result<u64> {
         let mut written = 0;
         for g in 0..self.slots.len() {
             if self.slots[g].group.is_some() {
@@ -392,9 +412,7 @@ impl<G: PartitionGroup> PartitionGroups<G> {
         Ok(written)
     }
 
-    /// Takes back what [`checkpoint`](Self::checkpoint) wrote: every saved group stays in the
-    /// store until its events arrive.
-    pub(super) fn restore(&mut self, r: &mut StateReader) -> Result<()> {
+    fn restore(&mut self, r: &mut StateReader) -> Result<()> {
         self.slots.clear();
         (self.resident_bytes, self.waiting_bytes) = (0, 0);
         for _ in 0..r.len(25)? {
@@ -414,22 +432,23 @@ impl<G: PartitionGroup> PartitionGroups<G> {
         Ok(())
     }
 
-    /// Whether the checkpoint restored names version `version` of group `g`.
-    pub(super) fn names(&self, g: usize, version: u64) -> bool {
+    fn names(&self, g: usize, version: u64) -> bool {
         self.slots.get(g).and_then(|s| s.saved).is_some_and(|(v, _)| v == version)
     }
 
-    /// The bytes the groups take in memory with their waiting events (kept as they change
-    /// when memory is bounded, summed when asked otherwise).
-    pub(super) fn bytes(&self) -> u64 {
+    /// Kept as they change when memory is bounded, summed when asked otherwise.
+    fn bytes(&self) -> u64 {
         if self.bounded() {
             return self.resident_bytes + self.waiting_bytes;
         }
         self.slots.iter().filter_map(|s| s.group.as_ref()).map(|g| g.bytes() as u64).sum::<u64>() + self.waiting_bytes
     }
 
-    /// The bytes of every group's version in the store.
-    pub(super) fn stored_bytes(&self) -> u64 {
+    fn stored_bytes(&self) -> u64 {
         self.slots.iter().filter_map(|s| s.saved).map(|(_, bytes)| bytes).sum()
+    }
+
+    fn spill(&self) -> SpillCounters {
+        self.spill
     }
 }
