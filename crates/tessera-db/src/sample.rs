@@ -23,7 +23,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchema};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{
-    cast, lit, BinaryExpr, Distinct, Expr, ExprSchemable, JoinType, LogicalPlan, LogicalPlanBuilder, Operator,
+    cast, col, lit, BinaryExpr, Distinct, Expr, ExprSchemable, JoinType, LogicalPlan, LogicalPlanBuilder, Operator,
 };
 use std::sync::Arc;
 
@@ -41,8 +41,10 @@ pub struct SampleOptions {
 
 /// `WITH (outlier_index = 'table.column', outlier_threshold = v, outlier_k = k)` of a sampled
 /// view (Stale View Cleaning, Section 6): the rows of `table` whose `column` is above `v`, at
-/// most the `k` largest, are outliers; the view's rows they derive, found by the sample's key,
-/// are kept whole beside the sample.
+/// most the `k` largest when the view is refreshed, are outliers, and so are the rows
+/// inserted, deleted or replaced since that are above `v` and reach the k-th largest value of
+/// the refresh (the paper's bar set at maintenance, the index then kept from the changes); the
+/// view's rows they derive, found by the sample's key, are kept whole beside the sample.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OutlierOptions {
     pub table: String,
@@ -287,8 +289,9 @@ impl Sampling {
     }
 
     /// The rows of `rows` (the indexed table's, by name) that the outlier index's rule picks:
-    /// above its threshold, the `k` largest where `top`, and at least `at_least`; as the hash
-    /// of their key (`__hash`) and their value (`__value`, DOUBLE). `None` without an index.
+    /// above its threshold, the `k` largest where `top` (ties broken by the key's hash, so
+    /// that the pick repeats), and at least `at_least`; as the hash of their key (`__hash`)
+    /// and their value (`__value`, DOUBLE), largest first. `None` without an index.
     pub fn outlier_rows_plan(
         &self,
         rows: LogicalPlan,
@@ -305,15 +308,18 @@ impl Sampling {
         if let Some(bound) = at_least {
             builder = builder.filter(column.clone().gt_eq(lit(bound))).map_err(error)?;
         }
-        if let (Some(k), true) = (index.options.k, top) {
-            builder = builder.sort(vec![column.clone().sort(false, false)]).map_err(error)?;
-            builder = builder.limit(0, Some(k as usize)).map_err(error)?;
-        }
         let plan = builder.build().map_err(error)?;
         let hash = self.options.hash(&index.key, plan.schema())?;
         let value = cast(column, arrow::datatypes::DataType::Float64);
-        let plan = LogicalPlanBuilder::from(plan).project(vec![hash.alias("__hash"), value.alias("__value")]);
-        plan.and_then(|b| b.build()).map(Some).map_err(error)
+        let (hash_column, value_column) = (col("__hash"), col("__value"));
+        let mut builder = LogicalPlanBuilder::from(plan)
+            .project(vec![hash.alias("__hash"), value.alias("__value")])
+            .and_then(|b| b.sort(vec![value_column.sort(false, false), hash_column.sort(true, false)]))
+            .map_err(error)?;
+        if let (Some(k), true) = (index.options.k, top) {
+            builder = builder.limit(0, Some(k as usize)).map_err(error)?;
+        }
+        builder.build().map(Some).map_err(error)
     }
 
     /// The maintenance of the rows of the view maintained by `view` whose keys hash to

@@ -43,8 +43,22 @@ pub struct Sample {
     pub contents: Table,
     /// The sequence number of the last statement the rows reflect.
     pub cleaned_at: u64,
+    /// The outlier index's rows picked as of the view's refresh, where it has one.
+    pub outlier_base: Option<OutlierBase>,
     /// The outlier index's rows, where it has one and they were computed.
     pub outlier_rows: Option<OutlierRows>,
+}
+
+/// Where a sample's outlier index starts from (Section 6.2: the bar set from the indexed table
+/// at maintenance, the index then kept from the changes): the hashes of the keys of the
+/// indexed table's rows the rule picks when the view is refreshed (or first cleaned after the
+/// database is opened), and the value a row changed since must reach to join them (the k-th
+/// largest then, where the rule keeps k).
+pub struct OutlierBase {
+    /// The view's `refreshed_at` they were picked for.
+    pub refreshed_at: u64,
+    pub hashes: Vec<i64>,
+    pub at_least: Option<f64>,
 }
 
 /// The rows of a sample's outlier index as of a statement: the hashes of their keys, and
@@ -230,6 +244,7 @@ impl Database {
                     )?,
                     contents: Table::load(&s.contents, &self.storage)?,
                     cleaned_at: s.cleaned_at,
+                    outlier_base: None,
                     outlier_rows: None,
                 }),
                 None => None,
@@ -401,12 +416,46 @@ impl Database {
         incremental.visible_with(plan, extra).map_err(TesseraError::Internal)
     }
 
-    /// Computes the rows of the outlier index of view `key`'s clean sample from the tables as
-    /// they are, unless they are as of its cleaning already (or it has no index): the keys
-    /// of the indexed table's rows the index's rule picks among its rows now and those deleted
-    /// or replaced since the view's refresh (their hashes), and the view's rows
-    /// of those keys, from the view's query with the filter on their hashes pushed down where
-    /// the sample's hash goes.
+    /// The hashes and values of the rows of `rows` (the indexed table's) the outlier index of
+    /// `sampling` picks (see [`Sampling::outlier_rows_plan`]), largest first.
+    fn pick_outliers(
+        &self,
+        sampling: &Sampling,
+        rows: LogicalPlan,
+        top: bool,
+        at_least: Option<f64>,
+    ) -> Result<(Vec<i64>, Vec<f64>)> {
+        let plan = sampling.outlier_rows_plan(rows, top, at_least).map_err(TesseraError::Internal)?;
+        let Some(plan) = plan else { return Ok((Vec::new(), Vec::new())) };
+        let (_, batches) = self.run_plan(plan)?;
+        let hashes = batches.iter().flat_map(|b| b.column(0).as_primitive::<Int64Type>().iter().flatten());
+        let values = batches.iter().flat_map(|b| b.column(1).as_primitive::<Float64Type>().iter().flatten());
+        Ok((hashes.collect(), values.collect()))
+    }
+
+    /// The outlier index's start for a view refreshed at `refreshed_at` whose sample is
+    /// `sampling`: the rows its rule picks among the indexed table's rows now (`None` without
+    /// an index).
+    fn outlier_base(&self, sampling: &Sampling, refreshed_at: u64) -> Result<Option<OutlierBase>> {
+        let Some(index) = &sampling.outliers else { return Ok(None) };
+        let sources = Sources { db: self, since: refreshed_at, planning: false };
+        let rows = maintain::Relations::scan(&sources, &index.options.table, maintain::Version::New)
+            .map_err(TesseraError::Internal)?;
+        let (hashes, values) = self.pick_outliers(sampling, rows, true, None)?;
+        let at_least = match index.options.k {
+            Some(k) if values.len() as u64 >= k => values.last().copied(),
+            _ => None,
+        };
+        Ok(Some(OutlierBase { refreshed_at, hashes, at_least }))
+    }
+
+    /// Computes the rows of the outlier index of view `key`'s clean sample, unless they are as
+    /// of its cleaning already (or it has no index). Its keys are those of the rows picked at
+    /// the view's refresh ([`OutlierBase`]) and of the indexed table's rows inserted, deleted
+    /// or replaced since that reach its bar, so that an outlier's change is counted exactly;
+    /// their rows are the stale view's brought up to date by the view's maintenance with the
+    /// filter on their hashes pushed down where the sample's hash goes: from the changes, not
+    /// a scan of the tables.
     fn clean_outliers(&mut self, key: &str) -> Result<()> {
         let view = self.views.get(key).ok_or_else(|| TesseraError::Internal("no view".into()))?;
         let Some(sample) = &view.sample else { return Ok(()) };
@@ -417,36 +466,41 @@ impl Database {
             return Ok(());
         }
         let internal = TesseraError::Internal;
-        let table = &index.options.table;
+        let picked_anew = match &sample.outlier_base {
+            Some(base) if base.refreshed_at == view.refreshed_at => None,
+            _ => self.outlier_base(&sample.sampling, view.refreshed_at)?,
+        };
+        let base = picked_anew.as_ref().or(sample.outlier_base.as_ref()).expect("an index has a start");
         let since = Sources { db: self, since: view.refreshed_at, planning: false };
-        let picked = |rows: LogicalPlan, top: bool, at_least: Option<f64>| -> Result<(Vec<i64>, Vec<f64>)> {
-            let plan = sample.sampling.outlier_rows_plan(rows, top, at_least).map_err(internal)?.expect("an index");
-            let (_, batches) = self.run_plan(plan)?;
-            let hashes = batches.iter().flat_map(|b| b.column(0).as_primitive::<Int64Type>().iter().flatten());
-            let values = batches.iter().flat_map(|b| b.column(1).as_primitive::<Float64Type>().iter().flatten());
-            Ok((hashes.collect(), values.collect()))
-        };
-        // The rows the rule picks now, and the rows deleted or replaced since the view's refresh
-        // that it would pick (at least the k-th largest value now where it keeps k): an outlier
-        // changed since is one too, so that its change is counted exactly.
-        let now = maintain::Relations::scan(&since, table, maintain::Version::New).map_err(internal)?;
-        let (mut hashes, values) = picked(now, true, None)?;
-        let at_least = match index.options.k {
-            Some(k) if values.len() as u64 >= k => values.iter().copied().reduce(f64::min),
-            _ => None,
-        };
-        let delta = maintain::Relations::scan(&since, table, maintain::Version::Delta).map_err(internal)?;
-        let deleted = LogicalPlanBuilder::from(delta).filter(col("__m").lt(lit(0i64)))?.build()?;
-        hashes.extend(picked(deleted, false, at_least)?.0);
+        let delta =
+            maintain::Relations::scan(&since, &index.options.table, maintain::Version::Delta).map_err(internal)?;
+        let mut hashes = base.hashes.clone();
+        hashes.extend(self.pick_outliers(&sample.sampling, delta, false, base.at_least)?.0);
         hashes.sort_unstable();
         hashes.dedup();
+        // The stale view's rows of those keys, cleaned as a table of their own.
+        let stored = mem_table(Arc::clone(&view.contents.schema), view.contents.batches(false)?)?;
+        let stored = LogicalPlanBuilder::scan("__stored", provider_as_source(stored), None)?.build()?;
+        let among = sample.sampling.stored_among(stored.schema(), &hashes).map_err(internal)?;
+        let (_, stale) = self.run_plan(LogicalPlanBuilder::from(stored).filter(among)?.build()?)?;
+        let fields = view.contents.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut rows = Table::new(&view.contents.name, fields, &[])?;
+        let (mut scratch, mut manifest) = (storage::Storage::memory(), storage::new_manifest());
+        let stale = stale.iter().map(|b| rows.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
+        let stale = arrow::compute::concat_batches(&rows.schema, &stale)?;
+        rows.apply(Edit { deleted: Vec::new(), inserted: Some(stale) }, 1, &mut scratch, &mut manifest)?;
         let maintain::Maintenance::Incremental(incremental) = &view.maintenance else {
             return Err(TesseraError::Internal("a sampled view is maintained incrementally".into()));
         };
         let cleaning = sample.sampling.outliers_cleaning(incremental, &hashes, &since).map_err(internal)?;
-        let (_, rows) = self.run_plan(cleaning.stored(&since).map_err(internal)?)?;
-        let clean = rows.iter().map(|b| sample.contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
+        let edit = self.maintained_edit(&rows, view.refreshed_at, &cleaning, None)?;
+        rows.check(&edit)?;
+        rows.apply(edit, 2, &mut scratch, &mut manifest)?;
+        let clean = rows.batches(false)?;
         let sample = self.views.get_mut(key).and_then(|v| v.sample.as_mut()).expect("the view has a sample");
+        if picked_anew.is_some() {
+            sample.outlier_base = picked_anew;
+        }
         sample.outlier_rows = Some(OutlierRows { at, hashes, clean });
         Ok(())
     }
@@ -517,6 +571,7 @@ impl Database {
                     &[],
                 )?,
                 cleaned_at: view.refreshed_at,
+                outlier_base: None,
                 outlier_rows: None,
             });
         }
@@ -704,6 +759,8 @@ impl Database {
             sample.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
             sample.contents.forget_changes_through(u64::MAX);
             sample.cleaned_at = view.refreshed_at;
+            sample.outlier_base = self.outlier_base(&sample.sampling, view.refreshed_at)?;
+            sample.outlier_rows = None;
         }
         // The tables and views it reads keep only the changes a view still needs; so do its
         // own contents.
