@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Differential test of `tessera compile --target spark` against tessera itself: a database
-script with a sampled view, changes and estimates (svc_aqp, svc_corr; COUNT, SUM, AVG; WHERE,
-GROUP BY, ORDER BY, LIMIT), and the stale and the exact answer, is run by `tessera run` and, compiled to Spark SQL, by a local
+script with a sampled view, changes and estimates (svc_aqp, svc_corr, auto; COUNT, SUM, AVG, MIN,
+MAX; WHERE, GROUP BY, HAVING, ORDER BY, LIMIT), and the stale and the exact answer, is run by
+`tessera run` and, compiled to Spark SQL, by a local
 PySpark on the machine's Java. Every answer must agree: the sample's keys (the groups of a
 query grouped by the key that the clean sample holds) and each estimate with its interval,
 within floating-point rounding.
@@ -56,7 +57,12 @@ QUERIES = [
     "SELECT owner_id, SUM(visit_count) AS v FROM visit_view WHERE duration < 300 GROUP BY owner_id "
     "ORDER BY v DESC LIMIT 3",
     "SELECT SUM(duration) AS s FROM visit_view WHERE owner_id = 3",
+    "SELECT owner_id, MIN(duration) AS shortest, MAX(visit_count) AS most FROM visit_view GROUP BY owner_id",
+    "SELECT MAX(duration) AS longest, MIN(visit_count) AS fewest FROM visit_view WHERE visit_count > 10",
+    "SELECT owner_id, SUM(visit_count) AS v, COUNT(*) AS n FROM visit_view GROUP BY owner_id "
+    "HAVING SUM(visit_count) > 760 AND owner_id <> 2",
 ]
+ESTIMATORS = ["svc_aqp", "svc_corr", "auto"]
 
 # Answered from the stale view, then from the view over the tables as they are.
 PLAIN = "SELECT owner_id, SUM(visit_count) AS v, COUNT(*) AS n FROM visit_view GROUP BY owner_id"
@@ -71,7 +77,7 @@ def script(seed):
         "FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration;",
         "COPY log FROM 'log_changes.csv' WITH (op_column = 'op');",
     ]
-    for freshness in ["svc_aqp", "svc_corr"]:
+    for freshness in ESTIMATORS:
         lines.append(f"SET freshness = '{freshness}';")
         lines.extend(q + ";" for q in QUERIES)
     for freshness in ["stale", "exact"]:
@@ -146,8 +152,7 @@ def main():
             if run.returncode != 0:
                 sys.exit(f"spark-diff: tessera run failed: {run.stderr}")
             ours = tessera_answers(run.stdout.splitlines(), headers)
-            asked = [(q, "svc_aqp") for q in QUERIES] + [(q, "svc_corr") for q in QUERIES] + \
-                [(PLAIN, "stale"), (PLAIN, "exact")]
+            asked = [(q, e) for e in ESTIMATORS for q in QUERIES] + [(PLAIN, "stale"), (PLAIN, "exact")]
             for (query, estimator), a, b in zip(asked, ours, theirs):
                 if same(a, b):
                     passed += 1

@@ -263,6 +263,8 @@ struct SparkAggregate {
     kind: String,
     argument: Option<String>,
     alias: String,
+    /// As written, lower case: how HAVING names it.
+    text: String,
 }
 
 /// A SELECT over one sampled view, read for the Spark target.
@@ -274,6 +276,8 @@ struct SparkQuery<'a> {
     outputs: Vec<Result<usize, usize>>,
     aggregates: Vec<SparkAggregate>,
     condition: Option<String>,
+    /// HAVING over the answer's columns (each aggregate by its name).
+    having: Option<String>,
 }
 
 /// The Spark SQL of `query` at `settings`' freshness: over the stale view, the fresh view, or
@@ -311,15 +315,15 @@ fn compile_query(
             let names: HashMap<&str, &str> = views.iter().map(|(n, v)| (v.stale.as_str(), n.as_str())).collect();
             return Ok(format!("{fresh}{}", rename(&|v| format!("{}__fresh", names[v.stale.as_str()]))));
         }
-        Freshness::Auto => return Err(unsupported("freshness = 'auto': choose svc_aqp or svc_corr")),
-        Freshness::SvcAqp | Freshness::SvcCorr => {}
+        Freshness::SvcAqp | Freshness::SvcCorr | Freshness::Auto => {}
     }
     let shape = read_estimated(query, views)?;
     let mut sql = estimate_sql(&shape, versions, settings)?;
-    if query.order_by.is_some() || query.limit_clause.is_some() {
+    if shape.having.is_some() || query.order_by.is_some() || query.limit_clause.is_some() {
+        let having = shape.having.as_ref().map(|h| format!(" WHERE {h}")).unwrap_or_default();
         let order = query.order_by.as_ref().map(|o| format!(" {o}")).unwrap_or_default();
         let limit = query.limit_clause.as_ref().map(|l| format!("{l}")).unwrap_or_default();
-        sql = format!("SELECT * FROM ({sql}) AS __estimate{order}{limit}");
+        sql = format!("SELECT * FROM ({sql}) AS __estimate{having}{order}{limit}");
     }
     Ok(sql)
 }
@@ -339,9 +343,6 @@ fn read_estimated<'a>(query: &ast::Query, views: &'a HashMap<String, SparkView>)
     let view = views
         .get(&view_name)
         .ok_or_else(|| unsupported(format!("an estimate over `{view_name}`, which is not a sampled view")))?;
-    if select.having.is_some() {
-        return Err(unsupported("HAVING on estimates yet"));
-    }
     let groups: Vec<String> = match &select.group_by {
         ast::GroupByExpr::Expressions(exprs, modifiers) if modifiers.is_empty() => {
             exprs.iter().map(|e| e.to_string().to_lowercase()).collect()
@@ -374,19 +375,70 @@ fn read_estimated<'a>(query: &ast::Query, views: &'a HashMap<String, SparkView>)
             }
             _ => return Err(unsupported(format!("`{expr}`"))),
         };
-        if !matches!(kind.as_str(), "count" | "sum" | "avg") || function.filter.is_some() || function.over.is_some() {
-            return Err(unsupported(format!("`{expr}`: the Spark target estimates COUNT, SUM and AVG")));
+        let known = matches!(kind.as_str(), "count" | "sum" | "avg")
+            || matches!(kind.as_str(), "min" | "max") && argument.is_some();
+        if !known || function.filter.is_some() || function.over.is_some() {
+            return Err(unsupported(format!("`{expr}`: the Spark target estimates COUNT, SUM, AVG, MIN and MAX")));
         }
         let alias = alias.ok_or_else(|| unsupported(format!("`{expr}` without AS name")))?;
         outputs.push(Err(aggregates.len()));
-        aggregates.push(SparkAggregate { kind, argument, alias });
+        aggregates.push(SparkAggregate { kind, argument, alias, text: expr.to_string().to_lowercase() });
     }
     let condition = select.selection.as_ref().map(|c| c.to_string());
-    Ok(SparkQuery { view, view_name, groups, outputs, aggregates, condition })
+    let having = select.having.as_ref().map(|h| over_estimates(h, &aggregates)).transpose()?;
+    Ok(SparkQuery { view, view_name, groups, outputs, aggregates, condition, having })
+}
+
+/// HAVING `condition` over an estimate's answer: each aggregate it names by the name the query
+/// selects it as (the estimate, as tessera filters on); one the query does not select is
+/// refused.
+fn over_estimates(condition: &ast::Expr, aggregates: &[SparkAggregate]) -> Result<String> {
+    let mut condition = condition.clone();
+    let _ = ast::visit_expressions_mut(&mut condition, |e: &mut ast::Expr| {
+        if let ast::Expr::Function(_) = e {
+            let text = e.to_string().to_lowercase();
+            if let Some(a) = aggregates.iter().find(|a| a.text == text) {
+                *e = ast::Expr::Identifier(ast::Ident::new(a.alias.clone()));
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    let mut unselected = None;
+    let _ = ast::visit_expressions(&condition, |e: &ast::Expr| {
+        if let ast::Expr::Function(_) = e {
+            unselected = Some(e.to_string());
+            return std::ops::ControlFlow::Break(());
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    match unselected {
+        Some(f) => Err(unsupported(format!("HAVING on `{f}`, which the query does not select: select it AS a name"))),
+        None => Ok(condition.to_string()),
+    }
+}
+
+/// An estimate's SQL for each group of `__est`: its value and variance (`NULL` where it has
+/// none) and its interval.
+struct EstimateSql {
+    value: String,
+    variance: String,
+    low: String,
+    high: String,
+}
+
+impl EstimateSql {
+    /// `value` with the normal interval of `variance` at `z` standard errors.
+    fn normal(value: String, variance: String, z: f64) -> Self {
+        let low = format!("({value}) - {z:?} * SQRT({variance})");
+        let high = format!("({value}) + {z:?} * SQRT({variance})");
+        EstimateSql { value, variance, low, high }
+    }
 }
 
 /// The estimate's SQL: the formulas of [`crate::estimate`] over the clean sample (the fresh
-/// view's rows whose key hashes into the sample), the stale sample and the stale answer.
+/// view's rows whose key hashes into the sample), the stale sample and the stale answer; both
+/// estimators' per group (`__est`), and the one the freshness asks for, or under `auto` the one
+/// with the smaller summed relative variance over the groups and aggregates.
 fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Settings) -> Result<String> {
     let view = q.view;
     let m = view.ratio;
@@ -409,8 +461,12 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
     let aliased = |exprs: &[String], names: &[String]| {
         exprs.iter().zip(names).map(|(e, n)| format!("{e} AS {n}")).collect::<Vec<_>>()
     };
-    let on = |a: &str, b: &str| g.iter().map(|c| format!("{a}.{c} <=> {b}.{c}")).collect::<Vec<_>>().join(" AND ");
-    // Each row's value `y` where it counts and whether it counts `c`.
+    let matching =
+        |a: &str, b: &str, names: &[String]| names.iter().map(|c| format!("{a}.{c} <=> {b}.{c}")).collect::<Vec<_>>();
+    let on = |a: &str, b: &str| matching(a, b, &g).join(" AND ");
+    let extreme = |a: &SparkAggregate| matches!(a.kind.as_str(), "min" | "max");
+    // Each row's value `y` where it counts and whether it counts `c`; for MIN and MAX its value
+    // where it counts, `x`, else NULL.
     let mut values = aliased(&group_exprs, &g);
     values.extend(aliased(&view.key, &k));
     for (j, a) in q.aggregates.iter().enumerate() {
@@ -424,11 +480,20 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
         };
         values.push(format!("CASE WHEN {counts} THEN {y} ELSE CAST(0 AS DOUBLE) END AS __y{j}"));
         values.push(format!("CASE WHEN {counts} THEN CAST(1 AS DOUBLE) ELSE CAST(0 AS DOUBLE) END AS __c{j}"));
+        if let (Some(arg), true) = (&a.argument, extreme(a)) {
+            values.push(format!("CASE WHEN {counts} THEN CAST({arg} AS DOUBLE) END AS __x{j}"));
+        }
     }
     let rows = |from: &str| format!("SELECT {} FROM {from} WHERE {sampled}", values.join(", "));
     let mut sums = vec![g.join(", "), "COUNT(*) AS __n".into()];
-    for j in 0..q.aggregates.len() {
+    for (j, a) in q.aggregates.iter().enumerate() {
         sums.push(format!("SUM(__y{j}) AS __y{j}, SUM(__c{j}) AS __c{j}, SUM(__y{j} * __y{j}) AS __q{j}"));
+        if extreme(a) {
+            sums.push(format!(
+                "{0}(__x{j}) AS __e{j}, COUNT(__x{j}) AS __xn{j}, AVG(__x{j}) AS __xm{j}, VAR_SAMP(__x{j}) AS __xv{j}",
+                a.kind
+            ));
+        }
     }
     let sums = |from: &str| format!("SELECT {} FROM {from} GROUP BY {}", sums.join(", "), g.join(", "));
     // The stale answer.
@@ -456,7 +521,7 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
     diffs.extend((0..q.aggregates.len()).map(|j| format!("SUM(__t{j}) AS __d{j}")));
     let mut corr = vec![g.join(", ")];
     corr.extend((0..q.aggregates.len()).map(|j| format!("SUM(__d{j}) AS __s{j}, SUM(__d{j} * __d{j}) AS __sq{j}")));
-    let ctes = [
+    let mut ctes = vec![
         format!("__clean AS ({})", rows(&fresh)),
         format!("__dirty AS ({})", rows(&stale)),
         format!("__cs AS ({})", sums("__clean")),
@@ -467,63 +532,146 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
         format!("__diffs AS (SELECT {} FROM __terms GROUP BY {}, {})", diffs.join(", "), g.join(", "), k.join(", ")),
         format!("__corr AS (SELECT {} FROM __diffs GROUP BY {})", corr.join(", "), g.join(", ")),
     ];
-    // Per aggregate: its estimate and variance.
+    let mut joined = vec![("B", "__answer"), ("C", "__cs"), ("D", "__ds"), ("X", "__corr")];
+    if q.aggregates.iter().any(extreme) {
+        // MIN and MAX under SVC+CORR: the largest (smallest) change of a key counted in the
+        // same group in both samples.
+        let mut changes = vec![list("c.", &g)];
+        changes.extend(
+            q.aggregates
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| extreme(a))
+                .map(|(j, a)| format!("{}(c.__x{j} - d.__x{j}) AS __ch{j}", a.kind)),
+        );
+        let mut keyed = matching("c", "d", &k);
+        keyed.extend(matching("c", "d", &g));
+        ctes.push(format!(
+            "__changes AS (SELECT {} FROM __clean c JOIN __dirty d ON {} GROUP BY {})",
+            changes.join(", "),
+            keyed.join(" AND "),
+            list("c.", &g)
+        ));
+        joined.push(("H", "__changes"));
+    }
+    // Per aggregate: both estimators' estimates.
     let evidence = "COALESCE(C.__n, 0) + COALESCE(D.__n, 0) = 0";
-    let mut columns = Vec::new();
+    let alpha = 1.0 - settings.confidence;
+    let mut columns: Vec<String> = (0..g.len()).map(|i| format!("G.__g{i}")).collect();
+    for (j, a) in q.aggregates.iter().enumerate() {
+        let aqp_variance = format!("{scale:?} * C.__q{j}");
+        let aqp = match a.kind.as_str() {
+            "count" => EstimateSql::normal(format!("C.__y{j} / {m:?}"), aqp_variance, z),
+            "sum" => EstimateSql::normal(format!("CASE WHEN C.__c{j} > 0 THEN C.__y{j} / {m:?} END"), aqp_variance, z),
+            "avg" => {
+                let r = format!("(C.__y{j} / C.__c{j})");
+                EstimateSql::normal(
+                    format!("CASE WHEN C.__c{j} > 0 THEN {r} END"),
+                    format!(
+                        "CASE WHEN C.__c{j} > 0 THEN {:?} * GREATEST(C.__q{j} - 2 * {r} * C.__y{j} + {r} * {r} * C.__c{j}, 0) / (C.__c{j} * C.__c{j}) END",
+                        1.0 - m
+                    ),
+                    z,
+                )
+            }
+            _ => {
+                // The clean sample's extreme, bounded by Cantelli's inequality over the rows not
+                // sampled (each sampled one stands for 1/m).
+                let (seen, sign) = (format!("C.__e{j}"), if a.kind == "max" { "" } else { "-" });
+                let unseen = format!("(C.__xn{j} * {:?})", 1.0 / m - 1.0);
+                let reach = format!(
+                    "CASE WHEN {unseen} / {alpha:?} > 1 THEN SQRT(C.__xv{j} * ({unseen} / {alpha:?} - 1)) ELSE CAST(0 AS DOUBLE) END"
+                );
+                let far = format!("{sign}GREATEST({sign}{seen}, {sign}C.__xm{j} + {reach})");
+                let bounded = format!("C.__xn{j} >= 2");
+                let (low, high) = if a.kind == "max" { (seen.clone(), far) } else { (far, seen.clone()) };
+                EstimateSql {
+                    value: seen,
+                    variance: "CAST(NULL AS DOUBLE)".into(),
+                    low: format!("CASE WHEN {bounded} THEN {low} END"),
+                    high: format!("CASE WHEN {bounded} THEN {high} END"),
+                }
+            }
+        };
+        let corr_variance = format!("{scale:?} * COALESCE(X.__sq{j}, 0)");
+        let corrected = match a.kind.as_str() {
+            "count" | "sum" => {
+                EstimateSql::normal(format!("COALESCE(B.__b{j}, 0) + COALESCE(X.__s{j}, 0) / {m:?}"), corr_variance, z)
+            }
+            "avg" => {
+                let ok = format!("B.__b{j} IS NOT NULL AND C.__c{j} > 0 AND D.__c{j} > 0");
+                let value = format!("B.__b{j} + C.__y{j} / C.__c{j} - D.__y{j} / D.__c{j}");
+                let normal = EstimateSql::normal(value, corr_variance, z);
+                let pick =
+                    |corrected: &str, otherwise: &str| format!("CASE WHEN {ok} THEN {corrected} ELSE {otherwise} END");
+                EstimateSql {
+                    value: pick(&normal.value, &aqp.value),
+                    variance: pick(&normal.variance, &aqp.variance),
+                    low: pick(&normal.low, &aqp.low),
+                    high: pick(&normal.high, &aqp.high),
+                }
+            }
+            _ => {
+                // The stale extreme moved by the largest change, never short of the clean
+                // sample's extreme, within its bounds.
+                let ok = format!("B.__b{j} IS NOT NULL AND H.__ch{j} IS NOT NULL AND C.__e{j} IS NOT NULL");
+                let (outward, inward) = if a.kind == "max" { ("GREATEST", "LEAST") } else { ("LEAST", "GREATEST") };
+                let moved = format!("{outward}(B.__b{j} + H.__ch{j}, C.__e{j})");
+                let limit = if a.kind == "max" { &aqp.high } else { &aqp.low };
+                let value = format!("CASE WHEN ({limit}) IS NULL THEN {moved} ELSE {inward}({moved}, {limit}) END");
+                EstimateSql {
+                    value: format!("CASE WHEN {ok} THEN {value} ELSE {} END", aqp.value),
+                    variance: aqp.variance.clone(),
+                    low: aqp.low.clone(),
+                    high: aqp.high.clone(),
+                }
+            }
+        };
+        // With no row of the group in either sample: the stale answer, without an interval.
+        let unless_absent = |e: &str| format!("CASE WHEN {evidence} THEN NULL ELSE {e} END");
+        let corr = EstimateSql {
+            value: format!("CASE WHEN {evidence} THEN B.__b{j} ELSE {} END", corrected.value),
+            variance: unless_absent(&corrected.variance),
+            low: unless_absent(&corrected.low),
+            high: unless_absent(&corrected.high),
+        };
+        for (prefix, e) in [("a", &aqp), ("c", &corr)] {
+            columns.push(format!(
+                "{} AS __{prefix}v{j}, {} AS __{prefix}w{j}, {} AS __{prefix}l{j}, {} AS __{prefix}h{j}",
+                e.value, e.variance, e.low, e.high
+            ));
+        }
+    }
+    let joins: Vec<String> = joined.iter().map(|(a, t)| format!(" LEFT JOIN {t} {a} ON {}", on("G", a))).collect();
+    ctes.push(format!("__est AS (SELECT {} FROM __groups G{})", columns.join(", "), joins.concat()));
+    // `auto`: each estimator's variances relative to the clean sample's estimates, summed.
+    let relative = |prefix: &str| {
+        let terms: Vec<String> = (0..q.aggregates.len())
+            .map(|j| {
+                format!(
+                    "COALESCE(__{prefix}w{j}, 0) / POWER(CASE WHEN __av{j} IS NULL THEN 1.0 ELSE GREATEST(ABS(__av{j}), 1e-12) END, 2)"
+                )
+            })
+            .collect();
+        format!("COALESCE(SUM({}), 0)", terms.join(" + "))
+    };
+    ctes.push(format!("__score AS (SELECT {} AS __corr, {} AS __aqp FROM __est)", relative("c"), relative("a")));
+    let chosen = |part: &str, j: usize| match settings.freshness {
+        Freshness::SvcAqp => format!("E.__a{part}{j}"),
+        Freshness::SvcCorr => format!("E.__c{part}{j}"),
+        _ => format!("CASE WHEN S.__corr <= S.__aqp THEN E.__c{part}{j} ELSE E.__a{part}{j} END"),
+    };
+    let mut selected = Vec::new();
     for output in &q.outputs {
         match *output {
-            Ok(i) => columns.push(format!("G.__g{i} AS {}", q.groups[i])),
+            Ok(i) => selected.push(format!("E.__g{i} AS {}", q.groups[i])),
             Err(j) => {
-                let a = &q.aggregates[j];
-                let aqp_variance = format!("{scale:?} * C.__q{j}");
-                let (aqp, aqp_variance) = match a.kind.as_str() {
-                    "count" => (format!("C.__y{j} / {m:?}"), aqp_variance),
-                    "sum" => (format!("CASE WHEN C.__c{j} > 0 THEN C.__y{j} / {m:?} END"), aqp_variance),
-                    _ => {
-                        let r = format!("(C.__y{j} / C.__c{j})");
-                        (
-                            format!("CASE WHEN C.__c{j} > 0 THEN {r} END"),
-                            format!(
-                                "CASE WHEN C.__c{j} > 0 THEN {:?} * GREATEST(C.__q{j} - 2 * {r} * C.__y{j} + {r} * {r} * C.__c{j}, 0) / (C.__c{j} * C.__c{j}) END",
-                                1.0 - m
-                            ),
-                        )
-                    }
-                };
-                let corr_variance = format!("{scale:?} * COALESCE(X.__sq{j}, 0)");
-                let (value, variance) = match (settings.freshness, a.kind.as_str()) {
-                    (Freshness::SvcAqp, _) => (aqp, aqp_variance),
-                    (_, "count" | "sum") => (
-                        format!("CASE WHEN {evidence} THEN B.__b{j} ELSE COALESCE(B.__b{j}, 0) + COALESCE(X.__s{j}, 0) / {m:?} END"),
-                        format!("CASE WHEN {evidence} THEN NULL ELSE {corr_variance} END"),
-                    ),
-                    _ => {
-                        let corrected = format!("B.__b{j} IS NOT NULL AND C.__c{j} > 0 AND D.__c{j} > 0");
-                        (
-                            format!(
-                                "CASE WHEN {evidence} THEN B.__b{j} WHEN {corrected} THEN B.__b{j} + C.__y{j} / C.__c{j} - D.__y{j} / D.__c{j} ELSE {aqp} END"
-                            ),
-                            format!(
-                                "CASE WHEN {evidence} THEN NULL WHEN {corrected} THEN {corr_variance} ELSE {aqp_variance} END"
-                            ),
-                        )
-                    }
-                };
-                let name = &a.alias;
-                columns.push(format!("{value} AS {name}"));
-                columns.push(format!("({value}) - {z:?} * SQRT({variance}) AS {name}_ci_low"));
-                columns.push(format!("({value}) + {z:?} * SQRT({variance}) AS {name}_ci_high"));
+                let name = &q.aggregates[j].alias;
+                selected.push(format!("{} AS {name}", chosen("v", j)));
+                selected.push(format!("{} AS {name}_ci_low", chosen("l", j)));
+                selected.push(format!("{} AS {name}_ci_high", chosen("h", j)));
             }
         }
     }
-    Ok(format!(
-        "WITH {} SELECT {} FROM __groups G LEFT JOIN __answer B ON {} LEFT JOIN __cs C ON {} LEFT JOIN __ds D ON {} \
-         LEFT JOIN __corr X ON {}",
-        ctes.join(", "),
-        columns.join(", "),
-        on("G", "B"),
-        on("G", "C"),
-        on("G", "D"),
-        on("G", "X")
-    ))
+    Ok(format!("WITH {} SELECT {} FROM __est E CROSS JOIN __score S", ctes.join(", "), selected.join(", ")))
 }

@@ -628,8 +628,11 @@ fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compil
     );
     assert!(spark.contains("FROM log__1 JOIN video__0"), "the fresh view reads the tables' last versions: {spark}");
     for (statements, message) in [
-        ("SET freshness = 'auto'; SELECT COUNT(*) AS n FROM visit_view;", "choose svc_aqp or svc_corr"),
-        ("SET freshness = 'svc_aqp'; SELECT MEDIAN(duration) AS m FROM visit_view;", "COUNT, SUM and AVG"),
+        ("SET freshness = 'svc_aqp'; SELECT MEDIAN(duration) AS m FROM visit_view;", "COUNT, SUM, AVG, MIN and MAX"),
+        (
+            "SET freshness = 'auto'; SELECT owner_id, COUNT(*) AS n FROM visit_view GROUP BY owner_id HAVING SUM(duration) > 3;",
+            "HAVING on `SUM(duration)`, which the query does not select",
+        ),
         ("SET freshness = 'svc_aqp'; SELECT COUNT(*) FROM visit_view;", "without AS name"),
         ("INSERT INTO log VALUES (1, 2);", "does not take `INSERT INTO log`"),
         ("SET freshness = 'svc_aqp'; SELECT COUNT(*) AS n FROM log;", "`log`, which is not a sampled view"),
