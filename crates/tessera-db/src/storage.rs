@@ -68,6 +68,18 @@ pub struct SampleEntry {
     /// Its outlier index (`WITH (outlier_index = ...)`), if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outliers: Option<crate::sample::OutlierOptions>,
+    /// The outlier index's rows picked at the view's refresh, if it has an index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier_base: Option<OutlierBaseEntry>,
+}
+
+/// The rows an outlier index picked at a view's refresh: the refresh's sequence number, the
+/// value rows changed since must reach, and a file of their keys' hashes (one Int64 column).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct OutlierBaseEntry {
+    pub refreshed_at: u64,
+    pub at_least: Option<f64>,
+    pub file: String,
 }
 
 /// A table: its columns, its key, and the files of its rows.
@@ -284,5 +296,7 @@ fn named_files(manifest: &Manifest) -> BTreeSet<&str> {
             named.extend(change.deleted.as_deref());
         }
     }
+    let bases = manifest.views.values().filter_map(|v| v.sample.as_ref()?.outlier_base.as_ref());
+    named.extend(bases.map(|b| b.file.as_str()));
     named
 }

@@ -59,6 +59,14 @@ pub struct OutlierBase {
     pub refreshed_at: u64,
     pub hashes: Vec<i64>,
     pub at_least: Option<f64>,
+    /// The database file of `hashes`, once written (at the refresh).
+    pub file: Option<String>,
+}
+
+impl OutlierBase {
+    fn schema() -> arrow::datatypes::SchemaRef {
+        Arc::new(arrow::datatypes::Schema::new(vec![Field::new("hash", arrow::datatypes::DataType::Int64, false)]))
+    }
 }
 
 /// The rows of a sample's outlier index as of a statement: the hashes of their keys, and
@@ -68,6 +76,8 @@ pub struct OutlierRows {
     pub at: u64,
     pub hashes: Vec<i64>,
     pub clean: Vec<RecordBatch>,
+    /// The view's stored rows of those keys.
+    pub stale: Vec<RecordBatch>,
 }
 
 impl Sample {
@@ -78,6 +88,13 @@ impl Sample {
             contents: self.contents.entry(),
             cleaned_at: self.cleaned_at,
             outliers: self.sampling.outliers.as_ref().map(|o| o.options.clone()),
+            outlier_base: self.outlier_base.as_ref().and_then(|b| {
+                Some(storage::OutlierBaseEntry {
+                    refreshed_at: b.refreshed_at,
+                    at_least: b.at_least,
+                    file: b.file.clone()?,
+                })
+            }),
         }
     }
 }
@@ -244,7 +261,18 @@ impl Database {
                     )?,
                     contents: Table::load(&s.contents, &self.storage)?,
                     cleaned_at: s.cleaned_at,
-                    outlier_base: None,
+                    outlier_base: match &s.outlier_base {
+                        Some(b) => {
+                            let hashes = self.storage.read(&b.file, &OutlierBase::schema())?;
+                            Some(OutlierBase {
+                                refreshed_at: b.refreshed_at,
+                                hashes: hashes.column(0).as_primitive::<Int64Type>().values().to_vec(),
+                                at_least: b.at_least,
+                                file: Some(b.file.clone()),
+                            })
+                        }
+                        None => None,
+                    },
                     outlier_rows: None,
                 }),
                 None => None,
@@ -393,18 +421,13 @@ impl Database {
         };
         let flag = match outliers {
             None => lit(false),
-            Some(OutlierRows { hashes, clean, .. }) => {
+            Some(OutlierRows { hashes, clean, stale: stale_rows, .. }) => {
                 let among = sample.sampling.stored_among(plan.schema(), hashes).map_err(internal)?;
-                // The sample's rows of other keys, and the outliers' rows: stale from the
-                // view's contents, or clean from the tables.
+                // The sample's rows of other keys, and the outliers' rows, stale or clean.
                 let regular = LogicalPlanBuilder::from(plan).filter(!among.clone())?.build()?;
-                let outlier_rows = if stale {
-                    let rows = scan(&view.contents)?;
-                    LogicalPlanBuilder::from(rows).filter(among.clone())?.build()?
-                } else {
-                    let table = mem_table(Arc::clone(&contents.schema), clean.clone())?;
-                    LogicalPlanBuilder::scan("__outliers", provider_as_source(table), None)?.build()?
-                };
+                let rows = if stale { stale_rows } else { clean };
+                let table = mem_table(Arc::clone(&contents.schema), rows.clone())?;
+                let outlier_rows = LogicalPlanBuilder::scan("__outliers", provider_as_source(table), None)?.build()?;
                 plan = LogicalPlanBuilder::from(regular).union(outlier_rows)?.build()?;
                 sample.sampling.stored_among(plan.schema(), hashes).map_err(internal)?
             }
@@ -446,7 +469,7 @@ impl Database {
             Some(k) if values.len() as u64 >= k => values.last().copied(),
             _ => None,
         };
-        Ok(Some(OutlierBase { refreshed_at, hashes, at_least }))
+        Ok(Some(OutlierBase { refreshed_at, hashes, at_least, file: None }))
     }
 
     /// Computes the rows of the outlier index of view `key`'s clean sample, unless they are as
@@ -487,8 +510,8 @@ impl Database {
         let mut rows = Table::new(&view.contents.name, fields, &[])?;
         let (mut scratch, mut manifest) = (storage::Storage::memory(), storage::new_manifest());
         let stale = stale.iter().map(|b| rows.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
-        let stale = arrow::compute::concat_batches(&rows.schema, &stale)?;
-        rows.apply(Edit { deleted: Vec::new(), inserted: Some(stale) }, 1, &mut scratch, &mut manifest)?;
+        let stale_rows = arrow::compute::concat_batches(&rows.schema, &stale)?;
+        rows.apply(Edit { deleted: Vec::new(), inserted: Some(stale_rows.clone()) }, 1, &mut scratch, &mut manifest)?;
         let maintain::Maintenance::Incremental(incremental) = &view.maintenance else {
             return Err(TesseraError::Internal("a sampled view is maintained incrementally".into()));
         };
@@ -501,7 +524,7 @@ impl Database {
         if picked_anew.is_some() {
             sample.outlier_base = picked_anew;
         }
-        sample.outlier_rows = Some(OutlierRows { at, hashes, clean });
+        sample.outlier_rows = Some(OutlierRows { at, hashes, clean, stale: vec![stale_rows] });
         Ok(())
     }
 
@@ -760,6 +783,11 @@ impl Database {
             sample.contents.forget_changes_through(u64::MAX);
             sample.cleaned_at = view.refreshed_at;
             sample.outlier_base = self.outlier_base(&sample.sampling, view.refreshed_at)?;
+            if let Some(base) = &mut sample.outlier_base {
+                let hashes = arrow::array::Int64Array::from(base.hashes.clone());
+                let batch = RecordBatch::try_new(OutlierBase::schema(), vec![Arc::new(hashes)])?;
+                base.file = Some(self.storage.write(&mut manifest, &batch)?);
+            }
             sample.outlier_rows = None;
         }
         // The tables and views it reads keep only the changes a view still needs; so do its
