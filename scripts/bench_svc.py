@@ -6,7 +6,7 @@ answer, of svc_aqp, svc_corr and auto against the fresh answer, with interval co
 Usage:
     python scripts/bench_svc.py --tessera BINARY [--scale 1] [--updates 0.1] [--ratio 0.1]
                                 [--queries 100] [--breakeven 0.025,0.05,0.1,0.2,0.3,0.4]
-                                [--outliers 1000] [--views join,grouped]
+                                [--outliers 1000] [--views join,grouped] [--only-breakeven]
 
 Data: `tessera generate --tpch lineitem,orders` (as scripts/bench_views.py), and a skewed
 variant as TPCD-Skew builds it with Zipf z = 2: each lineitem's order drawn from a Zipf
@@ -22,7 +22,8 @@ every query answered again: the truth. The queries are TPC-H-style group-by aggr
 view with random conditions. Errors are relative, per group and aggregate, medians over all.
 With --outliers K the skewed join view is run again with an outlier index on the K largest
 l_extendedprice (Section 6), and each query's time (estimates with the sample cleaned) is
-reported for both.
+reported for both. Per aggregate function, svc_corr's median error and interval coverage go to
+standard error. --only-breakeven runs the break-even rounds alone (their errors only).
 """
 
 import argparse
@@ -177,16 +178,29 @@ def run(binary, work, base, lineitem_table, con, fraction, qs, label):
     truth = per[-1]
     errors = {m: [] for m in METHODS}
     covered = {m: [0, 0] for m in METHODS[1:]}
-    for q in range(len(qs)):
+    # Per aggregate function: svc_corr's errors and interval coverage, to see which one errs.
+    by_aggregate = {}
+    for q, (sql, _) in enumerate(qs):
+        aggregate = re.search(r"(\w+\([^)]*\)) AS a", sql).group(1)
+        detail = by_aggregate.setdefault(aggregate, {"svc_corr": [], "covered": [0, 0]})
         for group, (value, _, _) in truth[q].items():
             for m, answers in zip(METHODS, per):
                 got = answers[q].get(group)
                 e = relative(got[0] if got else 0.0, value)
                 if e is not None:
                     errors[m].append(e)
+                    if m == "svc_corr":
+                        detail["svc_corr"].append(e)
                 if m in covered and got and got[1] is not None and value is not None:
                     covered[m][0] += got[1] <= value <= got[2]
                     covered[m][1] += 1
+                    if m == "svc_corr":
+                        detail["covered"][0] += got[1] <= value <= got[2]
+                        detail["covered"][1] += 1
+    for aggregate, detail in by_aggregate.items():
+        hit, total = detail["covered"]
+        print(f"#   {label}: {aggregate}: svc_corr median error {statistics.median(detail['svc_corr']):.4f}, "
+              f"coverage {hit}/{total}", file=sys.stderr, flush=True)
     shutil.rmtree(os.path.join(work, db))
     medians = {m: statistics.median(e) if e else float("nan") for m, e in errors.items()}
     coverage = {m: c[0] / c[1] if c[1] else float("nan") for m, c in covered.items()}
@@ -205,6 +219,8 @@ def main():
     parser.add_argument("--breakeven", default="")
     parser.add_argument("--outliers", type=int, default=0)
     parser.add_argument("--views", default="join,grouped")
+    parser.add_argument("--only-breakeven", action="store_true",
+                        help="run only the break-even rounds (the skewed join view at each --breakeven size)")
     args = parser.parse_args()
     binary = os.path.abspath(args.tessera)
     data = tpch_data(binary, args.scale)
@@ -233,17 +249,20 @@ def main():
         extra = [(f"skewed z=2, outlier index on the {args.outliers} largest l_extendedprice", "lineitem_skew", skew_path,
                   index)] if view == "join" and args.outliers else []
         for label, table, path, options in rounds + extra:
+            if args.only_breakeven and (view != "join" or table != "lineitem_skew" or options):
+                continue
             base = f"base-{view}-{table}"
             load = (f"CREATE TABLE orders ({ORDERS}) WITH (path = '{data}/orders.csv'); CREATE TABLE lineitem ({LINEITEM}); "
                     f"COPY lineitem FROM '{path}'; "
                     f"CREATE MATERIALIZED VIEW v WITH (sample = {args.ratio}{options}) AS {definition}")
             tessera(binary, base, load, work)
-            changed, t_clean, t_refresh, med, cov, n, t_query = run(binary, work, base, table, con, args.updates, qs,
-                                                            f"{view}-{table}{'-index' if options else ''}")
-            print(f"| {description} | {label} | {changed} | {t_clean:.3f} | {t_refresh:.3f} | {t_refresh / t_clean:.1f}x | "
-                  f"{med['stale']:.4f} | {med['svc_aqp']:.4f} | {med['svc_corr']:.4f} | {med['auto']:.4f} | "
-                  f"{med['stale'] / med['svc_corr']:.1f}x | {med['svc_aqp'] / med['svc_corr']:.1f}x | "
-                  f"{cov['svc_aqp']:.3f} | {cov['svc_corr']:.3f} | {n} | {t_query:.3f} |", flush=True)
+            if not args.only_breakeven:
+                changed, t_clean, t_refresh, med, cov, n, t_query = run(binary, work, base, table, con, args.updates,
+                                                                        qs, f"{view}-{table}{'-index' if options else ''}")
+                print(f"| {description} | {label} | {changed} | {t_clean:.3f} | {t_refresh:.3f} | "
+                      f"{t_refresh / t_clean:.1f}x | {med['stale']:.4f} | {med['svc_aqp']:.4f} | {med['svc_corr']:.4f} | "
+                      f"{med['auto']:.4f} | {med['stale'] / med['svc_corr']:.1f}x | {med['svc_aqp'] / med['svc_corr']:.1f}x | "
+                      f"{cov['svc_aqp']:.3f} | {cov['svc_corr']:.3f} | {n} | {t_query:.3f} |", flush=True)
             if view == "join" and table == "lineitem_skew" and not options and args.breakeven:
                 breakeven = [(f, run(binary, work, base, table, con, f, qs, f"be-{f:g}")[3])
                              for f in [float(x) for x in args.breakeven.split(",")]]
