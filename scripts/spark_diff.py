@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Differential test of `tessera compile --target spark` against tessera itself: a database
-script with a sampled view, changes and estimates (svc_aqp, svc_corr, auto; COUNT, SUM, AVG, MIN,
-MAX; WHERE, GROUP BY, HAVING, ORDER BY, LIMIT), and the stale and the exact answer, is run by
-`tessera run` and, compiled to Spark SQL, by a local
-PySpark on the machine's Java. Every answer must agree: the sample's keys (the groups of a
-query grouped by the key that the clean sample holds) and each estimate with its interval,
-within floating-point rounding.
+script with a sampled view and the same view with an outlier index (the longest videos, by
+`outlier_k`, and for the second seed above a threshold too), changes to both tables, estimates
+(svc_aqp, svc_corr, auto; COUNT, SUM, AVG, MIN, MAX; WHERE, GROUP BY, HAVING, ORDER BY, LIMIT)
+over both views, and the stale and the exact answer, is run by `tessera run` and, compiled to
+Spark SQL, by a local PySpark on the machine's Java. Every answer must agree: the sample's keys
+(the groups of a query grouped by the key that the clean sample holds) and each estimate with
+its interval, within floating-point rounding.
 
 Usage:
     python scripts/spark_diff.py --tessera BINARY
@@ -46,6 +47,17 @@ def write_data(folder, seed):
                 f.write(f"{s},{rng.randint(1, 60)},U\n")
         for s in range(10001, 11001):
             f.write(f"{s},{rng.randint(1, 80)},I\n")
+    # Durations changed: some videos become the longest (they join the outlier index from the
+    # changes), the longest of some others shrink, a few videos are deleted.
+    with open(os.path.join(folder, "video_changes.csv"), "w") as f:
+        f.write("video_id,owner_id,duration,op\n")
+        for v in range(1, 301):
+            if v % 37 == 3:
+                f.write(f"{v},{v % 7},{round(rng.uniform(2000, 5000), 2)},U\n")
+            elif v % 11 == 5:
+                f.write(f"{v},{v % 7},{round(rng.uniform(10, 100), 2)},U\n")
+            elif v % 53 == 7:
+                f.write(f"{v},0,0,D\n")
 
 
 QUERIES = [
@@ -63,23 +75,29 @@ QUERIES = [
     "HAVING SUM(visit_count) > 760 AND owner_id <> 2",
 ]
 ESTIMATORS = ["svc_aqp", "svc_corr", "auto"]
+# The view without and with an outlier index.
+VIEWS = ["visit_view", "visit_index"]
 
 # Answered from the stale view, then from the view over the tables as they are.
 PLAIN = "SELECT owner_id, SUM(visit_count) AS v, COUNT(*) AS n FROM visit_view GROUP BY owner_id"
 
 
 def script(seed):
+    definition = ("SELECT video_id, owner_id, duration, COUNT(*) AS visit_count "
+                  "FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration;")
+    rule = "outlier_k = 12" if seed == SEEDS[0] else "outlier_threshold = 450, outlier_k = 40"
     lines = [
         "CREATE TABLE video (video_id BIGINT PRIMARY KEY, owner_id BIGINT, duration DOUBLE) WITH (path = 'video.csv');",
         "CREATE TABLE log (session_id BIGINT PRIMARY KEY, video_id BIGINT) WITH (path = 'log.csv');",
-        f"CREATE MATERIALIZED VIEW visit_view WITH (sample = 0.2, sample_seed = {seed}) AS "
-        "SELECT video_id, owner_id, duration, COUNT(*) AS visit_count "
-        "FROM log JOIN video USING (video_id) GROUP BY video_id, owner_id, duration;",
+        f"CREATE MATERIALIZED VIEW visit_view WITH (sample = 0.2, sample_seed = {seed}) AS {definition}",
+        f"CREATE MATERIALIZED VIEW visit_index WITH (sample = 0.2, sample_seed = {seed}, "
+        f"outlier_index = 'video.duration', {rule}) AS {definition}",
         "COPY log FROM 'log_changes.csv' WITH (op_column = 'op');",
+        "COPY video FROM 'video_changes.csv' WITH (op_column = 'op');",
     ]
     for freshness in ESTIMATORS:
         lines.append(f"SET freshness = '{freshness}';")
-        lines.extend(q + ";" for q in QUERIES)
+        lines.extend(q.replace("visit_view", view) + ";" for view in VIEWS for q in QUERIES)
     for freshness in ["stale", "exact"]:
         lines.append(f"SET freshness = '{freshness}';")
         lines.append(PLAIN + ";")
@@ -138,21 +156,22 @@ def main():
             compiled = subprocess.run([binary, "compile", "--target", "spark", path], capture_output=True, text=True)
             if compiled.returncode != 0:
                 sys.exit(f"spark-diff: compile failed: {compiled.stderr}")
-            frames = []
+            theirs, headers = [], []
             for statement in compiled.stdout.split(";\n"):
                 sql = "\n".join(l for l in statement.splitlines() if not l.startswith("--")).strip()
                 if not sql:
                     continue
                 frame = spark.sql(sql)
                 if sql.startswith(("SELECT", "WITH")):
-                    frames.append(frame)
-            theirs = [[[None if v is None else float(v) for v in row] for row in f.collect()] for f in frames]
-            headers = [f.columns for f in frames]
+                    # Collected at once: a query's plan is large, and many held at once exhaust the driver.
+                    theirs.append([[None if v is None else float(v) for v in row] for row in frame.collect()])
+                    headers.append(frame.columns)
             run = subprocess.run([binary, "run", path, "-q"], capture_output=True, text=True, cwd=folder)
             if run.returncode != 0:
                 sys.exit(f"spark-diff: tessera run failed: {run.stderr}")
             ours = tessera_answers(run.stdout.splitlines(), headers)
-            asked = [(q, e) for e in ESTIMATORS for q in QUERIES] + [(PLAIN, "stale"), (PLAIN, "exact")]
+            asked = [(q.replace("visit_view", view), e) for e in ESTIMATORS for view in VIEWS for q in QUERIES]
+            asked += [(PLAIN, "stale"), (PLAIN, "exact")]
             for (query, estimator), a, b in zip(asked, ours, theirs):
                 if same(a, b):
                     passed += 1
@@ -166,6 +185,11 @@ def main():
                 failed += 1
                 print(f"seed {seed}: {len(sampled)} of {len(ours[0])} videos sampled")
             print(f"seed {seed}: {len(sampled)} of {len(ours[0])} videos in the sample, the same keys in Spark")
+            # The outlier index changes the estimates: some of the indexed view's differ.
+            n = len(QUERIES)
+            if all(same(ours[i], ours[n + i]) for i in range(n)):
+                failed += 1
+                print(f"seed {seed}: the outlier index changed no estimate")
     spark.stop()
     print(f"spark: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

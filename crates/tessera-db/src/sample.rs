@@ -205,6 +205,13 @@ pub struct OutlierIndex {
     key: Vec<Expr>,
 }
 
+impl OutlierIndex {
+    /// The indexed table's columns the sample's key is, `None` where it is not plain columns.
+    pub fn key_columns(&self) -> Option<Vec<String>> {
+        self.key.iter().map(|k| if let Expr::Column(c) = k { Some(c.name.clone()) } else { None }).collect()
+    }
+}
+
 /// The view's query with a filter on keys pushed down, and where it went.
 struct Pushed {
     /// `None`: blocked at the view's root, for the reason in the trace.

@@ -8,8 +8,13 @@
 //! its last refresh. The clean sample is the fresh view's rows whose key hashes below the ratio
 //! (Property 1: the rows tessera's cleaning expression computes); Spark's optimizer pushes that
 //! filter toward the scans itself. The estimates are the same formulas as [`crate::estimate`]'s
-//! for COUNT, SUM and AVG, written as queries over the two samples and the stale view.
+//! for COUNT, SUM, AVG, MIN and MAX, written as queries over the two samples and the stale view.
 //! A `COPY ... WITH (op_column = ...)` file names each key once.
+//!
+//! An outlier index is kept as tessera keeps it: the rows its rule picks from the indexed
+//! table's version at the view's refresh (`v__obaseN`), and the rows of the changes since
+//! (`t__changesN`: each `COPY`'s inserted rows and the rows it deleted or replaced) that reach
+//! the bar of the `k`-th picked value; the view's rows of those keys enter the estimates whole.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -19,6 +24,7 @@ use datafusion_sql::sqlparser::ast;
 use tessera::error::{Result, TesseraError};
 
 use crate::estimate::{normal_quantile, Freshness, Settings};
+use crate::sample::OutlierOptions;
 use crate::{maintain, Database, Statement};
 
 fn unsupported(what: impl std::fmt::Display) -> TesseraError {
@@ -37,6 +43,66 @@ struct SparkView {
     seed: Option<i32>,
     /// The temporary view of its stale contents.
     stale: String,
+    index: Option<SparkIndex>,
+}
+
+/// A sampled view's outlier index as the Spark script keeps it.
+struct SparkIndex {
+    options: OutlierOptions,
+    /// The sample's hash over the indexed table's columns.
+    hash: String,
+    /// The temporary view of the rows the rule picked at the view's last refresh: their key's
+    /// hash `__hash` and value `__value`.
+    base: String,
+    /// The indexed table's version at that refresh.
+    refreshed: usize,
+}
+
+impl SparkIndex {
+    /// Writes the view of the rows the rule picks from the indexed table's current version
+    /// (the view `name` refreshed at statement `number`), and records that version.
+    fn pick(&mut self, out: &mut String, name: &str, number: usize, versions: &HashMap<String, usize>) {
+        let o = &self.options;
+        self.refreshed = versions[&o.table];
+        self.base = format!("{name}__obase{number}");
+        let limit = o.k.map(|k| format!(" LIMIT {k}")).unwrap_or_default();
+        writeln!(
+            out,
+            "CREATE OR REPLACE TEMPORARY VIEW {} AS SELECT * FROM ({}) ORDER BY __value DESC, __hash ASC{limit};",
+            self.base,
+            self.picked(&format!("{}__{}", o.table, self.refreshed), None),
+        )
+        .expect("a string");
+    }
+
+    /// The hash and value of the rows of `rows` (the indexed table's) above the threshold and
+    /// at least `at_least` (SQL, `NULL` for none).
+    fn picked(&self, rows: &str, at_least: Option<&str>) -> String {
+        let o = &self.options;
+        let value = format!("CAST({} AS DOUBLE)", o.column);
+        let mut conditions = vec![format!("{} IS NOT NULL", o.column)];
+        conditions.extend(o.threshold.map(|t| format!("{value} > {t:?}")));
+        conditions.extend(at_least.map(|a| format!("({a} IS NULL OR {value} >= {a})")));
+        format!("SELECT {} AS __hash, {value} AS __value FROM {rows} WHERE {}", self.hash, conditions.join(" AND "))
+    }
+
+    /// The outlier keys' hashes now: those picked at the refresh, and those of the changes
+    /// since (up to the table's version `now`) that reach the bar.
+    fn hashes(&self, now: usize) -> String {
+        let mut parts = vec![format!("SELECT __hash FROM {}", self.base)];
+        if now > self.refreshed {
+            let bar = match self.options.k {
+                Some(k) => format!("(SELECT CASE WHEN COUNT(*) >= {k} THEN MIN(__value) END FROM {})", self.base),
+                None => "CAST(NULL AS DOUBLE)".into(),
+            };
+            let changes: Vec<String> = (self.refreshed + 1..=now)
+                .map(|v| format!("SELECT * FROM {}__changes{v}", self.options.table))
+                .collect();
+            let changes = format!("({})", changes.join(" UNION ALL "));
+            parts.push(format!("SELECT __hash FROM ({})", self.picked(&changes, Some(&bar))));
+        }
+        parts.join(" UNION ")
+    }
 }
 
 /// The Spark SQL of the database script `sql` (relative file paths resolved from `dir`).
@@ -100,9 +166,6 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                     let Some(sample) = &view.sample else {
                         return Err(unsupported(format!("materialized view `{name}` without a sample")));
                     };
-                    if sample.sampling.outliers.is_some() {
-                        return Err(unsupported("an outlier index yet"));
-                    }
                     if sample.sampling.sampled_at_root() {
                         return Err(unsupported(format!("`{name}`, whose hash stays at its root")));
                     }
@@ -112,6 +175,26 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                     let query = over_versions(&create.query, &versions);
                     writeln!(out, "CREATE OR REPLACE TEMPORARY VIEW {stale} AS {query};").expect("a string");
                     let options = sample.sampling.options;
+                    let index = match &sample.sampling.outliers {
+                        None => None,
+                        Some(index) => {
+                            let table = &index.options.table;
+                            let schema = &planner.tables[table].schema;
+                            let columns = index.key_columns().ok_or_else(|| {
+                                unsupported(format!(
+                                    "the outlier index of `{name}`, whose key is not columns of `{table}`"
+                                ))
+                            })?;
+                            let mut index = SparkIndex {
+                                options: index.options.clone(),
+                                hash: hash_sql(options.seed, &as_hashed(&columns, schema)?),
+                                base: String::new(),
+                                refreshed: 0,
+                            };
+                            index.pick(&mut out, &name, statement_number, &versions);
+                            Some(index)
+                        }
+                    };
                     views.insert(
                         name,
                         SparkView {
@@ -120,6 +203,7 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                             ratio: options.ratio,
                             seed: options.seed,
                             stale,
+                            index,
                         },
                     );
                 }
@@ -144,22 +228,40 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                 let names: Vec<&str> = table_columns.iter().map(|(c, _)| c.as_str()).collect();
                 let previous = format!("{name}__{version}");
                 let next = format!("{name}__{}", version + 1);
-                let body = match op {
-                    None => format!("SELECT * FROM {previous} UNION ALL SELECT {} FROM {file}", names.join(", ")),
-                    Some(op) => {
-                        if key.is_empty() {
-                            return Err(unsupported(format!("op_column on `{name}`, which has no primary key")));
-                        }
-                        let on: Vec<String> = key.iter().map(|k| format!("{previous}.{k} = {file}.{k}")).collect();
-                        format!(
-                            "SELECT {previous}.* FROM {previous} LEFT ANTI JOIN {file} ON {} UNION ALL SELECT {} FROM {file} \
-                             WHERE upper(trim({op})) IN ('I', 'U', 'INSERT', 'UPDATE')",
-                            on.join(" AND "),
-                            names.join(", ")
-                        )
+                let inserted = match &op {
+                    None => format!("SELECT {} FROM {file}", names.join(", ")),
+                    Some(op) => format!(
+                        "SELECT {} FROM {file} WHERE upper(trim({op})) IN ('I', 'U', 'INSERT', 'UPDATE')",
+                        names.join(", ")
+                    ),
+                };
+                // The rows it replaces or deletes: those of the keys the file names.
+                let on: Vec<String> = key.iter().map(|k| format!("{previous}.{k} = {file}.{k}")).collect();
+                let kept = match &op {
+                    None => format!("SELECT * FROM {previous}"),
+                    Some(_) if key.is_empty() => {
+                        return Err(unsupported(format!("op_column on `{name}`, which has no primary key")))
+                    }
+                    Some(_) => {
+                        format!("SELECT {previous}.* FROM {previous} LEFT ANTI JOIN {file} ON {}", on.join(" AND "))
                     }
                 };
-                writeln!(out, "CREATE OR REPLACE TEMPORARY VIEW {next} AS {body};").expect("a string");
+                writeln!(out, "CREATE OR REPLACE TEMPORARY VIEW {next} AS {kept} UNION ALL {inserted};")
+                    .expect("a string");
+                if views.values().any(|v| v.index.as_ref().is_some_and(|i| i.options.table == name)) {
+                    let removed = match &op {
+                        None => format!("SELECT * FROM {previous} WHERE false"),
+                        Some(_) => {
+                            format!("SELECT {previous}.* FROM {previous} LEFT SEMI JOIN {file} ON {}", on.join(" AND "))
+                        }
+                    };
+                    writeln!(
+                        out,
+                        "CREATE OR REPLACE TEMPORARY VIEW {name}__changes{} AS {removed} UNION ALL {inserted};",
+                        version + 1
+                    )
+                    .expect("a string");
+                }
                 versions.insert(name, version + 1);
             }
             Statement::Refresh { view, sample: false } => {
@@ -176,6 +278,9 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                     over_versions(&spark.query, &versions)
                 )
                 .expect("a string");
+                if let Some(index) = &mut spark.index {
+                    index.pick(&mut out, &name, statement_number, &versions);
+                }
             }
             // Spark's samples are always clean: nothing to do.
             Statement::Refresh { sample: true, .. } => {}
@@ -237,6 +342,24 @@ fn over_versions(query: &ast::Query, versions: &HashMap<String, usize>) -> ast::
         std::ops::ControlFlow::<()>::Continue(())
     });
     query
+}
+
+/// The sample's hash (Spark's `xxhash64`, the seed first where there is one) of `key`.
+fn hash_sql(seed: Option<i32>, key: &[String]) -> String {
+    let mut hashed: Vec<String> = seed.map(|s| format!("CAST({s} AS INT)")).into_iter().collect();
+    hashed.extend(key.iter().cloned());
+    format!("xxhash64({})", hashed.join(", "))
+}
+
+/// `columns` of `schema` as tessera hashes them: integer columns as BIGINT.
+fn as_hashed(columns: &[String], schema: &arrow::datatypes::Schema) -> Result<Vec<String>> {
+    columns
+        .iter()
+        .map(|c| {
+            let field = schema.field_with_name(c).map_err(|e| TesseraError::Internal(e.to_string()))?;
+            Ok(if field.data_type().is_integer() { format!("CAST({c} AS BIGINT)") } else { c.clone() })
+        })
+        .collect()
 }
 
 /// The sample's key as expressions over the view's columns, as tessera hashes them (integer
@@ -436,19 +559,20 @@ impl EstimateSql {
 }
 
 /// The estimate's SQL: the formulas of [`crate::estimate`] over the clean sample (the fresh
-/// view's rows whose key hashes into the sample), the stale sample and the stale answer; both
-/// estimators' per group (`__est`), and the one the freshness asks for, or under `auto` the one
-/// with the smaller summed relative variance over the groups and aggregates.
+/// view's rows whose key hashes into the sample, and those of the outlier index's keys), the
+/// stale sample and the stale answer; both estimators' per group (`__est`), and the one the
+/// freshness asks for, or under `auto` the one with the smaller summed relative variance over
+/// the groups and aggregates. Each row has a weight `__w` and a variance factor `__v`: 1/m and
+/// (1-m)/m^2 for a sampled row, 1 and 0 for an outlier's (Section 6.3).
 fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Settings) -> Result<String> {
     let view = q.view;
     let m = view.ratio;
     let threshold = (m * 4_294_967_296.0).floor() as i64;
     let z = normal_quantile(0.5 + settings.confidence / 2.0);
-    let scale = (1.0 - m) / (m * m);
+    let (weight, variance) = (1.0 / m, (1.0 - m) / (m * m));
     // The sample's hash over the view's columns, as tessera computes it.
-    let mut hashed: Vec<String> = view.seed.map(|s| format!("CAST({s} AS INT)")).into_iter().collect();
-    hashed.extend(view.key.iter().cloned());
-    let sampled = format!("(xxhash64({}) & 4294967295) < {threshold}", hashed.join(", "));
+    let hash = hash_sql(view.seed, &view.key);
+    let sampled = format!("({hash} & 4294967295) < {threshold}");
     let fresh = format!("({}) AS {}", over_versions(&view.query, versions), q.view_name);
     let stale = format!("{} AS {}", view.stale, q.view_name);
     let condition = q.condition.clone().unwrap_or_else(|| "TRUE".into());
@@ -484,13 +608,30 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
             values.push(format!("CASE WHEN {counts} THEN CAST({arg} AS DOUBLE) END AS __x{j}"));
         }
     }
-    let rows = |from: &str| format!("SELECT {} FROM {from} WHERE {sampled}", values.join(", "));
+    let rows = |from: &str| match &view.index {
+        None => format!(
+            "SELECT {}, {weight:?} AS __w, {variance:?} AS __v, false AS __whole FROM {from} WHERE {sampled}",
+            values.join(", ")
+        ),
+        Some(_) => format!(
+            "SELECT {}, CASE WHEN __o.__hash IS NULL THEN {weight:?} ELSE 1.0D END AS __w, \
+             CASE WHEN __o.__hash IS NULL THEN {variance:?} ELSE 0.0D END AS __v, __o.__hash IS NOT NULL AS __whole \
+             FROM {from} LEFT JOIN __outliers __o ON {hash} = __o.__hash WHERE {sampled} OR __o.__hash IS NOT NULL",
+            values.join(", ")
+        ),
+    };
     let mut sums = vec![g.join(", "), "COUNT(*) AS __n".into()];
     for (j, a) in q.aggregates.iter().enumerate() {
-        sums.push(format!("SUM(__y{j}) AS __y{j}, SUM(__c{j}) AS __c{j}, SUM(__y{j} * __y{j}) AS __q{j}"));
+        sums.push(format!(
+            "SUM(__w * __y{j}) AS __y{j}, SUM(__w * __c{j}) AS __c{j}, SUM(__v * __y{j} * __y{j}) AS __q{j}, \
+             SUM(__v * __y{j}) AS __vy{j}, SUM(__v * __c{j}) AS __vc{j}"
+        ));
         if extreme(a) {
+            // The bound over the rows not seen is drawn from the sampled rows alone.
+            let sampled_x = format!("CASE WHEN NOT __whole THEN __x{j} END");
             sums.push(format!(
-                "{0}(__x{j}) AS __e{j}, COUNT(__x{j}) AS __xn{j}, AVG(__x{j}) AS __xm{j}, VAR_SAMP(__x{j}) AS __xv{j}",
+                "{0}(__x{j}) AS __e{j}, COUNT({sampled_x}) AS __xn{j}, AVG({sampled_x}) AS __xm{j}, \
+                 VAR_SAMP({sampled_x}) AS __xv{j}",
                 a.kind
             ));
         }
@@ -503,25 +644,34 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
     }
     let group_by = if q.groups.is_empty() { String::new() } else { format!(" GROUP BY {}", q.groups.join(", ")) };
     let answer = format!("SELECT {} FROM {stale} WHERE {condition}{group_by}", answer.join(", "));
-    // Each row's term of the correction (a stale row's negated), summed per key and group.
+    // Each row's term of the correction (a stale row's negated), summed per key and group; a
+    // key's weight is the same in both samples.
     let term = |j: usize, a: &SparkAggregate| {
         match a.kind.as_str() {
         "avg" => format!(
-            "CASE WHEN s.__c{j} > 0 THEN (r.__y{j} - (s.__y{j} / s.__c{j}) * r.__c{j}) / (s.__c{j} / {m:?}) ELSE CAST(0 AS DOUBLE) END"
+            "CASE WHEN s.__c{j} > 0 THEN (r.__y{j} - (s.__y{j} / s.__c{j}) * r.__c{j}) / s.__c{j} ELSE CAST(0 AS DOUBLE) END"
         ),
         _ => format!("r.__y{j}"),
     }
     };
     let terms = |rows: &str, sums: &str, sign: &str| {
-        let mut t = vec![list("r.", &g), list("r.", &k)];
+        let mut t = vec![list("r.", &g), list("r.", &k), "r.__w, r.__v".into()];
         t.extend(q.aggregates.iter().enumerate().map(|(j, a)| format!("{sign}({}) AS __t{j}", term(j, a))));
         format!("SELECT {} FROM {rows} r LEFT JOIN {sums} s ON {}", t.join(", "), on("r", "s"))
     };
-    let mut diffs = vec![g.join(", "), k.join(", ")];
+    let mut diffs = vec![g.join(", "), k.join(", "), "MAX(__w) AS __w, MAX(__v) AS __v".into()];
     diffs.extend((0..q.aggregates.len()).map(|j| format!("SUM(__t{j}) AS __d{j}")));
     let mut corr = vec![g.join(", ")];
-    corr.extend((0..q.aggregates.len()).map(|j| format!("SUM(__d{j}) AS __s{j}, SUM(__d{j} * __d{j}) AS __sq{j}")));
-    let mut ctes = vec![
+    corr.extend(
+        (0..q.aggregates.len()).map(|j| format!("SUM(__w * __d{j}) AS __s{j}, SUM(__v * __d{j} * __d{j}) AS __sq{j}")),
+    );
+    let mut ctes: Vec<String> = view
+        .index
+        .as_ref()
+        .map(|index| format!("__outliers AS ({})", index.hashes(versions[&index.options.table])))
+        .into_iter()
+        .collect();
+    ctes.extend([
         format!("__clean AS ({})", rows(&fresh)),
         format!("__dirty AS ({})", rows(&stale)),
         format!("__cs AS ({})", sums("__clean")),
@@ -531,7 +681,7 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
         format!("__terms AS ({} UNION ALL {})", terms("__clean", "__cs", ""), terms("__dirty", "__ds", "-")),
         format!("__diffs AS (SELECT {} FROM __terms GROUP BY {}, {})", diffs.join(", "), g.join(", "), k.join(", ")),
         format!("__corr AS (SELECT {} FROM __diffs GROUP BY {})", corr.join(", "), g.join(", ")),
-    ];
+    ]);
     let mut joined = vec![("B", "__answer"), ("C", "__cs"), ("D", "__ds"), ("X", "__corr")];
     if q.aggregates.iter().any(extreme) {
         // MIN and MAX under SVC+CORR: the largest (smallest) change of a key counted in the
@@ -559,17 +709,16 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
     let alpha = 1.0 - settings.confidence;
     let mut columns: Vec<String> = (0..g.len()).map(|i| format!("G.__g{i}")).collect();
     for (j, a) in q.aggregates.iter().enumerate() {
-        let aqp_variance = format!("{scale:?} * C.__q{j}");
+        let aqp_variance = format!("C.__q{j}");
         let aqp = match a.kind.as_str() {
-            "count" => EstimateSql::normal(format!("C.__y{j} / {m:?}"), aqp_variance, z),
-            "sum" => EstimateSql::normal(format!("CASE WHEN C.__c{j} > 0 THEN C.__y{j} / {m:?} END"), aqp_variance, z),
+            "count" => EstimateSql::normal(format!("C.__y{j}"), aqp_variance, z),
+            "sum" => EstimateSql::normal(format!("CASE WHEN C.__c{j} > 0 THEN C.__y{j} END"), aqp_variance, z),
             "avg" => {
                 let r = format!("(C.__y{j} / C.__c{j})");
                 EstimateSql::normal(
                     format!("CASE WHEN C.__c{j} > 0 THEN {r} END"),
                     format!(
-                        "CASE WHEN C.__c{j} > 0 THEN {:?} * GREATEST(C.__q{j} - 2 * {r} * C.__y{j} + {r} * {r} * C.__c{j}, 0) / (C.__c{j} * C.__c{j}) END",
-                        1.0 - m
+                        "CASE WHEN C.__c{j} > 0 THEN GREATEST(C.__q{j} - 2 * {r} * C.__vy{j} + {r} * {r} * C.__vc{j}, 0) / (C.__c{j} * C.__c{j}) END"
                     ),
                     z,
                 )
@@ -593,10 +742,10 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
                 }
             }
         };
-        let corr_variance = format!("{scale:?} * COALESCE(X.__sq{j}, 0)");
+        let corr_variance = format!("COALESCE(X.__sq{j}, 0)");
         let corrected = match a.kind.as_str() {
             "count" | "sum" => {
-                EstimateSql::normal(format!("COALESCE(B.__b{j}, 0) + COALESCE(X.__s{j}, 0) / {m:?}"), corr_variance, z)
+                EstimateSql::normal(format!("COALESCE(B.__b{j}, 0) + COALESCE(X.__s{j}, 0)"), corr_variance, z)
             }
             "avg" => {
                 let ok = format!("B.__b{j} IS NOT NULL AND C.__c{j} > 0 AND D.__c{j} > 0");

@@ -643,8 +643,9 @@ fn min_and_max_intervals_hold_the_fresh_extreme() {
 }
 
 /// `tessera compile --target spark`: the sample's hash as Spark writes it over the view's key
-/// columns, a table's versions after a COPY of operations, and the shapes it refuses, with the
-/// reason. (Spark itself runs the output in scripts/spark_diff.py.)
+/// columns, a table's versions after a COPY of operations, an outlier index's rows picked at the
+/// refresh and from the changes since, and the shapes it refuses, with the reason. (Spark
+/// itself runs the output in scripts/spark_diff.py.)
 #[test]
 fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compile() {
     let tables =
@@ -665,6 +666,21 @@ fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compil
         "{spark}"
     );
     assert!(spark.contains("FROM log__1 JOIN video__0"), "the fresh view reads the tables' last versions: {spark}");
+    let indexed = view.replace("sample_seed = 7)", "sample_seed = 7, outlier_index = 'video.duration', outlier_k = 5)");
+    let script = format!(
+        "{tables} {indexed} COPY video FROM 'changes.csv' WITH (op_column = 'op');
+         SET freshness = 'svc_aqp'; SELECT SUM(duration) AS d FROM visit_view;"
+    );
+    let spark = crate::compile_spark(&script, Path::new("/data")).unwrap();
+    for picked in [
+        "VIEW visit_view__obase1 AS SELECT * FROM (SELECT xxhash64(CAST(7 AS INT), CAST(video_id AS BIGINT)) AS __hash, \
+         CAST(duration AS DOUBLE) AS __value FROM video__0 WHERE duration IS NOT NULL) ORDER BY __value DESC, __hash ASC LIMIT 5",
+        "VIEW video__changes1 AS SELECT video__0.* FROM video__0 LEFT SEMI JOIN video__file1 ON video__0.video_id = video__file1.video_id",
+        "WHEN COUNT(*) >= 5 THEN MIN(__value) END FROM visit_view__obase1) IS NULL",
+        "FROM (SELECT * FROM video__changes1)",
+    ] {
+        assert!(spark.contains(picked), "{picked} in {spark}");
+    }
     for (statements, message) in [
         ("SET freshness = 'svc_aqp'; SELECT MEDIAN(duration) AS m FROM visit_view;", "COUNT, SUM, AVG, MIN and MAX"),
         (
