@@ -301,7 +301,7 @@ fn sampled_views(db: &mut Database, prefix: &str, view: &str, seeds: usize, opti
     }
 }
 
-/// Each estimator, over 50 samples (seeds) of one view after 10% of its rows were updated and
+/// Each estimator, over 125 samples (seeds) of one view after 10% of its rows were updated and
 /// some deleted and inserted: unbiased (the mean over the samples within three standard errors
 /// of the truth), 95% intervals (normal for SUM, COUNT and AVG, the bootstrap's for MEDIAN and
 /// PERCENTILE_CONT)
@@ -309,7 +309,11 @@ fn sampled_views(db: &mut Database, prefix: &str, view: &str, seeds: usize, opti
 /// the clean sample alone.
 #[test]
 fn estimators_are_unbiased_and_their_intervals_cover_the_truth() {
-    const SEEDS: usize = 50;
+    // Queries over one sample err alike, so each query draws its sample: had the sample
+    // followed the query's number, as the aggregate does, each aggregate would be judged on a
+    // fifth of the samples. Over 125 samples the coverage of 500 queries varies from run to run
+    // by about 0.01 around its mean (0.015 over 50).
+    const SEEDS: usize = 125;
     let mut random = Random(0x9e37_79b9_7f4a_7c15);
     let mut db = Database::in_memory().unwrap();
     random_table(&mut db, &mut random, 3000, |_, random| 100.0 * random.next());
@@ -339,6 +343,7 @@ fn estimators_are_unbiased_and_their_intervals_cover_the_truth() {
         let bound = (60.0 * random.next()).round();
         let prime = [7919, 104729, 1299709, 15485863][(4.0 * random.next()) as usize];
         let share = 48 + (49.0 * random.next()) as i64;
+        let sample = (SEEDS as f64 * random.next()) as usize;
         let (select, group_by) = if groups == 1 { ("g, ", " GROUP BY g") } else { ("", "") };
         let sql = format!(
             "SELECT {select}{aggregate} AS a FROM {{v}} WHERE x > {bound} AND (id * {prime}) % 97 < {share}{group_by}"
@@ -347,7 +352,7 @@ fn estimators_are_unbiased_and_their_intervals_cover_the_truth() {
         let truth = answer(&mut db, &sql.replace("{v}", &fresh), groups, false);
         for (e, freshness) in estimators.iter().enumerate() {
             db.execute(&format!("SET freshness = '{freshness}'")).unwrap();
-            let estimated = answer(&mut db, &sql.replace("{v}", &format!("v{}", q % SEEDS)), groups, true);
+            let estimated = answer(&mut db, &sql.replace("{v}", &format!("v{sample}")), groups, true);
             assert_eq!(estimated.len(), truth.len(), "{freshness} {sql}");
             for (key, [value, low, high]) in estimated {
                 let expected = truth[&key][0];
