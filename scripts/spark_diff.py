@@ -2,7 +2,8 @@
 """Differential test of `tessera compile --target spark` against tessera itself: a database
 script with a sampled view and the same view with an outlier index (the longest videos, by
 `outlier_k`, and for the second seed above a threshold too), changes to both tables, estimates
-(svc_aqp, svc_corr, auto; COUNT, SUM, AVG, MIN, MAX; WHERE, GROUP BY, HAVING, ORDER BY, LIMIT)
+(svc_aqp, svc_corr, auto; COUNT, SUM, AVG, MIN, MAX, MEDIAN, PERCENTILE_CONT; WHERE, GROUP BY,
+HAVING, ORDER BY, LIMIT)
 over both views, and the stale and the exact answer, is run by `tessera run` and, compiled to
 Spark SQL, by a local PySpark on the machine's Java. Every answer must agree: the sample's keys
 (the groups of a query grouped by the key that the clean sample holds) and each estimate with
@@ -75,6 +76,13 @@ QUERIES = [
     "HAVING SUM(visit_count) > 760 AND owner_id <> 2",
 ]
 ESTIMATORS = ["svc_aqp", "svc_corr", "auto"]
+# Quantiles by the bootstrap, the same draws in Spark (each of these costs Spark about ten
+# seconds, most of it planning and running a plan of some forty stages).
+QUANTILE_QUERIES = [
+    "SELECT owner_id, MEDIAN(duration) AS md, PERCENTILE_CONT(visit_count, 0.8) AS p8 FROM visit_view GROUP BY owner_id",
+    "SELECT APPROX_PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY duration) AS q1, COUNT(*) AS n FROM visit_view "
+    "WHERE visit_count > 12",
+]
 # The view without and with an outlier index.
 VIEWS = ["visit_view", "visit_index"]
 
@@ -97,7 +105,7 @@ def script(seed):
     ]
     for freshness in ESTIMATORS:
         lines.append(f"SET freshness = '{freshness}';")
-        lines.extend(q.replace("visit_view", view) + ";" for view in VIEWS for q in QUERIES)
+        lines.extend(q.replace("visit_view", view) + ";" for view in VIEWS for q in QUERIES + QUANTILE_QUERIES)
     for freshness in ["stale", "exact"]:
         lines.append(f"SET freshness = '{freshness}';")
         lines.append(PLAIN + ";")
@@ -143,7 +151,7 @@ def main():
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("tessera-spark-diff")
-             .config("spark.ui.enabled", "false")
+             .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
              .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "4").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     passed = failed = 0
@@ -170,7 +178,7 @@ def main():
             if run.returncode != 0:
                 sys.exit(f"spark-diff: tessera run failed: {run.stderr}")
             ours = tessera_answers(run.stdout.splitlines(), headers)
-            asked = [(q.replace("visit_view", view), e) for e in ESTIMATORS for view in VIEWS for q in QUERIES]
+            asked = [(q.replace("visit_view", view), e) for e in ESTIMATORS for view in VIEWS for q in QUERIES + QUANTILE_QUERIES]
             asked += [(PLAIN, "stale"), (PLAIN, "exact")]
             for (query, estimator), a, b in zip(asked, ours, theirs):
                 if same(a, b):
@@ -186,7 +194,7 @@ def main():
                 print(f"seed {seed}: {len(sampled)} of {len(ours[0])} videos sampled")
             print(f"seed {seed}: {len(sampled)} of {len(ours[0])} videos in the sample, the same keys in Spark")
             # The outlier index changes the estimates: some of the indexed view's differ.
-            n = len(QUERIES)
+            n = len(QUERIES + QUANTILE_QUERIES)
             if all(same(ours[i], ours[n + i]) for i in range(n)):
                 failed += 1
                 print(f"seed {seed}: the outlier index changed no estimate")

@@ -17,7 +17,7 @@ use datafusion::logical_expr::{col, lit, Aggregate, Expr, LogicalPlan, LogicalPl
 use datafusion_sql::sqlparser::ast;
 use tessera::error::{Result, TesseraError};
 
-use crate::{Database, Outcome};
+use crate::{spark_hash, Database, Outcome};
 
 /// How a query over materialized views is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -424,7 +424,7 @@ struct Pair {
 }
 
 /// Bootstrap replicates of the estimates of quantiles.
-const REPLICATES: usize = 400;
+pub(crate) const REPLICATES: usize = 400;
 
 /// The `q` quantile of `values`, `None` if empty. Of equally weighted values it is the
 /// interpolated one of SQL's PERCENTILE_CONT (the mean of the middle two for the median of an
@@ -452,11 +452,27 @@ fn quantile(values: &mut [Weighted], q: f64) -> Option<f64> {
     values.last().map(|v| v.value)
 }
 
-/// `values` with the sampled ones drawn again with replacement (a bootstrap resample), the
-/// outliers kept.
-fn resampled(values: &[Weighted], resampler: &mut Resampler) -> Vec<Weighted> {
-    let sampled: Vec<&Weighted> = values.iter().filter(|v| v.sampled).collect();
-    values.iter().map(|v| if v.sampled { *sampled[resampler.index(sampled.len())] } else { *v }).collect()
+/// The bootstrap's streams of draws: of a quantile's values (SVC+AQP), of the key-matched
+/// pairs of its correction (SVC+CORR).
+pub(crate) const VALUES_STREAM: i32 = 1;
+pub(crate) const PAIRS_STREAM: i32 = 2;
+
+/// Bootstrap resample `replicate` of `items` in their order: the `k`-th sampled item replaced
+/// by the sampled item at [`spark_hash::drawn`]`(stream, replicate, k)`, the outliers' kept.
+/// The draws are a hash of their coordinates, so that Spark's SQL draws the same.
+fn resampled<T>(items: &[T], sampled: impl Fn(&T) -> bool, stream: i32, replicate: usize) -> Vec<&T> {
+    let pool: Vec<&T> = items.iter().filter(|i| sampled(i)).collect();
+    let mut k: i32 = 0;
+    items
+        .iter()
+        .map(|item| {
+            if !sampled(item) {
+                return item;
+            }
+            k += 1;
+            pool[spark_hash::drawn(stream, replicate as i32, k - 1, pool.len())]
+        })
+        .collect()
 }
 
 /// A bootstrap estimate: `value` with the variance of `replicates` and their percentile
@@ -475,19 +491,6 @@ fn bootstrapped(value: f64, mut replicates: Vec<f64>, confidence: f64, shift: f6
         value: Some(value),
         variance: Some(variance),
         interval: Some((shift + at(tail), shift + at(1.0 - tail))),
-    }
-}
-
-/// A small deterministic generator (xorshift64*) for the bootstrap, so that an estimate is the
-/// same every time it is asked.
-struct Resampler(u64);
-
-impl Resampler {
-    fn index(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) % n as u64) as usize
     }
 }
 
@@ -574,9 +577,12 @@ impl Estimator<'_> {
                     values.sort_by(|a, b| a.value.total_cmp(&b.value));
                     let values = &values;
                     let value = quantile(&mut values.clone(), q).unwrap_or(f64::NAN);
-                    let mut resampler = Resampler(0x9e37_79b9_7f4a_7c15 ^ values.len() as u64);
-                    let replicates =
-                        (0..REPLICATES).filter_map(|_| quantile(&mut resampled(values, &mut resampler), q)).collect();
+                    let replicates = (0..REPLICATES)
+                        .filter_map(|b| {
+                            let drawn = resampled(values, |v| v.sampled, VALUES_STREAM, b);
+                            quantile(&mut drawn.into_iter().copied().collect::<Vec<_>>(), q)
+                        })
+                        .collect();
                     bootstrapped(value, replicates, self.confidence, 0.0)
                 }
                 Kind::Min | Kind::Max if !s.values[j].is_empty() => {
@@ -729,14 +735,8 @@ impl Estimator<'_> {
         let mut pairs = pairs.to_vec();
         let order = |p: &Pair| (p.clean.unwrap_or(f64::NAN), p.stale.unwrap_or(f64::NAN));
         pairs.sort_by(|a, b| order(a).0.total_cmp(&order(b).0).then(order(a).1.total_cmp(&order(b).1)));
-        let sampled: Vec<&Pair> = pairs.iter().filter(|p| p.sampled).collect();
-        let mut resampler = Resampler(0x2545_f491_4f6c_dd1d ^ pairs.len() as u64);
         let replicates = (0..REPLICATES)
-            .filter_map(|_| {
-                let mut drawn =
-                    pairs.iter().map(|p| if p.sampled { sampled[resampler.index(sampled.len())] } else { p });
-                change(&mut drawn)
-            })
+            .filter_map(|b| change(&mut resampled(&pairs, |p| p.sampled, PAIRS_STREAM, b).into_iter()))
             .collect();
         Some(bootstrapped(before + value, replicates, self.confidence, before))
     }

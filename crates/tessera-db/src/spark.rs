@@ -8,8 +8,10 @@
 //! its last refresh. The clean sample is the fresh view's rows whose key hashes below the ratio
 //! (Property 1: the rows tessera's cleaning expression computes); Spark's optimizer pushes that
 //! filter toward the scans itself. The estimates are the same formulas as [`crate::estimate`]'s
-//! for COUNT, SUM, AVG, MIN and MAX, written as queries over the two samples and the stale view.
-//! A `COPY ... WITH (op_column = ...)` file names each key once.
+//! for COUNT, SUM, AVG, MIN, MAX, MEDIAN and PERCENTILE_CONT, written as queries over the two
+//! samples (cached first) and the stale view; the bootstrap of a quantile draws its replicates
+//! by a counter ([`crate::spark_hash::drawn`]), so Spark draws the ones tessera does. A
+//! `COPY ... WITH (op_column = ...)` file names each key once.
 //!
 //! An outlier index is kept as tessera keeps it: the rows its rule picks from the indexed
 //! table's version at the view's refresh (`v__obaseN`), and the rows of the changes since
@@ -23,7 +25,7 @@ use std::path::Path;
 use datafusion_sql::sqlparser::ast;
 use tessera::error::{Result, TesseraError};
 
-use crate::estimate::{normal_quantile, Freshness, Settings};
+use crate::estimate::{normal_quantile, Freshness, Settings, PAIRS_STREAM, REPLICATES, VALUES_STREAM};
 use crate::sample::OutlierOptions;
 use crate::{maintain, Database, Statement};
 
@@ -380,11 +382,13 @@ fn sample_key_columns(view: &crate::View) -> Result<Vec<String>> {
         .collect()
 }
 
-/// An aggregate of an estimated query: its kind (`count`, `sum`, `avg`), its argument's SQL
-/// (`None` for `COUNT(*)`) and its column's name.
+/// An aggregate of an estimated query: its kind (`count`, `sum`, `avg`, `min`, `max`,
+/// `quantile`), its argument's SQL (`None` for `COUNT(*)`), the quantile's fraction, and its
+/// column's name.
 struct SparkAggregate {
     kind: String,
     argument: Option<String>,
+    fraction: Option<f64>,
     alias: String,
     /// As written, lower case: how HAVING names it.
     text: String,
@@ -441,14 +445,14 @@ fn compile_query(
         Freshness::SvcAqp | Freshness::SvcCorr | Freshness::Auto => {}
     }
     let shape = read_estimated(query, views)?;
-    let mut sql = estimate_sql(&shape, versions, settings)?;
+    let (samples, mut sql) = estimate_sql(&shape, versions, settings)?;
     if shape.having.is_some() || query.order_by.is_some() || query.limit_clause.is_some() {
         let having = shape.having.as_ref().map(|h| format!(" WHERE {h}")).unwrap_or_default();
         let order = query.order_by.as_ref().map(|o| format!(" {o}")).unwrap_or_default();
         let limit = query.limit_clause.as_ref().map(|l| format!("{l}")).unwrap_or_default();
         sql = format!("SELECT * FROM ({sql}) AS __estimate{having}{order}{limit}");
     }
-    Ok(sql)
+    Ok(format!("{samples}{sql}"))
 }
 
 /// The parts of an estimated query: SELECT group columns and COUNT, SUM, AVG of one sampled
@@ -487,25 +491,44 @@ fn read_estimated<'a>(query: &ast::Query, views: &'a HashMap<String, SparkView>)
         let ast::Expr::Function(function) = expr else {
             return Err(unsupported(format!("`{expr}`: an estimate's columns are group columns and aggregates")));
         };
-        let kind = function.name.to_string().to_lowercase();
+        let name = function.name.to_string().to_lowercase();
         let ast::FunctionArguments::List(list) = &function.args else {
             return Err(unsupported(format!("`{expr}`")));
         };
-        let argument = match list.args.as_slice() {
-            [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)] if kind == "count" => None,
-            [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))] if list.duplicate_treatment.is_none() => {
-                Some(e.to_string())
-            }
-            _ => return Err(unsupported(format!("`{expr}`"))),
+        let argument = |e: &ast::FunctionArg| match e {
+            ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Some(e.to_string()),
+            _ => None,
         };
-        let known = matches!(kind.as_str(), "count" | "sum" | "avg")
-            || matches!(kind.as_str(), "min" | "max") && argument.is_some();
-        if !known || function.filter.is_some() || function.over.is_some() {
-            return Err(unsupported(format!("`{expr}`: the Spark target estimates COUNT, SUM, AVG, MIN and MAX")));
+        let fraction = |e: &ast::FunctionArg| argument(e).and_then(|p| p.parse::<f64>().ok());
+        let within: Vec<String> =
+            function.within_group.iter().filter(|o| o.options.asc != Some(false)).map(|o| o.expr.to_string()).collect();
+        let (kind, argument, fraction) = match (name.as_str(), list.args.as_slice(), within.as_slice()) {
+            ("count", [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)], []) => (name, None, None),
+            ("count" | "sum" | "avg" | "min" | "max", [a], []) => (name, argument(a), None),
+            ("median" | "approx_median", [a], []) => ("quantile".into(), argument(a), Some(0.5)),
+            ("percentile_cont" | "approx_percentile_cont", [a, p], []) => ("quantile".into(), argument(a), fraction(p)),
+            ("percentile_cont" | "approx_percentile_cont", [p], [a]) => {
+                ("quantile".into(), Some(a.clone()), fraction(p))
+            }
+            _ => (name, None, None),
+        };
+        let known = matches!(kind.as_str(), "count" | "sum" | "avg" | "min" | "max")
+            || kind == "quantile" && fraction.is_some_and(|f| (0.0..=1.0).contains(&f));
+        if !known
+            || argument.is_none() && kind != "count"
+            || list.duplicate_treatment.is_some()
+            || function.within_group.len() != within.len()
+            || function.filter.is_some()
+            || function.over.is_some()
+        {
+            return Err(unsupported(format!(
+                "`{expr}`: the Spark target estimates COUNT, SUM, AVG, MIN, MAX, MEDIAN and PERCENTILE_CONT \
+                 (or APPROX_) of one column"
+            )));
         }
         let alias = alias.ok_or_else(|| unsupported(format!("`{expr}` without AS name")))?;
         outputs.push(Err(aggregates.len()));
-        aggregates.push(SparkAggregate { kind, argument, alias, text: expr.to_string().to_lowercase() });
+        aggregates.push(SparkAggregate { kind, argument, fraction, alias, text: expr.to_string().to_lowercase() });
     }
     let condition = select.selection.as_ref().map(|c| c.to_string());
     let having = select.having.as_ref().map(|h| over_estimates(h, &aggregates)).transpose()?;
@@ -563,8 +586,9 @@ impl EstimateSql {
 /// stale sample and the stale answer; both estimators' per group (`__est`), and the one the
 /// freshness asks for, or under `auto` the one with the smaller summed relative variance over
 /// the groups and aggregates. Each row has a weight `__w` and a variance factor `__v`: 1/m and
-/// (1-m)/m^2 for a sampled row, 1 and 0 for an outlier's (Section 6.3).
-fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Settings) -> Result<String> {
+/// (1-m)/m^2 for a sampled row, 1 and 0 for an outlier's (Section 6.3). Returned as the
+/// statements that cache the samples, and the query.
+fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Settings) -> Result<(String, String)> {
     let view = q.view;
     let m = view.ratio;
     let threshold = (m * 4_294_967_296.0).floor() as i64;
@@ -599,7 +623,7 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
             None => format!("({condition})"),
         };
         let y = match (&a.argument, a.kind.as_str()) {
-            (Some(arg), "sum" | "avg") => format!("CAST({arg} AS DOUBLE)"),
+            (Some(arg), "sum" | "avg" | "quantile") => format!("CAST({arg} AS DOUBLE)"),
             _ => "CAST(1 AS DOUBLE)".into(),
         };
         values.push(format!("CASE WHEN {counts} THEN {y} ELSE CAST(0 AS DOUBLE) END AS __y{j}"));
@@ -640,7 +664,11 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
     // The stale answer.
     let mut answer = aliased(&group_exprs, &g);
     for (j, a) in q.aggregates.iter().enumerate() {
-        answer.push(format!("CAST({}({}) AS DOUBLE) AS __b{j}", a.kind, a.argument.as_deref().unwrap_or("*")));
+        let argument = a.argument.as_deref().unwrap_or("*");
+        answer.push(match a.fraction {
+            Some(f) => format!("CAST(percentile({argument}, {f:?}) AS DOUBLE) AS __b{j}"),
+            None => format!("CAST({}({argument}) AS DOUBLE) AS __b{j}", a.kind),
+        });
     }
     let group_by = if q.groups.is_empty() { String::new() } else { format!(" GROUP BY {}", q.groups.join(", ")) };
     let answer = format!("SELECT {} FROM {stale} WHERE {condition}{group_by}", answer.join(", "));
@@ -665,15 +693,17 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
     corr.extend(
         (0..q.aggregates.len()).map(|j| format!("SUM(__w * __d{j}) AS __s{j}, SUM(__v * __d{j} * __d{j}) AS __sq{j}")),
     );
-    let mut ctes: Vec<String> = view
+    // The index and both samples, cached before the query: its plan reads them many times,
+    // and Spark would evaluate the views over the tables' versions at each (dropping a cached
+    // view uncaches it).
+    let mut cached: Vec<(&str, String)> = view
         .index
         .as_ref()
-        .map(|index| format!("__outliers AS ({})", index.hashes(versions[&index.options.table])))
+        .map(|index| ("__outliers", index.hashes(versions[&index.options.table])))
         .into_iter()
         .collect();
-    ctes.extend([
-        format!("__clean AS ({})", rows(&fresh)),
-        format!("__dirty AS ({})", rows(&stale)),
+    cached.extend([("__clean", rows(&fresh)), ("__dirty", rows(&stale))]);
+    let mut ctes = vec![
         format!("__cs AS ({})", sums("__clean")),
         format!("__ds AS ({})", sums("__dirty")),
         format!("__answer AS ({answer})"),
@@ -681,7 +711,7 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
         format!("__terms AS ({} UNION ALL {})", terms("__clean", "__cs", ""), terms("__dirty", "__ds", "-")),
         format!("__diffs AS (SELECT {} FROM __terms GROUP BY {}, {})", diffs.join(", "), g.join(", "), k.join(", ")),
         format!("__corr AS (SELECT {} FROM __diffs GROUP BY {})", corr.join(", "), g.join(", ")),
-    ]);
+    ];
     let mut joined = vec![("B", "__answer"), ("C", "__cs"), ("D", "__ds"), ("X", "__corr")];
     if q.aggregates.iter().any(extreme) {
         // MIN and MAX under SVC+CORR: the largest (smallest) change of a key counted in the
@@ -704,6 +734,30 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
         ));
         joined.push(("H", "__changes"));
     }
+    let mut cached: Vec<(String, String)> = cached.into_iter().map(|(name, query)| (name.to_string(), query)).collect();
+    if q.aggregates.iter().any(|a| a.fraction.is_some()) {
+        cached.push(("__reps".into(), format!("SELECT explode(sequence(0, {})) AS __b", REPLICATES - 1)));
+    }
+    let tail = (1.0 - settings.confidence) / 2.0;
+    for (j, a) in q.aggregates.iter().enumerate() {
+        if let Some(fraction) = a.fraction {
+            let (replicates, quantiles) = quantile_sql(j, fraction, tail, &g, &k);
+            cached.extend(replicates);
+            ctes.extend(quantiles);
+        }
+    }
+    let samples: String = cached
+        .iter()
+        .map(|(name, query)| format!("DROP VIEW IF EXISTS {name};\nCACHE TABLE {name} AS {query};\n"))
+        .collect();
+    let quantile_tables: Vec<(String, String)> = q
+        .aggregates
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.fraction.is_some())
+        .flat_map(|(j, _)| [(format!("QA{j}"), format!("__qa{j}")), (format!("QC{j}"), format!("__qc{j}"))])
+        .collect();
+    joined.extend(quantile_tables.iter().map(|(a, t)| (a.as_str(), t.as_str())));
     // Per aggregate: both estimators' estimates.
     let evidence = "COALESCE(C.__n, 0) + COALESCE(D.__n, 0) = 0";
     let alpha = 1.0 - settings.confidence;
@@ -723,6 +777,12 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
                     z,
                 )
             }
+            "quantile" => EstimateSql {
+                value: format!("QA{j}.__value"),
+                variance: format!("QA{j}.__var"),
+                low: format!("QA{j}.__low"),
+                high: format!("QA{j}.__high"),
+            },
             _ => {
                 // The clean sample's extreme, bounded by Cantelli's inequality over the rows not
                 // sampled (each sampled one stands for 1/m).
@@ -758,6 +818,20 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
                     variance: pick(&normal.variance, &aqp.variance),
                     low: pick(&normal.low, &aqp.low),
                     high: pick(&normal.high, &aqp.high),
+                }
+            }
+            "quantile" => {
+                // The stale quantile moved by the change of the samples' quantiles, the
+                // bootstrap's interval shifted by the stale quantile.
+                let ok = format!("B.__b{j} IS NOT NULL AND QC{j}.__value IS NOT NULL");
+                let pick = |corrected: String, otherwise: &str| {
+                    format!("CASE WHEN {ok} THEN {corrected} ELSE {otherwise} END")
+                };
+                EstimateSql {
+                    value: pick(format!("B.__b{j} + QC{j}.__value"), &aqp.value),
+                    variance: pick(format!("QC{j}.__var"), &aqp.variance),
+                    low: pick(format!("B.__b{j} + QC{j}.__low"), &aqp.low),
+                    high: pick(format!("B.__b{j} + QC{j}.__high"), &aqp.high),
                 }
             }
             _ => {
@@ -822,5 +896,145 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
             }
         }
     }
-    Ok(format!("WITH {} SELECT {} FROM __est E CROSS JOIN __score S", ctes.join(", "), selected.join(", ")))
+    let query = format!("WITH {} SELECT {} FROM __est E CROSS JOIN __score S", ctes.join(", "), selected.join(", "));
+    Ok((samples, query))
+}
+
+/// Quantile `j` (the fraction `fraction`) of an estimate, as [`crate::estimate`] computes it
+/// by the bootstrap: the replicates to cache (`__qvr{j}`, the clean sample's values, and
+/// `__qpr{j}`, the key-matched clean and stale values), and the CTEs over them: `__qa{j}`
+/// (SVC+AQP: the clean sample's weighted quantile) and `__qc{j}` (SVC+CORR: the change of the
+/// quantiles of the key-matched values), each per group `g` with its `__value`, the variance
+/// `__var` of its replicates and their percentile interval `__low`, `__high` at tails `tail`.
+/// In replicate `__b` the `k`-th sampled item (in value order) is replaced by the one at
+/// `pmod(xxhash64(stream, __b, k), n)`, as [`crate::spark_hash::drawn`] draws; outliers are
+/// kept; `__b = -1` is the sample itself.
+fn quantile_sql(
+    j: usize,
+    fraction: f64,
+    tail: f64,
+    g: &[String],
+    k: &[String],
+) -> (Vec<(String, String)>, Vec<String>) {
+    let list = |prefix: &str, names: &[String]| names.iter().map(|n| format!("{prefix}{n}")).collect::<Vec<_>>();
+    let same = |a: &str, b: &str, names: &[String]| {
+        names.iter().map(|c| format!("{a}.{c} <=> {b}.{c}")).collect::<Vec<_>>().join(" AND ")
+    };
+    let groups = g.join(", ");
+    // Replicates of `items` (columns `columns`, `__w`, `__whole`), ordered by `order`.
+    let replicated = |items: &str, columns: &str, order: &str, stream: i32| {
+        let s_columns = columns.split(", ").map(|c| format!("d.{c}")).collect::<Vec<_>>().join(", ");
+        format!(
+            "SELECT {groups}, -1 AS __b, {columns}, __w FROM {items} \
+             UNION ALL SELECT {}, r.__b, {columns}, __w FROM {items} o CROSS JOIN __reps r WHERE o.__whole \
+             UNION ALL SELECT {}, r.__b, {s_columns}, d.__w \
+             FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {groups} ORDER BY {order}) - 1 AS __i, \
+             COUNT(*) OVER (PARTITION BY {groups}) AS __n FROM {items} WHERE NOT __whole) s CROSS JOIN __reps r \
+             JOIN (SELECT *, ROW_NUMBER() OVER (PARTITION BY {groups} ORDER BY {order}) - 1 AS __i \
+             FROM {items} WHERE NOT __whole) d \
+             ON {} AND d.__i = pmod(xxhash64(CAST({stream} AS INT), CAST(r.__b AS INT), CAST(s.__i AS INT)), s.__n)",
+            list("o.", g).join(", "),
+            list("s.", g).join(", "),
+            same("s", "d", g),
+        )
+    };
+    let values = |side: &str| format!("SELECT {groups}, __y{j} AS __x, __w, __whole FROM {side} WHERE __c{j} > 0");
+    let mut matched = k.to_vec();
+    matched.extend(g.iter().cloned());
+    let coalesced: Vec<String> = g.iter().map(|c| format!("COALESCE(c.{c}, d.{c}) AS {c}")).collect();
+    let pairs = format!(
+        "SELECT {}, c.__x AS __a, d.__x AS __s, COALESCE(c.__w, d.__w) AS __w, \
+         COALESCE(c.__whole, d.__whole) AS __whole \
+         FROM (SELECT {}, __y{j} AS __x, __w, __whole FROM __clean WHERE __c{j} > 0) c \
+         FULL OUTER JOIN (SELECT {}, __y{j} AS __x, __w, __whole FROM __dirty WHERE __c{j} > 0) d ON {}",
+        coalesced.join(", "),
+        matched.join(", "),
+        matched.join(", "),
+        same("c", "d", &matched),
+    );
+    let replicates = vec![
+        (
+            format!("__qvr{j}"),
+            format!(
+                "WITH __qv{j} AS ({}) {}",
+                values("__clean"),
+                replicated(&format!("__qv{j}"), "__x", "__x", VALUES_STREAM)
+            ),
+        ),
+        (
+            format!("__qpr{j}"),
+            format!(
+                "WITH __qp{j} AS ({pairs}) {}",
+                replicated(&format!("__qp{j}"), "__a, __s", "__a ASC NULLS LAST, __s ASC NULLS LAST", PAIRS_STREAM)
+            ),
+        ),
+    ];
+    let quantiles = vec![
+        format!("__qa{j} AS ({})", bootstrap_sql(&weighted_quantile(&format!("__qvr{j}"), g, fraction), g, tail)),
+        format!(
+            "__qpa{j} AS ({})",
+            weighted_quantile(&format!("(SELECT {groups}, __b, __a AS __x, __w FROM __qpr{j} WHERE __a IS NOT NULL)"), g, fraction)
+        ),
+        format!(
+            "__qps{j} AS ({})",
+            weighted_quantile(&format!("(SELECT {groups}, __b, __s AS __x, __w FROM __qpr{j} WHERE __s IS NOT NULL)"), g, fraction)
+        ),
+        format!(
+            "__qc{j} AS ({})",
+            bootstrap_sql(
+                &format!(
+                    "SELECT {}, a.__b, a.__value - s.__value AS __value FROM __qpa{j} a JOIN __qps{j} s ON {} AND a.__b = s.__b",
+                    list("a.", g).join(", "),
+                    same("a", "s", g)
+                ),
+                g,
+                tail
+            )
+        ),
+    ];
+    (replicates, quantiles)
+}
+
+/// Per group `g` and replicate `__b` of `input` (values `__x` with weights `__w`), the
+/// quantile `fraction` as [`crate::estimate`]'s `quantile`: of equal weights the interpolated
+/// one of PERCENTILE_CONT, otherwise the smallest value whose cumulative weight (in value
+/// order) reaches `fraction` of the total.
+fn weighted_quantile(input: &str, g: &[String], fraction: f64) -> String {
+    let by = format!("{}, __b", g.join(", "));
+    format!(
+        "SELECT {by}, CASE WHEN __wmin = __wmax THEN __lox + (__h - __lo) * (__hix - __lox) \
+         ELSE COALESCE(__reach, __last) END AS __value FROM (\
+         SELECT {by}, MIN(__w) AS __wmin, MAX(__w) AS __wmax, MAX(__h) AS __h, MAX(__lo) AS __lo, \
+         MAX(CASE WHEN __r = __lo THEN __x END) AS __lox, MAX(CASE WHEN __r = __hi THEN __x END) AS __hix, \
+         MIN(CASE WHEN __cum >= {fraction:?} * __total THEN __x END) AS __reach, MAX(__x) AS __last FROM (\
+         SELECT *, LEAST(__lo + 1, __n - 1) AS __hi, MAX(__cum) OVER (PARTITION BY {by}) AS __total FROM (\
+         SELECT *, CAST(__n - 1 AS DOUBLE) * {fraction:?} AS __h, FLOOR(CAST(__n - 1 AS DOUBLE) * {fraction:?}) AS __lo \
+         FROM (SELECT __x, __w, {by}, ROW_NUMBER() OVER (PARTITION BY {by} ORDER BY __x) - 1 AS __r, \
+         COUNT(*) OVER (PARTITION BY {by}) AS __n, SUM(__w) OVER (PARTITION BY {by} ORDER BY __x \
+         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS __cum FROM {input}))) GROUP BY {by})"
+    )
+}
+
+/// Per group `g` of `input` (`__value` per replicate `__b`, the sample's at `__b = -1`): the
+/// sample's value, and with two replicates or more their variance and percentile interval at
+/// tails `tail`, as [`crate::estimate`]'s `bootstrapped`.
+fn bootstrap_sql(input: &str, g: &[String], tail: f64) -> String {
+    let groups = g.join(", ");
+    let at = |q: f64| {
+        format!(
+            "CASE WHEN __n >= 2 THEN MAX(CASE WHEN __r = LEAST(ROUND(CAST(__n - 1 AS DOUBLE) * {q:?}), __n - 1) \
+             THEN __value END) END"
+        )
+    };
+    format!(
+        "SELECT {groups}, MAX(CASE WHEN __b = -1 THEN __value END) AS __value, \
+         CASE WHEN MAX(__n) >= 2 THEN VAR_SAMP(CASE WHEN __b >= 0 THEN __value END) END AS __var, \
+         {} AS __low, {} AS __high FROM (SELECT *, \
+         CASE WHEN __b >= 0 AND __value IS NOT NULL THEN ROW_NUMBER() OVER (PARTITION BY {groups}, \
+         __b >= 0 AND __value IS NOT NULL ORDER BY __value) - 1 END AS __r, \
+         COUNT(CASE WHEN __b >= 0 THEN __value END) OVER (PARTITION BY {groups}) AS __n FROM ({input})) \
+         GROUP BY {groups}, __n",
+        at(tail),
+        at(1.0 - tail)
+    )
 }

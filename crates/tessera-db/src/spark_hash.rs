@@ -62,6 +62,14 @@ impl ScalarUDFImpl for SparkXxHash64 {
     }
 }
 
+/// `pmod(xxhash64(stream, replicate, position), n)` as Spark computes it (each argument an
+/// `INT`): the position drawn for `position` in bootstrap resample `replicate` of `n` values,
+/// a counter-based draw that Spark SQL repeats exactly.
+pub fn drawn(stream: i32, replicate: i32, position: i32, n: usize) -> usize {
+    let hash = [stream, replicate, position].iter().fold(SPARK_SEED, |seed, v| hash_int(*v, seed));
+    hash.rem_euclid(n as i64) as usize
+}
+
 fn hash_bytes(bytes: &[u8], seed: i64) -> i64 {
     XxHash64::oneshot(seed as u64, bytes) as i64
 }
@@ -178,5 +186,14 @@ mod tests {
         let zeros = hash(vec![Arc::new(Float64Array::from(vec![0.0, -0.0, 1.0]))]);
         assert_eq!(zeros[0], zeros[1]);
         assert_ne!(zeros[0], zeros[2]);
+    }
+
+    #[test]
+    fn bootstrap_draws_are_sparks() {
+        // PySpark 4.0.1: `SELECT pmod(xxhash64(CAST(1 AS INT), CAST(0 AS INT), CAST(0 AS INT)),
+        // 1000)` is 686; (2, 399, 57) modulo 83 is 32; (1, 7, 3) modulo 5 is 0.
+        assert_eq!(drawn(1, 0, 0, 1000), 686);
+        assert_eq!(drawn(2, 399, 57, 83), 32);
+        assert_eq!(drawn(1, 7, 3, 5), 0);
     }
 }

@@ -687,7 +687,14 @@ fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compil
         assert!(spark.contains(picked), "{picked} in {spark}");
     }
     for (statements, message) in [
-        ("SET freshness = 'svc_aqp'; SELECT MEDIAN(duration) AS m FROM visit_view;", "COUNT, SUM, AVG, MIN and MAX"),
+        (
+            "SET freshness = 'svc_aqp'; SELECT STDDEV(duration) AS m FROM visit_view;",
+            "COUNT, SUM, AVG, MIN, MAX, MEDIAN and PERCENTILE_CONT",
+        ),
+        (
+            "SET freshness = 'svc_aqp'; SELECT PERCENTILE_CONT(duration, 1.5) AS m FROM visit_view;",
+            "COUNT, SUM, AVG, MIN, MAX, MEDIAN and PERCENTILE_CONT",
+        ),
         (
             "SET freshness = 'auto'; SELECT owner_id, COUNT(*) AS n FROM visit_view GROUP BY owner_id HAVING SUM(duration) > 3;",
             "HAVING on `SUM(duration)`, which the query does not select",
