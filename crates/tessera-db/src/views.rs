@@ -515,7 +515,10 @@ impl Database {
         let maintain::Maintenance::Incremental(incremental) = &view.maintenance else {
             return Err(TesseraError::Internal("a sampled view is maintained incrementally".into()));
         };
-        let cleaning = sample.sampling.outliers_cleaning(incremental, &hashes, &since).map_err(internal)?;
+        // Planned over no rows: planning checks the maintenance plan, and over the tables it
+        // would copy every table with deletions.
+        let planning = Sources { planning: true, ..since };
+        let cleaning = sample.sampling.outliers_cleaning(incremental, &hashes, &planning).map_err(internal)?;
         let edit = self.maintained_edit(&rows, view.refreshed_at, &cleaning, None)?;
         rows.check(&edit)?;
         rows.apply(edit, 2, &mut scratch, &mut manifest)?;
