@@ -696,13 +696,13 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
     // The index and both samples, cached before the query: its plan reads them many times,
     // and Spark would evaluate the views over the tables' versions at each (dropping a cached
     // view uncaches it).
-    let mut cached: Vec<(&str, String)> = view
+    let mut cached: Vec<(String, String)> = view
         .index
         .as_ref()
-        .map(|index| ("__outliers", index.hashes(versions[&index.options.table])))
+        .map(|index| ("__outliers".into(), index.hashes(versions[&index.options.table])))
         .into_iter()
         .collect();
-    cached.extend([("__clean", rows(&fresh)), ("__dirty", rows(&stale))]);
+    cached.extend([("__clean".into(), rows(&fresh)), ("__dirty".into(), rows(&stale))]);
     let mut ctes = vec![
         format!("__cs AS ({})", sums("__clean")),
         format!("__ds AS ({})", sums("__dirty")),
@@ -734,7 +734,6 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
         ));
         joined.push(("H", "__changes"));
     }
-    let mut cached: Vec<(String, String)> = cached.into_iter().map(|(name, query)| (name.to_string(), query)).collect();
     if q.aggregates.iter().any(|a| a.fraction.is_some()) {
         cached.push(("__reps".into(), format!("SELECT explode(sequence(0, {})) AS __b", REPLICATES - 1)));
     }
@@ -921,35 +920,38 @@ fn quantile_sql(
         names.iter().map(|c| format!("{a}.{c} <=> {b}.{c}")).collect::<Vec<_>>().join(" AND ")
     };
     let groups = g.join(", ");
-    // Replicates of `items` (columns `columns`, `__w`, `__whole`), ordered by `order`.
+    // Replicates of `items` (columns `columns`, `__w`, `__whole`), ordered by `order`: the
+    // sampled items numbered `__i` of `__n` per group, each drawn item joined by its number.
     let replicated = |items: &str, columns: &str, order: &str, stream: i32| {
-        let s_columns = columns.split(", ").map(|c| format!("d.{c}")).collect::<Vec<_>>().join(", ");
+        let d_columns = columns.split(", ").map(|c| format!("d.{c}")).collect::<Vec<_>>().join(", ");
+        let numbered = format!(
+            "(SELECT *, ROW_NUMBER() OVER (PARTITION BY {groups} ORDER BY {order}) - 1 AS __i, \
+             COUNT(*) OVER (PARTITION BY {groups}) AS __n FROM {items} WHERE NOT __whole)"
+        );
         format!(
             "SELECT {groups}, -1 AS __b, {columns}, __w FROM {items} \
              UNION ALL SELECT {}, r.__b, {columns}, __w FROM {items} o CROSS JOIN __reps r WHERE o.__whole \
-             UNION ALL SELECT {}, r.__b, {s_columns}, d.__w \
-             FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY {groups} ORDER BY {order}) - 1 AS __i, \
-             COUNT(*) OVER (PARTITION BY {groups}) AS __n FROM {items} WHERE NOT __whole) s CROSS JOIN __reps r \
-             JOIN (SELECT *, ROW_NUMBER() OVER (PARTITION BY {groups} ORDER BY {order}) - 1 AS __i \
-             FROM {items} WHERE NOT __whole) d \
+             UNION ALL SELECT {}, r.__b, {d_columns}, d.__w FROM {numbered} s CROSS JOIN __reps r JOIN {numbered} d \
              ON {} AND d.__i = pmod(xxhash64(CAST({stream} AS INT), CAST(r.__b AS INT), CAST(s.__i AS INT)), s.__n)",
             list("o.", g).join(", "),
             list("s.", g).join(", "),
             same("s", "d", g),
         )
     };
-    let values = |side: &str| format!("SELECT {groups}, __y{j} AS __x, __w, __whole FROM {side} WHERE __c{j} > 0");
+    // The values of `side` that count, with `columns`.
+    let values = |side: &str, columns: &[String]| {
+        format!("SELECT {}, __y{j} AS __x, __w, __whole FROM {side} WHERE __c{j} > 0", columns.join(", "))
+    };
     let mut matched = k.to_vec();
     matched.extend(g.iter().cloned());
     let coalesced: Vec<String> = g.iter().map(|c| format!("COALESCE(c.{c}, d.{c}) AS {c}")).collect();
     let pairs = format!(
         "SELECT {}, c.__x AS __a, d.__x AS __s, COALESCE(c.__w, d.__w) AS __w, \
          COALESCE(c.__whole, d.__whole) AS __whole \
-         FROM (SELECT {}, __y{j} AS __x, __w, __whole FROM __clean WHERE __c{j} > 0) c \
-         FULL OUTER JOIN (SELECT {}, __y{j} AS __x, __w, __whole FROM __dirty WHERE __c{j} > 0) d ON {}",
+         FROM ({}) c FULL OUTER JOIN ({}) d ON {}",
         coalesced.join(", "),
-        matched.join(", "),
-        matched.join(", "),
+        values("__clean", &matched),
+        values("__dirty", &matched),
         same("c", "d", &matched),
     );
     let replicates = vec![
@@ -957,7 +959,7 @@ fn quantile_sql(
             format!("__qvr{j}"),
             format!(
                 "WITH __qv{j} AS ({}) {}",
-                values("__clean"),
+                values("__clean", g),
                 replicated(&format!("__qv{j}"), "__x", "__x", VALUES_STREAM)
             ),
         ),
