@@ -6,7 +6,9 @@ answer, of svc_aqp, svc_corr and auto against the fresh answer, with interval co
 Usage:
     python scripts/bench_svc.py --tessera BINARY [--scale 1] [--updates 0.1] [--ratio 0.1]
                                 [--queries 100] [--breakeven 0.025,0.05,0.1,0.2,0.3,0.4]
-                                [--outliers 1000] [--views join,grouped] [--only-breakeven]
+                                [--outliers 1000] [--group-outliers 1000] [--views join,grouped]
+                                [--rounds uniform,skewed,index]
+                                [--only-breakeven]
 
 Data: `tessera generate --tpch lineitem,orders` (as scripts/bench_views.py), and a skewed
 variant as TPCD-Skew builds it with Zipf z = 2: each lineitem's order drawn from a Zipf
@@ -21,9 +23,12 @@ answered stale, by svc_aqp, svc_corr and auto, the view refreshed incrementally 
 every query answered again: the truth. The queries are TPC-H-style group-by aggregates over the
 view with random conditions. Errors are relative, per group and aggregate, medians over all.
 With --outliers K the skewed join view is run again with an outlier index on the K largest
-l_extendedprice (Section 6), and each query's time (estimates with the sample cleaned) is
-reported for both. Per aggregate function, svc_corr's median error and interval coverage go to
-standard error. --only-breakeven runs the break-even rounds alone (their errors only).
+l_extendedprice (Section 6), and with --group-outliers K the skewed grouped view with an
+outlier index on its own K largest revenues (a base column's index cannot reach it: its key
+has columns of both sides of the join); each query's time (estimates with the sample cleaned)
+is reported for every round. Per aggregate function, svc_corr's median error and interval coverage go to
+standard error. --rounds picks the rounds of each view (uniform, skewed, index: skewed with the
+outlier index); --only-breakeven runs the break-even rounds alone (their errors only).
 """
 
 import argparse
@@ -218,7 +223,10 @@ def main():
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--breakeven", default="")
     parser.add_argument("--outliers", type=int, default=0)
+    parser.add_argument("--group-outliers", type=int, default=0)
     parser.add_argument("--views", default="join,grouped")
+    parser.add_argument("--rounds", default="uniform,skewed,index",
+                        help="which rounds of each view to run: uniform, skewed, index (skewed with the outlier index)")
     parser.add_argument("--only-breakeven", action="store_true",
                         help="run only the break-even rounds (the skewed join view at each --breakeven size)")
     args = parser.parse_args()
@@ -242,13 +250,20 @@ def main():
     views = [("join", "lineitem JOIN orders (the paper's join view)", JOIN_VIEW),
              ("grouped", "grouped by o_custkey, l_returnflag", VIEW)]
     views = [v for v in views if v[0] in args.views.split(",")]
-    rounds = [("uniform", "lineitem", f"{data}/lineitem.csv", ""), ("skewed z=2", "lineitem_skew", skew_path, "")]
-    index = f", outlier_index = 'lineitem.l_extendedprice', outlier_k = {args.outliers}"
+    rounds = [("uniform", "uniform", "lineitem", f"{data}/lineitem.csv", ""),
+              ("skewed", "skewed z=2", "lineitem_skew", skew_path, "")]
     for view, description, definition in views:
         qs = queries(view, args.queries, 7)
-        extra = [(f"skewed z=2, outlier index on the {args.outliers} largest l_extendedprice", "lineitem_skew", skew_path,
-                  index)] if view == "join" and args.outliers else []
-        for label, table, path, options in rounds + extra:
+        extra = []
+        if view == "join" and args.outliers:
+            extra = [("index", f"skewed z=2, outlier index on the {args.outliers} largest l_extendedprice", "lineitem_skew",
+                      skew_path, f", outlier_index = 'lineitem.l_extendedprice', outlier_k = {args.outliers}")]
+        if view == "grouped" and args.group_outliers:
+            extra = [("index", f"skewed z=2, outlier index on the view's {args.group_outliers} largest revenue",
+                      "lineitem_skew", skew_path, f", outlier_index = 'v.revenue', outlier_k = {args.group_outliers}")]
+        for name, label, table, path, options in rounds + extra:
+            if name not in args.rounds.split(","):
+                continue
             if args.only_breakeven and (view != "join" or table != "lineitem_skew" or options):
                 continue
             base = f"base-{view}-{table}"

@@ -45,6 +45,12 @@ pub struct SampleOptions {
 /// inserted, deleted or replaced since that are above `v` and reach the k-th largest value of
 /// the refresh (the paper's bar set at maintenance, the index then kept from the changes); the
 /// view's rows they derive, found by the sample's key, are kept whole beside the sample.
+///
+/// `table` may also be the view itself: then the outliers are the view's own rows whose
+/// `column` is above `v`, at most the `k` largest, as the view holds them at its refresh (a
+/// grouped view's largest groups, which a base column cannot reach where the hash is blocked
+/// at a join). They are picked from the stale view, before the changes and whatever the hash,
+/// so the estimates stay unbiased; a row that grows large only after the refresh stays sampled.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OutlierOptions {
     pub table: String,
@@ -194,21 +200,38 @@ pub struct Sampling {
     at_root: bool,
 }
 
-/// An outlier index (Stale View Cleaning, Definition 5), pushed up to the view through the
-/// sample's key: the indexed table's rows are outliers by the rule of `options`, and the
-/// view's outlier rows are those whose key is the key of an outlier row, as the hash sees it
-/// where it reaches the table.
+/// An outlier index (Stale View Cleaning, Definition 5): its rows are outliers by the rule of
+/// `options`, and the view's outlier rows are those whose key is the key of an outlier row.
 #[derive(Debug, Clone)]
 pub struct OutlierIndex {
     pub options: OutlierOptions,
-    /// The sample's key over the indexed table's columns (unqualified).
-    key: Vec<Expr>,
+    pub indexed: Indexed,
 }
 
+/// The rows an outlier index ranks.
+#[derive(Debug, Clone)]
+pub enum Indexed {
+    /// A table's, pushed up to the view through the sample's key as the hash sees it where it
+    /// reaches the table: the key over the table's columns (unqualified).
+    Table { key: Vec<Expr> },
+    /// The view's own rows as they are at its refresh, their key's hash in [`VIEW_KEY_HASH`].
+    View,
+}
+
+/// The column of the hash of a view row's key, beside the view's columns, that an outlier
+/// index on the view's own column ranks.
+const VIEW_KEY_HASH: &str = "__key_hash";
+
 impl OutlierIndex {
-    /// The indexed table's columns the sample's key is, `None` where it is not plain columns.
+    /// The indexed table's columns the sample's key is, `None` where it is not plain columns;
+    /// empty for an index on the view's own column.
     pub fn key_columns(&self) -> Option<Vec<String>> {
-        self.key.iter().map(|k| if let Expr::Column(c) = k { Some(c.name.clone()) } else { None }).collect()
+        match &self.indexed {
+            Indexed::Table { key } => {
+                key.iter().map(|k| if let Expr::Column(c) = k { Some(c.name.clone()) } else { None }).collect()
+            }
+            Indexed::View => Some(Vec::new()),
+        }
     }
 }
 
@@ -224,17 +247,31 @@ struct Pushed {
 }
 
 impl Sampling {
-    /// How the sample of the view maintained by `incremental` is cleaned, with the outlier
-    /// index `outliers`, which must be on a table the hash reaches.
+    /// How the sample of the view `view` maintained by `incremental` is cleaned, with the
+    /// outlier index `outliers`, which must be on a table the hash reaches or on the view's
+    /// own column with the hash below its root.
     pub fn plan(
         options: SampleOptions,
         outliers: Option<OutlierOptions>,
+        view: &str,
         incremental: &maintain::Incremental,
         relations: &dyn Relations,
     ) -> Result<Self> {
         let pushed = push(options, None, incremental, relations)?;
         let outliers = match outliers {
             None => None,
+            Some(index) if index.table.eq_ignore_ascii_case(view) => {
+                if pushed.body.is_none() {
+                    return Err(format!(
+                        "the outlier index on the view's column `{}` is cleaned by the view's maintenance with the \
+                         filter on its keys pushed down where the sample's hash goes, and the hash stays at the \
+                         view's root: {}",
+                        index.column,
+                        pushed.trace.join("; ")
+                    ));
+                }
+                Some(OutlierIndex { options: index, indexed: Indexed::View })
+            }
             Some(index) => {
                 let at_table = pushed.reached.iter().find(|(table, _)| table.eq_ignore_ascii_case(&index.table));
                 let Some((_, key)) = at_table else {
@@ -252,7 +289,7 @@ impl Sampling {
                     ));
                 };
                 let key = key.iter().map(|k| unqualified(k.clone())).collect::<Result<Vec<_>>>()?;
-                Some(OutlierIndex { options: index, key })
+                Some(OutlierIndex { options: index, indexed: Indexed::Table { key } })
             }
         };
         let (cleaning, at_root) = match pushed.body {
@@ -295,10 +332,19 @@ impl Sampling {
         LogicalPlanBuilder::from(plan).filter(predicate).and_then(|b| b.build()).map_err(|e| e.to_string())
     }
 
-    /// The rows of `rows` (the indexed table's, by name) that the outlier index's rule picks:
-    /// above its threshold, the `k` largest where `top` (ties broken by the key's hash, so
-    /// that the pick repeats), and at least `at_least`; as the hash of their key (`__hash`)
-    /// and their value (`__value`, DOUBLE), largest first. `None` without an index.
+    /// The rows an outlier index on the view's own column ranks: the visible rows of
+    /// `stored` (the view's stored rows, of the view maintained by `incremental`), with their
+    /// key's hash.
+    pub fn view_ranked(&self, stored: LogicalPlan, incremental: &maintain::Incremental) -> Result<LogicalPlan> {
+        let hash = self.options.hash(&self.stored_key(), stored.schema())?;
+        incremental.visible_with(stored, vec![hash.alias(VIEW_KEY_HASH)])
+    }
+
+    /// The rows of `rows` (the indexed table's, by name, or the view's of
+    /// [`Sampling::view_ranked`]) that the outlier index's rule picks: above its threshold,
+    /// the `k` largest where `top` (ties broken by the key's hash, so that the pick repeats),
+    /// and at least `at_least`; as the hash of their key (`__hash`) and their value
+    /// (`__value`, DOUBLE), largest first. `None` without an index.
     pub fn outlier_rows_plan(
         &self,
         rows: LogicalPlan,
@@ -316,7 +362,10 @@ impl Sampling {
             builder = builder.filter(column.clone().gt_eq(lit(bound))).map_err(error)?;
         }
         let plan = builder.build().map_err(error)?;
-        let hash = self.options.hash(&index.key, plan.schema())?;
+        let hash = match &index.indexed {
+            Indexed::Table { key } => self.options.hash(key, plan.schema())?,
+            Indexed::View => col(VIEW_KEY_HASH),
+        };
         let value = cast(column, arrow::datatypes::DataType::Float64);
         let (hash_column, value_column) = (col("__hash"), col("__value"));
         let mut builder = LogicalPlanBuilder::from(plan)

@@ -17,6 +17,7 @@
 //! table's version at the view's refresh (`v__obaseN`), and the rows of the changes since
 //! (`t__changesN`: each `COPY`'s inserted rows and the rows it deleted or replaced) that reach
 //! the bar of the `k`-th picked value; the view's rows of those keys enter the estimates whole.
+//! An index on the view's own column picks from the view's stale contents at its refresh.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -26,7 +27,7 @@ use datafusion_sql::sqlparser::ast;
 use tessera::error::{Result, TesseraError};
 
 use crate::estimate::{normal_quantile, Freshness, Settings, PAIRS_STREAM, REPLICATES, VALUES_STREAM};
-use crate::sample::OutlierOptions;
+use crate::sample::{Indexed, OutlierOptions};
 use crate::{maintain, Database, Statement};
 
 fn unsupported(what: impl std::fmt::Display) -> TesseraError {
@@ -51,28 +52,36 @@ struct SparkView {
 /// A sampled view's outlier index as the Spark script keeps it.
 struct SparkIndex {
     options: OutlierOptions,
-    /// The sample's hash over the indexed table's columns.
+    /// The sample's hash over the indexed table's columns, or the view's.
     hash: String,
     /// The temporary view of the rows the rule picked at the view's last refresh: their key's
     /// hash `__hash` and value `__value`.
     base: String,
-    /// The indexed table's version at that refresh.
-    refreshed: usize,
+    /// The indexed table's version at that refresh; `None` for an index on the view's own
+    /// column, picked from its stale contents and not from changes.
+    refreshed: Option<usize>,
 }
 
 impl SparkIndex {
-    /// Writes the view of the rows the rule picks from the indexed table's current version
-    /// (the view `name` refreshed at statement `number`), and records that version.
-    fn pick(&mut self, out: &mut String, name: &str, number: usize, versions: &HashMap<String, usize>) {
+    /// Writes the view of the rows the rule picks from the indexed table's current version,
+    /// or from `stale` (the view's contents) for an index on the view's own column (the view
+    /// `name` refreshed at statement `number`), and records the table's version.
+    fn pick(&mut self, out: &mut String, name: &str, number: usize, stale: &str, versions: &HashMap<String, usize>) {
         let o = &self.options;
-        self.refreshed = versions[&o.table];
+        let rows = match &mut self.refreshed {
+            None => stale.to_string(),
+            Some(refreshed) => {
+                *refreshed = versions[&o.table];
+                format!("{}__{refreshed}", o.table)
+            }
+        };
         self.base = format!("{name}__obase{number}");
         let limit = o.k.map(|k| format!(" LIMIT {k}")).unwrap_or_default();
         writeln!(
             out,
             "CREATE OR REPLACE TEMPORARY VIEW {} AS SELECT * FROM ({}) ORDER BY __value DESC, __hash ASC{limit};",
             self.base,
-            self.picked(&format!("{}__{}", o.table, self.refreshed), None),
+            self.picked(&rows, None),
         )
         .expect("a string");
     }
@@ -89,17 +98,17 @@ impl SparkIndex {
     }
 
     /// The outlier keys' hashes now: those picked at the refresh, and those of the changes
-    /// since (up to the table's version `now`) that reach the bar.
-    fn hashes(&self, now: usize) -> String {
+    /// since (up to the table's current version) that reach the bar.
+    fn hashes(&self, versions: &HashMap<String, usize>) -> String {
         let mut parts = vec![format!("SELECT __hash FROM {}", self.base)];
-        if now > self.refreshed {
+        if let Some(refreshed) = self.refreshed.filter(|&r| versions[&self.options.table] > r) {
+            let now = versions[&self.options.table];
             let bar = match self.options.k {
                 Some(k) => format!("(SELECT CASE WHEN COUNT(*) >= {k} THEN MIN(__value) END FROM {})", self.base),
                 None => "CAST(NULL AS DOUBLE)".into(),
             };
-            let changes: Vec<String> = (self.refreshed + 1..=now)
-                .map(|v| format!("SELECT * FROM {}__changes{v}", self.options.table))
-                .collect();
+            let changes: Vec<String> =
+                (refreshed + 1..=now).map(|v| format!("SELECT * FROM {}__changes{v}", self.options.table)).collect();
             let changes = format!("({})", changes.join(" UNION ALL "));
             parts.push(format!("SELECT __hash FROM ({})", self.picked(&changes, Some(&bar))));
         }
@@ -180,20 +189,22 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                     let index = match &sample.sampling.outliers {
                         None => None,
                         Some(index) => {
-                            let table = &index.options.table;
-                            let schema = &planner.tables[table].schema;
-                            let columns = index.key_columns().ok_or_else(|| {
-                                unsupported(format!(
-                                    "the outlier index of `{name}`, whose key is not columns of `{table}`"
-                                ))
-                            })?;
-                            let mut index = SparkIndex {
-                                options: index.options.clone(),
-                                hash: hash_sql(options.seed, &as_hashed(&columns, schema)?),
-                                base: String::new(),
-                                refreshed: 0,
+                            let (hash, refreshed) = match &index.indexed {
+                                Indexed::View => (hash_sql(options.seed, &key), None),
+                                Indexed::Table { .. } => {
+                                    let table = &index.options.table;
+                                    let schema = &planner.tables[table].schema;
+                                    let columns = index.key_columns().ok_or_else(|| {
+                                        unsupported(format!(
+                                            "the outlier index of `{name}`, whose key is not columns of `{table}`"
+                                        ))
+                                    })?;
+                                    (hash_sql(options.seed, &as_hashed(&columns, schema)?), Some(0))
+                                }
                             };
-                            index.pick(&mut out, &name, statement_number, &versions);
+                            let mut index =
+                                SparkIndex { options: index.options.clone(), hash, base: String::new(), refreshed };
+                            index.pick(&mut out, &name, statement_number, &stale, &versions);
                             Some(index)
                         }
                     };
@@ -281,7 +292,7 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                 )
                 .expect("a string");
                 if let Some(index) = &mut spark.index {
-                    index.pick(&mut out, &name, statement_number, &versions);
+                    index.pick(&mut out, &name, statement_number, &spark.stale, &versions);
                 }
             }
             // Spark's samples are always clean: nothing to do.
@@ -696,12 +707,8 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Set
     // The index and both samples, cached before the query: its plan reads them many times,
     // and Spark would evaluate the views over the tables' versions at each (dropping a cached
     // view uncaches it).
-    let mut cached: Vec<(String, String)> = view
-        .index
-        .as_ref()
-        .map(|index| ("__outliers".into(), index.hashes(versions[&index.options.table])))
-        .into_iter()
-        .collect();
+    let mut cached: Vec<(String, String)> =
+        view.index.as_ref().map(|index| ("__outliers".into(), index.hashes(versions))).into_iter().collect();
     cached.extend([("__clean".into(), rows(&fresh)), ("__dirty".into(), rows(&stale))]);
     let mut ctes = vec![
         format!("__cs AS ({})", sums("__clean")),

@@ -15,7 +15,7 @@ use datafusion::prelude::SessionContext;
 use datafusion_sql::sqlparser::ast;
 use tessera::error::{Result, TesseraError};
 
-use crate::sample::{OutlierOptions, SampleOptions, Sampling};
+use crate::sample::{Indexed, OutlierOptions, SampleOptions, Sampling};
 use crate::table::{self, Edit, Table};
 use crate::{
     key_value, maintain, mem_table, object_name, parse_one, register, register_batches, sample, statement, storage,
@@ -47,6 +47,11 @@ pub struct Sample {
     pub outlier_base: Option<OutlierBase>,
     /// The outlier index's rows, where it has one and they were computed.
     pub outlier_rows: Option<OutlierRows>,
+    /// The stale sample: the view's stored rows of sampled keys, which change only when the
+    /// view is refreshed; kept from the refresh (or the first estimate after the database is
+    /// opened) so that an estimate does not hash every row of the view again. Its arrays are
+    /// those the clean sample started from.
+    pub stale_rows: std::sync::OnceLock<Vec<RecordBatch>>,
 }
 
 /// Where a sample's outlier index starts from (Section 6.2: the bar set from the indexed table
@@ -107,6 +112,12 @@ impl View {
             maintain::Maintenance::Recompute(_) => Arc::clone(&self.contents.schema),
         }
     }
+}
+
+/// A scan of the stored rows of `table` (a view's contents or its sample's), as `__stored`.
+fn stored_scan(table: &Table) -> Result<LogicalPlan> {
+    let rows = mem_table(Arc::clone(&table.schema), table.batches(false)?)?;
+    Ok(LogicalPlanBuilder::scan("__stored", provider_as_source(rows), None)?.build()?)
 }
 
 /// The sequence number after which the changes of table or view `name` are needed: the oldest
@@ -274,6 +285,7 @@ impl Database {
                         None => None,
                     },
                     outlier_rows: None,
+                    stale_rows: std::sync::OnceLock::new(),
                 }),
                 None => None,
             };
@@ -323,9 +335,17 @@ impl Database {
             let refused = |why: String| {
                 TesseraError::Plan(format!("materialized view `{name}` cannot keep the outlier index: {why}"))
             };
-            let table =
-                self.tables.get(&index.table).ok_or_else(|| refused(format!("`{}` is not a table", index.table)))?;
-            let field = table.schema.fields().iter().find(|f| f.name().eq_ignore_ascii_case(&index.column));
+            let schema = if index.table.eq_ignore_ascii_case(name) {
+                // The view's own column: its rows as users see them.
+                Arc::clone(&incremental.schema)
+            } else {
+                let table = self
+                    .tables
+                    .get(&index.table)
+                    .ok_or_else(|| refused(format!("`{}` is neither a table nor the view `{name}`", index.table)))?;
+                Arc::clone(&table.schema)
+            };
+            let field = schema.fields().iter().find(|f| f.name().eq_ignore_ascii_case(&index.column));
             match field {
                 None => return Err(refused(format!("`{}` has no column `{}`", index.table, index.column))),
                 Some(f) if !f.data_type().is_numeric() => {
@@ -339,7 +359,8 @@ impl Database {
                 Some(_) => {}
             }
         }
-        Sampling::plan(options, outliers, incremental, &Sources { db: self, since: 0, planning: true }).map_err(refused)
+        Sampling::plan(options, outliers, name, incremental, &Sources { db: self, since: 0, planning: true })
+            .map_err(refused)
     }
 
     /// The edit that brings `contents` (a view's stored rows, or its sample's) up to date
@@ -407,14 +428,18 @@ impl Database {
         outliers: Option<&OutlierRows>,
     ) -> Result<LogicalPlan> {
         let contents = if stale { &view.contents } else { &sample.contents };
-        let scan = |table: &Table| -> Result<LogicalPlan> {
-            let rows = mem_table(Arc::clone(&table.schema), table.batches(false)?)?;
-            Ok(LogicalPlanBuilder::scan("__stored", provider_as_source(rows), None)?.build()?)
-        };
         let internal = TesseraError::Internal;
-        let mut plan = scan(contents)?;
+        let mut plan = stored_scan(contents)?;
         if stale {
-            plan = sample.sampling.sample_stored(plan).map_err(internal)?;
+            let rows = match sample.stale_rows.get() {
+                Some(rows) => rows.clone(),
+                None => {
+                    let rows = self.run_plan(sample.sampling.sample_stored(plan).map_err(internal)?)?.1;
+                    sample.stale_rows.get_or_init(|| rows).clone()
+                }
+            };
+            let rows = mem_table(Arc::clone(&contents.schema), rows)?;
+            plan = LogicalPlanBuilder::scan("__stored", provider_as_source(rows), None)?.build()?;
         }
         let maintain::Maintenance::Incremental(incremental) = &view.maintenance else {
             return Err(TesseraError::Internal("a sampled view is maintained incrementally".into()));
@@ -457,13 +482,30 @@ impl Database {
     }
 
     /// The outlier index's start for a view refreshed at `refreshed_at` whose sample is
-    /// `sampling`: the rows its rule picks among the indexed table's rows now (`None` without
-    /// an index).
-    fn outlier_base(&self, sampling: &Sampling, refreshed_at: u64) -> Result<Option<OutlierBase>> {
+    /// `sampling`: the rows its rule picks among the indexed table's rows now, or among the
+    /// view's `contents` (as of its refresh) for an index on its own column (`None` without an
+    /// index).
+    fn outlier_base(
+        &self,
+        sampling: &Sampling,
+        contents: &Table,
+        maintenance: &maintain::Maintenance,
+        refreshed_at: u64,
+    ) -> Result<Option<OutlierBase>> {
         let Some(index) = &sampling.outliers else { return Ok(None) };
-        let sources = Sources { db: self, since: refreshed_at, planning: false };
-        let rows = maintain::Relations::scan(&sources, &index.options.table, maintain::Version::New)
-            .map_err(TesseraError::Internal)?;
+        let internal = TesseraError::Internal;
+        let rows = match &index.indexed {
+            Indexed::Table { .. } => {
+                let sources = Sources { db: self, since: refreshed_at, planning: false };
+                maintain::Relations::scan(&sources, &index.options.table, maintain::Version::New).map_err(internal)?
+            }
+            Indexed::View => {
+                let maintain::Maintenance::Incremental(incremental) = maintenance else {
+                    return Err(internal("a sampled view is maintained incrementally".into()));
+                };
+                sampling.view_ranked(stored_scan(contents)?, incremental).map_err(internal)?
+            }
+        };
         let (hashes, values) = self.pick_outliers(sampling, rows, true, None)?;
         let at_least = match index.options.k {
             Some(k) if values.len() as u64 >= k => values.last().copied(),
@@ -491,19 +533,20 @@ impl Database {
         let internal = TesseraError::Internal;
         let picked_anew = match &sample.outlier_base {
             Some(base) if base.refreshed_at == view.refreshed_at => None,
-            _ => self.outlier_base(&sample.sampling, view.refreshed_at)?,
+            _ => self.outlier_base(&sample.sampling, &view.contents, &view.maintenance, view.refreshed_at)?,
         };
         let base = picked_anew.as_ref().or(sample.outlier_base.as_ref()).expect("an index has a start");
         let since = Sources { db: self, since: view.refreshed_at, planning: false };
-        let delta =
-            maintain::Relations::scan(&since, &index.options.table, maintain::Version::Delta).map_err(internal)?;
         let mut hashes = base.hashes.clone();
-        hashes.extend(self.pick_outliers(&sample.sampling, delta, false, base.at_least)?.0);
+        if let Indexed::Table { .. } = index.indexed {
+            let delta =
+                maintain::Relations::scan(&since, &index.options.table, maintain::Version::Delta).map_err(internal)?;
+            hashes.extend(self.pick_outliers(&sample.sampling, delta, false, base.at_least)?.0);
+        }
         hashes.sort_unstable();
         hashes.dedup();
         // The stale view's rows of those keys, cleaned as a table of their own.
-        let stored = mem_table(Arc::clone(&view.contents.schema), view.contents.batches(false)?)?;
-        let stored = LogicalPlanBuilder::scan("__stored", provider_as_source(stored), None)?.build()?;
+        let stored = stored_scan(&view.contents)?;
         let among = sample.sampling.stored_among(stored.schema(), &hashes).map_err(internal)?;
         let (_, stale) = self.run_plan(LogicalPlanBuilder::from(stored).filter(among)?.build()?)?;
         let fields = view.contents.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
@@ -599,6 +642,7 @@ impl Database {
                 cleaned_at: view.refreshed_at,
                 outlier_base: None,
                 outlier_rows: None,
+                stale_rows: std::sync::OnceLock::new(),
             });
         }
         self.save_view(key, view, Edit { inserted: Some(rows), ..Edit::default() })?;
@@ -715,13 +759,17 @@ impl Database {
                     items.push(("sample key".into(), sample.sampling.key.clone()));
                     items.push(("sample hash".into(), sample.sampling.trace.join("\n")));
                     if let Some(index) = &sample.sampling.outliers {
+                        let how = match index.indexed {
+                            Indexed::Table { .. } => {
+                                format!("pushed up to the view by the sample's key at `{}`", index.options.table)
+                            }
+                            Indexed::View => "the view's own rows, ranked as of its refresh".to_string(),
+                        };
                         items.push((
                             "outlier index".into(),
                             format!(
-                                "{}: pushed up to the view by the sample's key at `{}`; its rows recomputed from the \
-                                 tables at each cleaning of the sample",
-                                index.options.describe(),
-                                index.options.table
+                                "{}: {how}; its rows recomputed from the tables at each cleaning of the sample",
+                                index.options.describe()
                             ),
                         ));
                     }
@@ -770,22 +818,19 @@ impl Database {
         view.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
         if let Some(sample) = &mut view.sample {
             // The sample of fresh contents is clean.
-            let stored = LogicalPlanBuilder::scan(
-                "__stored",
-                provider_as_source(mem_table(Arc::clone(&view.contents.schema), view.contents.batches(false)?)?),
-                None,
-            )?
-            .build()?;
+            let stored = stored_scan(&view.contents)?;
             let sampled = sample.sampling.sample_stored(stored).map_err(TesseraError::Internal)?;
             let rows = self.run_plan(sampled)?.1;
             let rows =
                 rows.iter().map(|b| sample.contents.conform(b.columns().to_vec())).collect::<Result<Vec<_>>>()?;
             let inserted = arrow::compute::concat_batches(&sample.contents.schema, &rows)?;
+            sample.stale_rows = std::sync::OnceLock::from(vec![inserted.clone()]);
             let edit = Edit { deleted: sample.contents.positions(), inserted: Some(inserted) };
             sample.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
             sample.contents.forget_changes_through(u64::MAX);
             sample.cleaned_at = view.refreshed_at;
-            sample.outlier_base = self.outlier_base(&sample.sampling, view.refreshed_at)?;
+            sample.outlier_base =
+                self.outlier_base(&sample.sampling, &view.contents, &view.maintenance, view.refreshed_at)?;
             if let Some(base) = &mut sample.outlier_base {
                 let hashes = arrow::array::Int64Array::from(base.hashes.clone());
                 let batch = RecordBatch::try_new(OutlierBase::schema(), vec![Arc::new(hashes)])?;

@@ -440,7 +440,8 @@ fn flagged(db: &mut Database, name: &str, stale: bool, columns: &[&str]) -> Vec<
 }
 
 /// An outlier index picks its rows when the view is refreshed and keeps them in the database:
-/// opened again, it flags the same rows, not the k largest of the table as it is by then.
+/// opened again, it flags the same rows, not the k largest of the table as it is by then; the
+/// stale sample is the same too, and a refresh replaces it.
 #[test]
 fn the_outlier_index_keeps_the_rows_it_picked_at_refresh_across_opening() {
     let dir = tempfile::tempdir().unwrap();
@@ -459,12 +460,18 @@ fn the_outlier_index_keeps_the_rows_it_picked_at_refresh_across_opening() {
     // The five largest at the refresh and the five inserted above them since.
     let picked = flagged(&mut db, "v", false, &["id"]);
     assert_eq!(picked.len(), 10, "{picked:?}");
+    // The stale sample kept from the refresh, and taken again from the view once opened.
+    let stale = sample_rows(&db, "v", true);
+    assert_ne!(stale, sample_rows(&db, "v", false));
     drop(db);
     let mut db = Database::open(&path).unwrap();
     assert_eq!(flagged(&mut db, "v", false, &["id"]), picked);
-    // A refresh picks the five largest again.
+    assert_eq!(sample_rows(&db, "v", true), stale);
+    // A refresh picks the five largest again, and its sample is the stale sample.
     db.execute("REFRESH MATERIALIZED VIEW v").unwrap();
     assert_eq!(flagged(&mut db, "v", false, &["id"]), ["1001", "1002", "1003", "1004", "1005"]);
+    assert_eq!(sample_rows(&db, "v", true), sample_rows(&db, "v", false));
+    assert_ne!(sample_rows(&db, "v", true), stale);
 }
 
 /// The outlier index (Section 6): the rows it keeps are the view's rows of the indexed rows'
@@ -584,7 +591,8 @@ fn the_outlier_index_keeps_the_extreme_rows_whole_and_tames_the_tail() {
         ("sample = 0.1, outlier_index = 'x', outlier_k = 3", "as 'table.column'"),
         ("sample = 0.1, outlier_index = 't.x', outlier_k = 0", "positive integer"),
         ("sample = 0.1, outlier_index = 't.nope', outlier_k = 3", "has no column `nope`"),
-        ("sample = 0.1, outlier_index = 'u.x', outlier_k = 3", "`u` is not a table"),
+        ("sample = 0.1, outlier_index = 'u.x', outlier_k = 3", "`u` is neither a table nor the view `bad`"),
+        ("sample = 0.1, outlier_index = 'bad.nope', outlier_k = 3", "`bad` has no column `nope`"),
         ("sample = 0.1, outlier_index = 't.x', outlier_threshold = 'high'", "not a number"),
     ] {
         let err = db.execute(&format!("CREATE MATERIALIZED VIEW bad WITH ({options}) AS {view}")).unwrap_err();
@@ -600,6 +608,113 @@ fn the_outlier_index_keeps_the_extreme_rows_whole_and_tames_the_tail() {
         )
         .unwrap_err();
     assert!(err.to_string().contains("on a table the sample's hash reaches"), "{err}");
+}
+
+/// An outlier index on the view's own column: the view's groups of the largest sums at its
+/// refresh are kept whole (clean and stale), and where a few groups hold most of the rows and
+/// of their change, the estimates stay unbiased and err far less than from the sample alone.
+#[test]
+fn the_outlier_index_on_the_views_column_keeps_its_largest_groups_whole() {
+    const SEEDS: usize = 30;
+    let mut random = Random(0x0b5e_55ed_9a0f_c0de);
+    let mut db = Database::in_memory().unwrap();
+    // Customers 1 to 6 hold half the rows; 500 others share the other half.
+    let customer = |random: &mut Random| match random.next() {
+        u if u < 0.5 => 1 + (u * 12.0) as i64,
+        _ => 7 + (random.next() * 500.0) as i64,
+    };
+    let values: Vec<String> =
+        (1..=3000).map(|id| format!("({id}, {}, {:.3})", customer(&mut random), 100.0 * random.next())).collect();
+    db.execute(&format!(
+        "CREATE TABLE t (id BIGINT PRIMARY KEY, c BIGINT, x DOUBLE); INSERT INTO t VALUES {};",
+        values.join(", ")
+    ))
+    .unwrap();
+    let view = "SELECT c, SUM(x) AS x, COUNT(*) AS n FROM t GROUP BY c";
+    sampled_views(&mut db, "v", view, SEEDS, "sample = 0.1");
+    for seed in 0..SEEDS {
+        db.execute(&format!(
+            "CREATE MATERIALIZED VIEW o{seed} WITH (sample = 0.1, sample_seed = {seed}, outlier_index = 'o{seed}.x', \
+             outlier_k = 6) AS {view}"
+        ))
+        .unwrap();
+    }
+    let top_at_refresh = query(&mut db, "SELECT c FROM o0 ORDER BY x DESC LIMIT 6");
+    let inserted: Vec<String> =
+        (5001..=5300).map(|id| format!("({id}, {}, {:.3})", customer(&mut random), 100.0 * random.next())).collect();
+    db.execute(&format!(
+        "UPDATE t SET x = x * 1.5 + 7.0 WHERE id % 10 = 3; DELETE FROM t WHERE id % 33 = 1; INSERT INTO t VALUES {};",
+        inserted.join(", ")
+    ))
+    .unwrap();
+
+    // The definition: the rows flagged are the fresh view's rows (clean) or the stale view's
+    // (stale) of the six groups of the largest `x` at the refresh, whatever the changes did.
+    // Sums compared to six places: they are added up in another order.
+    let rounded = |rows: Vec<String>| {
+        let mut rows: Vec<String> = rows
+            .iter()
+            .map(|row| {
+                let cells: Vec<&str> = row.split('|').collect();
+                format!("{}|{:.6}|{}", cells[0], cells[1].parse::<f64>().unwrap(), cells[2])
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let keys = top_at_refresh.join(", ");
+    let fresh = format!("({view}) AS f");
+    let fresh_top = rounded(query(&mut db, &format!("SELECT c, x, n FROM {fresh} WHERE c IN ({keys})")));
+    let stale_top = rounded(query(&mut db, &format!("SELECT c, x, n FROM o0 WHERE c IN ({keys})")));
+    assert_eq!(fresh_top.len(), 6);
+    assert_ne!(fresh_top, stale_top);
+    assert_eq!(rounded(flagged(&mut db, "o0", false, &["c", "x", "n"])), fresh_top);
+    assert_eq!(rounded(flagged(&mut db, "o0", true, &["c", "x", "n"])), stale_top);
+    let explained = query(&mut db, "EXPLAIN REFRESH MATERIALIZED VIEW o0").join("\n");
+    assert!(explained.contains("the 6 largest of o0.x: the view's own rows, ranked as of its refresh"), "{explained}");
+
+    // Over the samples: unbiased with the index, and far more accurate than without.
+    for sql in [
+        "SELECT SUM(x) AS a FROM {v}",
+        "SELECT SUM(n) AS a FROM {v} WHERE c % 2 = 1",
+        "SELECT AVG(x) AS a FROM {v}",
+        "SELECT COUNT(*) AS a FROM {v} WHERE n > 2",
+    ] {
+        db.execute("SET freshness = 'stale'").unwrap();
+        let truth = answer(&mut db, &sql.replace("{v}", &fresh), 0, false)[&Vec::new()][0];
+        for freshness in ["svc_aqp", "svc_corr"] {
+            db.execute(&format!("SET freshness = '{freshness}'")).unwrap();
+            let mut estimates = |prefix: &str| -> Vec<[f64; 3]> {
+                (0..SEEDS)
+                    .map(|seed| answer(&mut db, &sql.replace("{v}", &format!("{prefix}{seed}")), 0, true)[&Vec::new()])
+                    .collect()
+            };
+            let (with, without) = (estimates("o"), estimates("v"));
+            let mean = with.iter().map(|e| e[0]).sum::<f64>() / SEEDS as f64;
+            let sd = (with.iter().map(|e| (e[0] - mean).powi(2)).sum::<f64>() / (SEEDS - 1) as f64).sqrt();
+            let error = sd / (SEEDS as f64).sqrt();
+            assert!(
+                (mean - truth).abs() <= 3.0 * error + 1e-9 * truth.abs(),
+                "{freshness} {sql}: mean {mean} ± {error} against {truth}"
+            );
+            let rmse = |e: &[[f64; 3]]| (e.iter().map(|e| (e[0] - truth).powi(2)).sum::<f64>() / SEEDS as f64).sqrt();
+            let covered = with.iter().filter(|e| e[1] <= truth && truth <= e[2]).count();
+            eprintln!(
+                "{freshness} {sql}: root mean square error {:.4e} with the index, {:.4e} without; {covered} of {SEEDS} intervals cover",
+                rmse(&with),
+                rmse(&without)
+            );
+            if sql.contains("SUM") {
+                assert!(
+                    rmse(&with) * 3.0 < rmse(&without),
+                    "{freshness} {sql}: {} against {}",
+                    rmse(&with),
+                    rmse(&without)
+                );
+            }
+            assert!(covered as f64 >= 0.8 * SEEDS as f64, "{freshness} {sql}: {covered} of {SEEDS} intervals cover");
+        }
+    }
 }
 
 /// MIN and MAX (the Appendix's method): the extreme of the clean sample is a bound that
