@@ -7,7 +7,7 @@ Usage:
     python scripts/bench_svc.py --tessera BINARY [--scale 1] [--updates 0.1] [--ratio 0.1]
                                 [--queries 100] [--breakeven 0.025,0.05,0.1,0.2,0.3,0.4]
                                 [--outliers 1000] [--group-outliers 1000] [--views join,grouped]
-                                [--rounds uniform,skewed,index]
+                                [--rounds uniform,skewed,index] [--seeds 1]
                                 [--only-breakeven]
 
 Data: `tessera generate --tpch lineitem,orders` (as scripts/bench_views.py), and a skewed
@@ -27,7 +27,9 @@ l_extendedprice (Section 6), and with --group-outliers K the skewed grouped view
 outlier index on its own K largest revenues (a base column's index cannot reach it: its key
 has columns of both sides of the join); each query's time (estimates with the sample cleaned)
 is reported for every round. Per aggregate function, svc_corr's median error and interval coverage go to
-standard error. --rounds picks the rounds of each view (uniform, skewed, index: skewed with the
+standard error. With --seeds S each round runs S times, each over another sample of the view
+(`sample_seed`) and its own queries, and the figures are pooled: the answers of one sample
+share its luck, so coverage over one sample moves with it. --rounds picks the rounds of each view (uniform, skewed, index: skewed with the
 outlier index); --only-breakeven runs the break-even rounds alone (their errors only).
 """
 
@@ -202,16 +204,41 @@ def run(binary, work, base, lineitem_table, con, fraction, qs, label):
                     if m == "svc_corr":
                         detail["covered"][0] += got[1] <= value <= got[2]
                         detail["covered"][1] += 1
+    report_aggregates(label, by_aggregate)
+    shutil.rmtree(os.path.join(work, db))
+    corr = 2 + METHODS.index("svc_corr") * (len(qs) + 1) + 1
+    return {"changed": changed, "clean": [t_clean], "refresh": [t_refresh], "errors": errors, "covered": covered,
+            "by_aggregate": by_aggregate, "queries": times[corr:corr + len(qs)]}
+
+
+def report_aggregates(label, by_aggregate):
     for aggregate, detail in by_aggregate.items():
         hit, total = detail["covered"]
         print(f"#   {label}: {aggregate}: svc_corr median error {statistics.median(detail['svc_corr']):.4f}, "
               f"coverage {hit}/{total}", file=sys.stderr, flush=True)
-    shutil.rmtree(os.path.join(work, db))
-    medians = {m: statistics.median(e) if e else float("nan") for m, e in errors.items()}
-    coverage = {m: c[0] / c[1] if c[1] else float("nan") for m, c in covered.items()}
-    corr = 2 + METHODS.index("svc_corr") * (len(qs) + 1) + 1
-    t_query = statistics.median(times[corr:corr + len(qs)])
-    return changed, t_clean, t_refresh, medians, coverage, len(errors["stale"]), t_query
+
+
+def pooled(rounds):
+    """The figures of rounds over several samples as one: errors, answers and coverage counts
+    pooled, times as lists."""
+    out = {"changed": rounds[0]["changed"], "clean": [], "refresh": [], "errors": {m: [] for m in METHODS},
+           "covered": {m: [0, 0] for m in METHODS[1:]}, "by_aggregate": {}, "queries": []}
+    for r in rounds:
+        for key in ("clean", "refresh", "queries"):
+            out[key] += r[key]
+        for m in METHODS:
+            out["errors"][m] += r["errors"][m]
+        for m in METHODS[1:]:
+            out["covered"][m] = [a + b for a, b in zip(out["covered"][m], r["covered"][m])]
+        for aggregate, detail in r["by_aggregate"].items():
+            into = out["by_aggregate"].setdefault(aggregate, {"svc_corr": [], "covered": [0, 0]})
+            into["svc_corr"] += detail["svc_corr"]
+            into["covered"] = [a + b for a, b in zip(into["covered"], detail["covered"])]
+    return out
+
+
+def medians(figures):
+    return {m: statistics.median(e) if e else float("nan") for m, e in figures["errors"].items()}
 
 
 def main():
@@ -224,6 +251,8 @@ def main():
     parser.add_argument("--breakeven", default="")
     parser.add_argument("--outliers", type=int, default=0)
     parser.add_argument("--group-outliers", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="run each round over this many samples (sample_seed 1, 2, ...), --queries each, pooled")
     parser.add_argument("--views", default="join,grouped")
     parser.add_argument("--rounds", default="uniform,skewed,index",
                         help="which rounds of each view to run: uniform, skewed, index (skewed with the outlier index)")
@@ -232,7 +261,8 @@ def main():
     args = parser.parse_args()
     binary = os.path.abspath(args.tessera)
     data = tpch_data(binary, args.scale)
-    work = os.path.join(data, "svc-work")
+    # One folder per run: two runs side by side must not remove each other's databases.
+    work = os.path.join(data, f"svc-work-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     con = duckdb.connect()
@@ -242,7 +272,8 @@ def main():
     con.execute(f"CREATE TABLE lineitem_skew ({LINEITEM})")
     con.execute(f"COPY lineitem_skew FROM '{skew_path}' (HEADER)")
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} · TPC-H scale {args.scale:g} · {os.cpu_count()} cores · "
-          f"sample {args.ratio:g} · updates {args.updates:g} of lineitem · {args.queries} queries per view")
+          f"sample {args.ratio:g} · updates {args.updates:g} of lineitem · {args.queries} queries per view"
+          + (f" and sample, {args.seeds} samples" if args.seeds > 1 else ""))
     print("\n| view | data | rows changed | clean the sample (s) | full incremental refresh (s) | speedup | "
           "median relative error: stale | svc_aqp | svc_corr | auto | stale / svc_corr | svc_aqp / svc_corr | "
           "coverage (95%): svc_aqp | svc_corr | answers | median svc_corr query (s) |")
@@ -267,21 +298,35 @@ def main():
             if args.only_breakeven and (view != "join" or table != "lineitem_skew" or options):
                 continue
             base = f"base-{view}-{table}"
-            load = (f"CREATE TABLE orders ({ORDERS}) WITH (path = '{data}/orders.csv'); CREATE TABLE lineitem ({LINEITEM}); "
-                    f"COPY lineitem FROM '{path}'; "
-                    f"CREATE MATERIALIZED VIEW v WITH (sample = {args.ratio}{options}) AS {definition}")
-            tessera(binary, base, load, work)
-            if not args.only_breakeven:
-                changed, t_clean, t_refresh, med, cov, n, t_query = run(binary, work, base, table, con, args.updates,
-                                                                        qs, f"{view}-{table}{'-index' if options else ''}")
-                print(f"| {description} | {label} | {changed} | {t_clean:.3f} | {t_refresh:.3f} | "
+            figures = []
+            # With several samples, each its own seed and its own queries.
+            for seed in range(1, args.seeds + 1) if args.seeds > 1 else [None]:
+                seeded = f", sample_seed = {seed}" if seed else ""
+                load = (f"CREATE TABLE orders ({ORDERS}) WITH (path = '{data}/orders.csv'); "
+                        f"CREATE TABLE lineitem ({LINEITEM}); COPY lineitem FROM '{path}'; "
+                        f"CREATE MATERIALIZED VIEW v WITH (sample = {args.ratio}{options}{seeded}) AS {definition}")
+                tessera(binary, base, load, work)
+                if not args.only_breakeven:
+                    label_seed = f"{view}-{table}{'-index' if options else ''}{f'-seed{seed}' if seed else ''}"
+                    figures.append(run(binary, work, base, table, con, args.updates,
+                                       queries(view, args.queries, 7 + (seed or 0)), label_seed))
+                if view == "join" and table == "lineitem_skew" and not options and args.breakeven:
+                    breakeven = [(f, medians(run(binary, work, base, table, con, f, qs, f"be-{f:g}")))
+                                 for f in [float(x) for x in args.breakeven.split(",")]]
+                shutil.rmtree(os.path.join(work, base))
+            if figures:
+                f = pooled(figures)
+                if len(figures) > 1:
+                    report_aggregates(f"{view}-{table}{'-index' if options else ''} over {len(figures)} samples",
+                                      f["by_aggregate"])
+                med = medians(f)
+                cov = {m: c[0] / c[1] if c[1] else float("nan") for m, c in f["covered"].items()}
+                t_clean, t_refresh = statistics.median(f["clean"]), statistics.median(f["refresh"])
+                print(f"| {description} | {label} | {f['changed']} | {t_clean:.3f} | {t_refresh:.3f} | "
                       f"{t_refresh / t_clean:.1f}x | {med['stale']:.4f} | {med['svc_aqp']:.4f} | {med['svc_corr']:.4f} | "
                       f"{med['auto']:.4f} | {med['stale'] / med['svc_corr']:.1f}x | {med['svc_aqp'] / med['svc_corr']:.1f}x | "
-                      f"{cov['svc_aqp']:.3f} | {cov['svc_corr']:.3f} | {n} | {t_query:.3f} |", flush=True)
-            if view == "join" and table == "lineitem_skew" and not options and args.breakeven:
-                breakeven = [(f, run(binary, work, base, table, con, f, qs, f"be-{f:g}")[3])
-                             for f in [float(x) for x in args.breakeven.split(",")]]
-            shutil.rmtree(os.path.join(work, base))
+                      f"{cov['svc_aqp']:.3f} | {cov['svc_corr']:.3f} | {len(f['errors']['stale'])} | "
+                      f"{statistics.median(f['queries']):.3f} |", flush=True)
     if args.breakeven:
         print("\n| updates of lineitem (join view, skewed) | median relative error: stale | svc_aqp | svc_corr | auto | "
               "more accurate |")
