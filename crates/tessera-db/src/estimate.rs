@@ -3,7 +3,7 @@
 //! fresh answer with confidence intervals at `SET confidence` from the view's cleaned sample
 //! (`svc_aqp`, `svc_corr`, `auto`; Stale View Cleaning, Section 5).
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, RecordBatch};
@@ -633,7 +633,10 @@ impl Estimator<'_> {
                 (None, None) => continue,
             };
             let mut add = |g: &OwnedRow, d: Vec<f64>| {
-                let entry = diff.entry(g.clone()).or_insert_with(|| (vec![0.0; n], vec![0.0; n]));
+                if !diff.contains_key(g) {
+                    diff.insert(g.clone(), (vec![0.0; n], vec![0.0; n]));
+                }
+                let entry = diff.get_mut(g).expect("inserted");
                 for (j, d) in d.into_iter().enumerate() {
                     entry.0[j] += w * d;
                     entry.1[j] += v * d * d;
