@@ -116,7 +116,12 @@ impl View {
 
 /// A scan of the stored rows of `table` (a view's contents or its sample's), as `__stored`.
 fn stored_scan(table: &Table) -> Result<LogicalPlan> {
-    let rows = mem_table(Arc::clone(&table.schema), table.batches(false)?)?;
+    rows_scan(&table.schema, table.batches(false)?)
+}
+
+/// A scan of `rows` (of a view's stored columns, `schema`), as `__stored`.
+fn rows_scan(schema: &arrow::datatypes::SchemaRef, rows: Vec<RecordBatch>) -> Result<LogicalPlan> {
+    let rows = mem_table(Arc::clone(schema), rows)?;
     Ok(LogicalPlanBuilder::scan("__stored", provider_as_source(rows), None)?.build()?)
 }
 
@@ -429,18 +434,21 @@ impl Database {
     ) -> Result<LogicalPlan> {
         let contents = if stale { &view.contents } else { &sample.contents };
         let internal = TesseraError::Internal;
-        let mut plan = stored_scan(contents)?;
-        if stale {
+        let mut plan = if stale {
+            // The view's rows are read (and their deleted rows filtered out) only when the stale
+            // sample is not kept yet.
             let rows = match sample.stale_rows.get() {
                 Some(rows) => rows.clone(),
                 None => {
-                    let rows = self.run_plan(sample.sampling.sample_stored(plan).map_err(internal)?)?.1;
+                    let sampled = sample.sampling.sample_stored(stored_scan(contents)?).map_err(internal)?;
+                    let rows = self.run_plan(sampled)?.1;
                     sample.stale_rows.get_or_init(|| rows).clone()
                 }
             };
-            let rows = mem_table(Arc::clone(&contents.schema), rows)?;
-            plan = LogicalPlanBuilder::scan("__stored", provider_as_source(rows), None)?.build()?;
-        }
+            rows_scan(&contents.schema, rows)?
+        } else {
+            stored_scan(contents)?
+        };
         let maintain::Maintenance::Incremental(incremental) = &view.maintenance else {
             return Err(TesseraError::Internal("a sampled view is maintained incrementally".into()));
         };
