@@ -25,6 +25,7 @@ use std::path::Path;
 
 use datafusion_sql::sqlparser::ast;
 use tessera::error::{Result, TesseraError};
+use tessera::sql::walk;
 
 use crate::estimate::{normal_quantile, Freshness, Settings, PAIRS_STREAM, REPLICATES, VALUES_STREAM};
 use crate::sample::{Indexed, OutlierOptions};
@@ -347,7 +348,7 @@ fn write_file_view(out: &mut String, name: &str, columns: &[(String, String)], p
 /// `query` reading each table's current version.
 fn over_versions(query: &ast::Query, versions: &HashMap<String, usize>) -> ast::Query {
     let mut query = query.clone();
-    let _ = ast::visit_relations_mut(&mut query, |name: &mut ast::ObjectName| {
+    let _ = walk::relations_mut(&mut query, |name: &mut ast::ObjectName| {
         let key = name.to_string().to_lowercase();
         if let Some(version) = versions.get(&key) {
             *name = ast::ObjectName::from(vec![ast::Ident::new(format!("{key}__{version}"))]);
@@ -427,13 +428,13 @@ fn compile_query(
     settings: Settings,
 ) -> Result<String> {
     let mut read = Vec::new();
-    let _ = ast::visit_relations(query, |name: &ast::ObjectName| {
+    let _ = walk::relations(query, |name: &ast::ObjectName| {
         read.push(name.to_string().to_lowercase());
         std::ops::ControlFlow::<()>::Continue(())
     });
     let rename = |to: &dyn Fn(&SparkView) -> String| {
         let mut renamed = query.clone();
-        let _ = ast::visit_relations_mut(&mut renamed, |name: &mut ast::ObjectName| {
+        let _ = walk::relations_mut(&mut renamed, |name: &mut ast::ObjectName| {
             if let Some(view) = views.get(&name.to_string().to_lowercase()) {
                 *name = ast::ObjectName::from(vec![ast::Ident::new(to(view))]);
             }
@@ -551,7 +552,7 @@ fn read_estimated<'a>(query: &ast::Query, views: &'a HashMap<String, SparkView>)
 /// refused.
 fn over_estimates(condition: &ast::Expr, aggregates: &[SparkAggregate]) -> Result<String> {
     let mut condition = condition.clone();
-    let _ = ast::visit_expressions_mut(&mut condition, |e: &mut ast::Expr| {
+    let _ = walk::expressions_mut(walk::NodeMut::Expr(&mut condition), |e: &mut ast::Expr| {
         if let ast::Expr::Function(_) = e {
             let text = e.to_string().to_lowercase();
             if let Some(a) = aggregates.iter().find(|a| a.text == text) {
@@ -561,7 +562,7 @@ fn over_estimates(condition: &ast::Expr, aggregates: &[SparkAggregate]) -> Resul
         std::ops::ControlFlow::<()>::Continue(())
     });
     let mut unselected = None;
-    let _ = ast::visit_expressions(&condition, |e: &ast::Expr| {
+    let _ = walk::expressions(walk::Node::Expr(&condition), |e: &ast::Expr| {
         if let ast::Expr::Function(_) = e {
             unselected = Some(e.to_string());
             return std::ops::ControlFlow::Break(());

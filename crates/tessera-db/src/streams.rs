@@ -54,9 +54,8 @@ impl Database {
 
     /// Whether `query` reads a stream: a source of the script, or a window over one.
     pub(crate) fn reads_a_stream(&self, query: &ast::Query) -> bool {
-        use datafusion_sql::sqlparser::ast::visit_relations;
         let mut found = false;
-        let _ = visit_relations(query, |name| {
+        let _ = tessera::sql::walk::relations(query, |name| {
             let name = name.to_string().to_lowercase();
             found |=
                 self.sources.contains_key(&name) || ["tumble", "hop", "session", "windows"].contains(&name.as_str());

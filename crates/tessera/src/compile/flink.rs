@@ -27,6 +27,7 @@ use crate::optimizer::window_strategy::{plan_window_group, NodeInput, Strategy, 
 use crate::optimizer::WindowGroup;
 use crate::plan::{BranchPlan, EmitMode};
 use crate::sql::binder::{branch_selects, WINDOW_END, WINDOW_START};
+use crate::sql::walk::{self, Node, NodeMut};
 use crate::sql::ScriptText;
 use crate::window::{Sharing, WindowSpec};
 
@@ -397,12 +398,12 @@ fn final_select(select: &ast::Select, view: &str, partials: &[Partial], keys: &[
             }
         }
     }
-    let _ = ast::visit_expressions_mut(&mut select.projection, finalize);
-    let _ = ast::visit_expressions_mut(&mut select.projection, key_column);
+    let _ = walk::expressions_mut(NodeMut::Items(&mut select.projection), finalize);
+    let _ = walk::expressions_mut(NodeMut::Items(&mut select.projection), key_column);
     let mut having = select.having.clone();
     if let Some(h) = having.as_mut() {
-        let _ = ast::visit_expressions_mut(h, finalize);
-        let _ = ast::visit_expressions_mut(h, key_column);
+        let _ = walk::expressions_mut(NodeMut::Expr(h), finalize);
+        let _ = walk::expressions_mut(NodeMut::Expr(h), key_column);
     }
     let items: Vec<String> = select.projection.iter().map(|i| i.to_string()).collect();
     format!(
@@ -429,9 +430,9 @@ fn collect_aggregates(select: &ast::Select, out: &mut Vec<ast::Expr>) {
         }
         std::ops::ControlFlow::<()>::Continue(())
     };
-    let _ = ast::visit_expressions(&select.projection, &mut visit);
+    let _ = walk::expressions(Node::Items(&select.projection), &mut visit);
     if let Some(h) = &select.having {
-        let _ = ast::visit_expressions(h, &mut visit);
+        let _ = walk::expressions(Node::Expr(h), &mut visit);
     }
 }
 

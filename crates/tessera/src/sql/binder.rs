@@ -27,7 +27,7 @@ use datafusion_sql::sqlparser::ast::{
 
 use super::aggregates::bind_aggregate;
 use super::diagnostic::{closest_name, span_location};
-use super::{duration_in_units, ScriptText};
+use super::{duration_in_units, walk, ScriptText};
 use crate::aggregate;
 use crate::catalog::{sql_type_name, Catalog, SourceDef};
 use crate::engine::Settings;
@@ -418,7 +418,7 @@ fn check_types(
     };
     let compared = |a: &ast::Expr, b: &ast::Expr| mismatch(a, b).or_else(|| mismatch(b, a));
     let mut refused = None;
-    let _ = ast::visit_expressions(select, |expr| {
+    let _ = walk::expressions(walk::Node::Select(select), |expr| {
         refused = match expr {
             ast::Expr::BinaryOp {
                 left,
@@ -826,7 +826,7 @@ fn bind_prefix(
     kept_because: String,
 ) -> Result<QueryPlan> {
     let mut sources: Vec<String> = Vec::new();
-    let _ = ast::visit_relations(query, |name| {
+    let _ = walk::relations(query, |name| {
         let name = name.to_string().to_ascii_lowercase();
         if !sources.contains(&name) {
             sources.push(name);

@@ -10,6 +10,7 @@ pub mod nesting;
 mod source_ddl;
 pub mod temporal;
 mod temporal_formula;
+pub mod walk;
 
 use std::path::Path;
 

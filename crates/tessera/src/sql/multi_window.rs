@@ -17,7 +17,7 @@ use std::ops::ControlFlow;
 
 use datafusion_sql::sqlparser::ast::{self, FunctionArg, FunctionArgExpr, FunctionArguments, Spanned, TableFactor};
 
-use super::ScriptText;
+use super::{walk, ScriptText};
 use crate::error::Result;
 
 /// The column naming the window a row belongs to.
@@ -87,7 +87,7 @@ fn name_window(select: &mut ast::Select, name: &str) {
     if let ast::GroupByExpr::Expressions(keys, _) = &mut select.group_by {
         keys.retain(|k| !is_window_name(k));
     }
-    let _ = ast::visit_expressions_mut(select, |e| {
+    let _ = walk::expressions_mut(walk::NodeMut::Select(select), |e| {
         if is_window_name(e) {
             *e = literal();
         }

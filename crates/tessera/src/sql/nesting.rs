@@ -9,9 +9,10 @@
 
 use std::ops::ControlFlow;
 
-use datafusion_sql::sqlparser::ast::{BinaryOperator, Expr, Query, Spanned, UnaryOperator, VisitMut, VisitorMut};
+use datafusion_sql::sqlparser::ast::{BinaryOperator, Expr, Query, Spanned, UnaryOperator};
 
 use super::diagnostic::{span_location, ScriptText};
+use super::walk::{self, MetMut, NodeMut};
 use crate::error::{Location, Result};
 
 /// The deepest expression tree a query may hold once its `AND` and `OR` chains are balanced.
@@ -20,51 +21,44 @@ use crate::error::{Location, Result};
 pub const MAX_EXPRESSION_DEPTH: usize = 1_000;
 
 /// Balances the `AND` and `OR` chains of `query`, then refuses it if an expression is still
-/// nested deeper than [`MAX_EXPRESSION_DEPTH`].
+/// nested deeper than [`MAX_EXPRESSION_DEPTH`]. The walk goes top-down: each chain is balanced
+/// at its top, before its operands are walked, and the depth is tracked.
 pub fn balance_and_check(query: &mut Query, script: &ScriptText) -> Result<()> {
-    let mut balancer = Balancer { depth: 0 };
-    match query.visit(&mut balancer) {
-        ControlFlow::Continue(()) => Ok(()),
-        ControlFlow::Break(location) => Err(script.error(
+    let mut depth = 0;
+    let mut too_deep = None;
+    let _ = walk::walk_mut(NodeMut::Query(query), &mut |met| {
+        match met {
+            MetMut::Entered(expr) => {
+                if let Expr::BinaryOp { op: op @ (BinaryOperator::And | BinaryOperator::Or), .. } = expr {
+                    let op = op.clone();
+                    let mut operands = Vec::new();
+                    flatten(
+                        std::mem::replace(expr, Expr::value(datafusion_sql::sqlparser::ast::Value::Null)),
+                        &op,
+                        &mut operands,
+                    );
+                    *expr = balanced(operands, &op);
+                }
+                depth += 1;
+                if depth > MAX_EXPRESSION_DEPTH {
+                    too_deep = Some(first_leaf_location(expr));
+                    return ControlFlow::Break(());
+                }
+            }
+            MetMut::Left(_) => depth -= 1,
+            MetMut::Relation(_) => {}
+        }
+        ControlFlow::Continue(())
+    });
+    match too_deep {
+        None => Ok(()),
+        Some(location) => Err(script.error(
             format!(
                 "expression nested more than {MAX_EXPRESSION_DEPTH} levels deep (a chain of operators that long): \
                  tessera plans at most {MAX_EXPRESSION_DEPTH}; split it, or use IN (...) for a list of values"
             ),
             location,
         )),
-    }
-}
-
-/// Visits expressions top-down: balances each `AND` or `OR` chain at its top, before its
-/// operands are visited, and tracks the depth.
-struct Balancer {
-    depth: usize,
-}
-
-impl VisitorMut for Balancer {
-    type Break = Option<Location>;
-
-    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
-        if let Expr::BinaryOp { op: op @ (BinaryOperator::And | BinaryOperator::Or), .. } = expr {
-            let op = op.clone();
-            let mut operands = Vec::new();
-            flatten(
-                std::mem::replace(expr, Expr::value(datafusion_sql::sqlparser::ast::Value::Null)),
-                &op,
-                &mut operands,
-            );
-            *expr = balanced(operands, &op);
-        }
-        self.depth += 1;
-        if self.depth > MAX_EXPRESSION_DEPTH {
-            return ControlFlow::Break(first_leaf_location(expr));
-        }
-        ControlFlow::Continue(())
-    }
-
-    fn post_visit_expr(&mut self, _expr: &mut Expr) -> ControlFlow<Self::Break> {
-        self.depth -= 1;
-        ControlFlow::Continue(())
     }
 }
 

@@ -24,7 +24,7 @@ use datafusion_sql::sqlparser::tokenizer::Span;
 use super::binder::{bind_stateless_select, UNBOUNDED};
 use super::diagnostic::span_location;
 use super::temporal_formula::{bind_formula_block, formula_call};
-use super::ScriptText;
+use super::{walk, ScriptText};
 use crate::catalog::{sql_type_name, Catalog, SourceDef};
 use crate::error::{Result, TesseraError};
 use crate::plan::{emitted_schema, BranchPlan, EmitMode, QueryPlan, TemporalBlock, TemporalColumn, TemporalPlan};
@@ -278,7 +278,7 @@ impl<'a> Binder<'a> {
     fn aliases_named(&self, aliases: &[Alias], expr: &ast::Expr) -> Result<Vec<usize>> {
         let mut named = Vec::new();
         let mut error = None;
-        let _ = ast::visit_expressions(expr, |e| {
+        let _ = walk::expressions(walk::Node::Expr(expr), |e| {
             let found = match e {
                 ast::Expr::Identifier(id) => Err(self.script.error_with_help(
                     format!("`{}` could be a column of any event of the join", id.value),
