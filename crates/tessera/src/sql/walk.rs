@@ -147,6 +147,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_methods)] // the reference the walker is checked against
     fn walks_meet_what_sqlparsers_own_visitors_meet_in_the_same_order() {
         use datafusion_sql::sqlparser::ast::{visit_expressions, visit_expressions_mut, visit_relations};
         let sql = "SELECT a + b * 2, f(c) FROM t JOIN (SELECT x FROM u WHERE x IN (SELECT y FROM v)) s ON t.a = s.x \
