@@ -15,9 +15,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, DictionaryArray, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, DictionaryArray, PrimitiveArray, UInt32Array};
 use arrow::buffer::{MutableBuffer, NullBuffer};
-use arrow::datatypes::{DataType, UInt32Type};
+use arrow::datatypes::{ArrowPrimitiveType, DataType, UInt32Type};
 use bytes::{Buf, Bytes};
 use parquet::basic::{Encoding, Type as PhysicalType};
 use parquet::column::page::{Page, PageReader};
@@ -216,18 +216,23 @@ impl DictionaryColumn {
             }
         }
         plain.finish_into(&self.value_type, &mut dictionaries)?;
+        let held: usize = dictionaries.iter().map(|part| part.len()).sum();
         let values = match dictionaries.len() {
             0 => arrow::array::new_empty_array(&self.value_type),
             1 => dictionaries.pop().expect("one"),
-            _ => arrow::compute::concat(&dictionaries.iter().map(|d| d.as_ref()).collect::<Vec<_>>())
-                .map_err(|e| e.to_string())?,
+            _ => match (held > keys.len()).then(|| values_of_rows(&dictionaries, &mut keys)).flatten() {
+                Some(values) => values,
+                None => arrow::compute::concat(&dictionaries.iter().map(|d| d.as_ref()).collect::<Vec<_>>())
+                    .map_err(|e| e.to_string())?,
+            },
         };
         let nulls = valid.map(NullBuffer::from).filter(|nulls| nulls.null_count() > 0);
         let keys = UInt32Array::new(keys.into(), nulls);
         // SAFETY: every key is an index into `values`: each page's indices were checked against
         // their dictionary's length, then moved by where it starts in `values`; plain values
-        // and NULLs took keys within their part. (Checking them again, as the safe constructor
-        // does one by one, took 4% of a W1 run's time.)
+        // and NULLs took keys within their part; with the rows' values gathered, each key is
+        // its own row. (Checking them again, as the safe constructor does one by one, took 4%
+        // of a W1 run's time.)
         Ok(Arc::new(unsafe { DictionaryArray::<UInt32Type>::new_unchecked(keys, values) }))
     }
 
@@ -358,6 +363,45 @@ impl PlainRun {
         parts.push(arrow::array::make_array(data));
         Ok(())
     }
+}
+
+/// The values `keys` pick from `parts` (a batch's dictionaries, one after the other), in row
+/// order, each key then pointing at its own row; `None` for strings, whose parts are joined.
+/// For a batch whose parts hold more values than it has rows, this is the smaller copy: a
+/// row group's dictionary (pyarrow's hold up to 1 MiB) and the pages after it that fell back to
+/// plain encoding, or the dictionaries of two row groups the batch straddles. Joined, every
+/// such batch would copy the whole dictionary again.
+fn values_of_rows(parts: &[ArrayRef], keys: &mut [u32]) -> Option<ArrayRef> {
+    use arrow::datatypes::{Float32Type, Float64Type, Int32Type, Int64Type};
+    match parts.first()?.data_type() {
+        DataType::Int32 => gather::<Int32Type>(parts, keys),
+        DataType::Int64 => gather::<Int64Type>(parts, keys),
+        DataType::Float32 => gather::<Float32Type>(parts, keys),
+        DataType::Float64 => gather::<Float64Type>(parts, keys),
+        _ => None,
+    }
+}
+
+fn gather<T: ArrowPrimitiveType>(parts: &[ArrayRef], keys: &mut [u32]) -> Option<ArrayRef> {
+    let parts =
+        parts.iter().map(|part| Some(part.as_primitive_opt::<T>()?.values().as_ref())).collect::<Option<Vec<_>>>()?;
+    let starts: Vec<u32> = parts
+        .iter()
+        .scan(0u32, |start, part| {
+            let this = *start;
+            *start += part.len() as u32;
+            Some(this)
+        })
+        .collect();
+    let values: Vec<T::Native> = keys
+        .iter()
+        .map(|&key| {
+            let part = starts.partition_point(|&start| start <= key).saturating_sub(1);
+            parts[part].get((key - starts[part]) as usize).copied().unwrap_or_default()
+        })
+        .collect();
+    keys.iter_mut().zip(0u32..).for_each(|(key, row)| *key = row);
+    Some(Arc::new(PrimitiveArray::<T>::new(values.into(), None)))
 }
 
 /// `count` plain-encoded strings (each a 4-byte little-endian length, then its bytes) from

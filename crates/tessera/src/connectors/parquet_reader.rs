@@ -894,6 +894,67 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_whose_dictionaries_outnumber_its_rows_holds_its_rows_values_instead() {
+        use arrow::array::AsArray;
+        use parquet::file::properties::WriterProperties;
+        use parquet::file::reader::FileReader;
+        // Distinct numbers: each row group's dictionary fills up (4 KiB, about 512 values) and
+        // its later pages fall back to plain encoding. Batches of 400 rows cross from the
+        // dictionary to the plain pages, and from one row group (1,500 rows) to the next.
+        let rows = 4_000;
+        let batch = RecordBatch::try_from_iter([
+            ("f", Arc::new(Float64Array::from_iter_values((0..rows).map(|i| (i * 7 % rows) as f64 / 4.0))) as _),
+            ("i", Arc::new(Int64Array::from_iter_values((0..rows as i64).map(|i| i * 3 - 900))) as _),
+        ])
+        .expect("batch");
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(1_500))
+            .set_dictionary_page_size_limit(4_096)
+            .set_data_page_row_count_limit(100)
+            .set_write_batch_size(50)
+            .build();
+        let input = written(&batch, properties);
+        let metadata =
+            Arc::new(parquet::file::metadata::ParquetMetaDataReader::new().parse_and_finish(&input).expect("metadata"));
+        let file = parquet::file::serialized_reader::SerializedFileReader::new(input.clone()).expect("reader");
+        for (leaf, column) in batch.columns().iter().enumerate() {
+            let encodings: Vec<_> = data_pages(&input, leaf).into_iter().map(|(encoding, _)| encoding).collect();
+            assert!(encodings.contains(&parquet::basic::Encoding::PLAIN), "{encodings:?}");
+            // The longest row group dictionary.
+            let mut longest = 0;
+            for group in 0..metadata.num_row_groups() {
+                let mut pages = file.get_row_group(group).expect("group").get_column_page_reader(leaf).expect("pages");
+                while let Some(page) = pages.get_next_page().expect("page") {
+                    if let parquet::column::page::Page::DictionaryPage { num_values, .. } = page {
+                        longest = longest.max(num_values as usize);
+                    }
+                }
+            }
+            let groups = (0..metadata.num_row_groups()).collect();
+            let mut reader = super::DictionaryColumn::new(
+                input.clone(),
+                Arc::clone(&metadata),
+                leaf,
+                column.data_type().clone(),
+                groups,
+                0,
+            );
+            let mut read = Vec::new();
+            loop {
+                let part = reader.next(400).expect("read");
+                if part.is_empty() {
+                    break;
+                }
+                let values = part.as_any_dictionary().values().len();
+                assert!(values <= part.len().max(longest), "{values} values for {} rows", part.len());
+                read.push(arrow::compute::cast(&part, column.data_type()).expect("cast"));
+            }
+            let read = arrow::compute::concat(&read.iter().map(|a| a.as_ref()).collect::<Vec<_>>()).expect("concat");
+            assert_eq!(&read, column);
+        }
+    }
+
+    #[test]
     fn a_damaged_dictionary_column_fails_the_read_without_panicking() {
         let input = file(2_000);
         let metadata =
