@@ -9,6 +9,7 @@
 //! reading files in `file.rs`.
 
 mod estimate;
+mod estimator;
 mod file;
 mod key_index;
 mod maintain;

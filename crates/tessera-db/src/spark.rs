@@ -27,7 +27,8 @@ use datafusion_sql::sqlparser::ast;
 use tessera::error::{Result, TesseraError};
 use tessera::sql::walk;
 
-use crate::estimate::{normal_quantile, Freshness, Settings, PAIRS_STREAM, REPLICATES, VALUES_STREAM};
+use crate::estimate::{Freshness, Settings};
+use crate::estimator::{normal_quantile, PAIRS_STREAM, REPLICATES, VALUES_STREAM};
 use crate::sample::{Indexed, OutlierOptions};
 use crate::{maintain, Database, Statement};
 
