@@ -29,6 +29,7 @@ mod stamp;
 mod state_tables;
 mod synopsis;
 mod synopsis_groups;
+mod synopsis_values;
 mod time_runs;
 mod two_stacks;
 mod versions;
