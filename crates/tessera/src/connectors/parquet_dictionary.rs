@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, DictionaryArray, PrimitiveArray, UInt32Array};
-use arrow::buffer::{MutableBuffer, NullBuffer};
+use arrow::buffer::{Buffer, MutableBuffer, NullBuffer};
 use arrow::datatypes::{ArrowPrimitiveType, DataType, UInt32Type};
 use bytes::{Buf, Bytes};
 use parquet::basic::{Encoding, Type as PhysicalType};
@@ -195,9 +195,7 @@ impl DictionaryColumn {
                     }
                 }
                 Values::Plain(values) => {
-                    // Room for the rest of the batch, so that the run is not moved as it grows.
-                    plain.reserve(rows - start, &self.value_type);
-                    plain.take(values, present, &self.value_type, &mut dictionaries)?;
+                    plain.take(values, present, rows - start, &self.value_type, &mut dictionaries)?;
                     dictionary_len += present as u32;
                     keys.extend(0..present as u32);
                     dictionary_len - present as u32
@@ -300,29 +298,27 @@ impl DictionaryColumn {
 }
 
 /// The plain-encoded values of consecutive data pages (a chunk whose dictionary grew too large
-/// falls back to them): numbers are gathered into one buffer, which becomes one part of the
-/// batch's dictionary, instead of an array per page concatenated afterwards (a second copy of
-/// the values of every batch that spans pages: 3% of W1's instructions on a file pyarrow
-/// wrote). Strings, rarer here, become a part per page.
+/// falls back to them), which become one part of the batch's dictionary. Values from one page
+/// stay where the page was decompressed (the array shares the page's buffer); values from
+/// several are gathered into one buffer, instead of an array per page concatenated afterwards
+/// (a second copy of the values of every batch that spans pages). Strings, rarer here, become a
+/// part per page.
 #[derive(Default)]
 struct PlainRun {
+    /// The values taken from one page, not copied.
+    shared: Option<Bytes>,
     bytes: MutableBuffer,
     values: usize,
 }
 
 impl PlainRun {
-    /// Makes room for `values` more values, once per run.
-    fn reserve(&mut self, values: usize, value_type: &DataType) {
-        if self.bytes.capacity() == 0 {
-            self.bytes.reserve(values.saturating_mul(value_type.primitive_width().unwrap_or(0)));
-        }
-    }
-
-    /// Takes `count` plain values from `page`.
+    /// Takes `count` plain values from `page`; `room`: the values the batch may still take (at
+    /// least `count`), so that a run gathered from several pages is not moved as it grows.
     fn take(
         &mut self,
         page: &mut Bytes,
         count: usize,
+        room: usize,
         value_type: &DataType,
         parts: &mut Vec<ArrayRef>,
     ) -> ReadResult<()> {
@@ -333,7 +329,18 @@ impl PlainRun {
         }
         let width = value_type.primitive_width().ok_or("a plain column of an unsupported type")?;
         let len = count.checked_mul(width).filter(|&n| n <= page.len()).ok_or(SHORT)?;
-        self.bytes.extend_from_slice(&page.split_to(len));
+        let taken = page.split_to(len);
+        if self.values == 0 {
+            self.shared = Some(taken);
+        } else {
+            if self.bytes.capacity() == 0 {
+                self.bytes.reserve((self.values + room).saturating_mul(width));
+            }
+            if let Some(shared) = self.shared.take() {
+                self.bytes.extend_from_slice(&shared);
+            }
+            self.bytes.extend_from_slice(&taken);
+        }
         self.values += count;
         Ok(())
     }
@@ -341,7 +348,7 @@ impl PlainRun {
     /// `count` plain values of `value_type` from `page`, as one array.
     fn array(page: &mut Bytes, count: usize, value_type: &DataType) -> ReadResult<ArrayRef> {
         let (mut run, mut parts) = (PlainRun::default(), Vec::new());
-        run.take(page, count, value_type, &mut parts)?;
+        run.take(page, count, count, value_type, &mut parts)?;
         run.finish_into(value_type, &mut parts)?;
         Ok(parts.pop().unwrap_or_else(|| arrow::array::new_empty_array(value_type)))
     }
@@ -351,14 +358,24 @@ impl PlainRun {
         if self.values == 0 {
             return Ok(());
         }
-        let mut bytes = std::mem::take(&mut self.bytes);
-        if cfg!(target_endian = "big") {
-            // Parquet stores numbers little-endian; Arrow holds them in the machine's order.
-            let width = value_type.primitive_width().unwrap_or(1);
-            bytes.as_slice_mut().chunks_exact_mut(width).for_each(<[u8]>::reverse);
-        }
+        let width = value_type.primitive_width().unwrap_or(1);
+        let buffer: Buffer = match self.shared.take() {
+            // Arrow holds numbers in the machine's order, aligned to their width; Parquet stores
+            // them little-endian, wherever the page puts them.
+            Some(shared) if cfg!(target_endian = "little") && shared.as_ptr().align_offset(width) == 0 => shared.into(),
+            shared => {
+                let mut bytes = std::mem::take(&mut self.bytes);
+                if let Some(shared) = shared {
+                    bytes.extend_from_slice(&shared);
+                }
+                if cfg!(target_endian = "big") {
+                    bytes.as_slice_mut().chunks_exact_mut(width).for_each(<[u8]>::reverse);
+                }
+                bytes.into()
+            }
+        };
         let values = std::mem::take(&mut self.values);
-        let data = arrow::array::ArrayData::try_new(value_type.clone(), values, None, 0, vec![bytes.into()], vec![])
+        let data = arrow::array::ArrayData::try_new(value_type.clone(), values, None, 0, vec![buffer], vec![])
             .map_err(|e| e.to_string())?;
         parts.push(arrow::array::make_array(data));
         Ok(())
