@@ -15,9 +15,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, DictionaryArray, PrimitiveArray, UInt32Array};
+use arrow::array::{Array, ArrayRef, DictionaryArray, UInt32Array};
 use arrow::buffer::{Buffer, MutableBuffer, NullBuffer};
-use arrow::datatypes::{ArrowPrimitiveType, DataType, UInt32Type};
+use arrow::datatypes::{DataType, UInt32Type};
 use bytes::{Buf, Bytes};
 use parquet::basic::{Encoding, Type as PhysicalType};
 use parquet::column::page::{Page, PageReader};
@@ -218,11 +218,9 @@ impl DictionaryColumn {
         let values = match dictionaries.len() {
             0 => arrow::array::new_empty_array(&self.value_type),
             1 => dictionaries.pop().expect("one"),
-            _ => match (held > keys.len()).then(|| values_of_rows(&dictionaries, &mut keys)).flatten() {
-                Some(values) => values,
-                None => arrow::compute::concat(&dictionaries.iter().map(|d| d.as_ref()).collect::<Vec<_>>())
-                    .map_err(|e| e.to_string())?,
-            },
+            _ if held > keys.len() => values_of_rows(&dictionaries, &mut keys)?,
+            _ => arrow::compute::concat(&dictionaries.iter().map(|d| d.as_ref()).collect::<Vec<_>>())
+                .map_err(|e| e.to_string())?,
         };
         let nulls = valid.map(NullBuffer::from).filter(|nulls| nulls.null_count() > 0);
         let keys = UInt32Array::new(keys.into(), nulls);
@@ -383,25 +381,11 @@ impl PlainRun {
 }
 
 /// The values `keys` pick from `parts` (a batch's dictionaries, one after the other), in row
-/// order, each key then pointing at its own row; `None` for strings, whose parts are joined.
-/// For a batch whose parts hold more values than it has rows, this is the smaller copy: a
-/// row group's dictionary (pyarrow's hold up to 1 MiB) and the pages after it that fell back to
-/// plain encoding, or the dictionaries of two row groups the batch straddles. Joined, every
-/// such batch would copy the whole dictionary again.
-fn values_of_rows(parts: &[ArrayRef], keys: &mut [u32]) -> Option<ArrayRef> {
-    use arrow::datatypes::{Float32Type, Float64Type, Int32Type, Int64Type};
-    match parts.first()?.data_type() {
-        DataType::Int32 => gather::<Int32Type>(parts, keys),
-        DataType::Int64 => gather::<Int64Type>(parts, keys),
-        DataType::Float32 => gather::<Float32Type>(parts, keys),
-        DataType::Float64 => gather::<Float64Type>(parts, keys),
-        _ => None,
-    }
-}
-
-fn gather<T: ArrowPrimitiveType>(parts: &[ArrayRef], keys: &mut [u32]) -> Option<ArrayRef> {
-    let parts =
-        parts.iter().map(|part| Some(part.as_primitive_opt::<T>()?.values().as_ref())).collect::<Option<Vec<_>>>()?;
+/// order, each key then pointing at its own row. For a batch whose parts hold more values than
+/// it has rows, this is the smaller copy: a row group's dictionary (pyarrow's hold up to 1 MiB)
+/// and the pages after it that fell back to plain encoding, or the dictionaries of two row
+/// groups the batch straddles. Joined, every such batch would copy the whole dictionary again.
+fn values_of_rows(parts: &[ArrayRef], keys: &mut [u32]) -> ReadResult<ArrayRef> {
     let starts: Vec<u32> = parts
         .iter()
         .scan(0u32, |start, part| {
@@ -410,15 +394,18 @@ fn gather<T: ArrowPrimitiveType>(parts: &[ArrayRef], keys: &mut [u32]) -> Option
             Some(this)
         })
         .collect();
-    let values: Vec<T::Native> = keys
+    // (part, row in it) of each key: the last part starting at or before it.
+    let picks: Vec<(usize, usize)> = keys
         .iter()
         .map(|&key| {
             let part = starts.partition_point(|&start| start <= key).saturating_sub(1);
-            parts[part].get((key - starts[part]) as usize).copied().unwrap_or_default()
+            (part, (key - starts[part]) as usize)
         })
         .collect();
+    let parts: Vec<&dyn Array> = parts.iter().map(|part| part.as_ref()).collect();
+    let values = arrow::compute::interleave(&parts, &picks).map_err(|e| e.to_string())?;
     keys.iter_mut().zip(0u32..).for_each(|(key, row)| *key = row);
-    Some(Arc::new(PrimitiveArray::<T>::new(values.into(), None)))
+    Ok(values)
 }
 
 /// `count` plain-encoded strings (each a 4-byte little-endian length, then its bytes) from
