@@ -380,8 +380,12 @@ impl Estimator<'_> {
     ) -> HashMap<OwnedRow, Vec<Estimate>> {
         let clean_sums = self.sums(self.clean);
         let mut per_group: HashMap<OwnedRow, Vec<Estimate>> =
-            stale.map(|g| (g.clone(), self.aqp(clean_sums.get(g)))).collect();
-        per_group.extend(clean_sums.iter().map(|(g, sums)| (g.clone(), self.aqp(Some(sums)))));
+            clean_sums.iter().map(|(g, sums)| (g.clone(), self.aqp(Some(sums)))).collect();
+        for g in stale {
+            if !per_group.contains_key(g) {
+                per_group.insert(g.clone(), self.aqp(None));
+            }
+        }
         per_group
     }
 
