@@ -9,10 +9,11 @@ CREATE SOURCE readings (
     WATERMARK FOR ts AS ts - INTERVAL '5' SECOND
 ) WITH (connector = 'file', path = 'readings.csv', format = 'csv', time_unit = 's');
 
+-- The window's start is counted in seconds, as the source's time: the table's time_unit says so.
 CREATE TABLE per_10min (
     device_id BIGINT, window_start TIMESTAMP, low DOUBLE, high DOUBLE, readings BIGINT,
     PRIMARY KEY (device_id, window_start)
-);
+) WITH (time_unit = 's');
 INSERT INTO per_10min
     SELECT device_id, window_start, MIN(temperature), MAX(temperature), COUNT(*)
     FROM TUMBLE(readings, ts, INTERVAL '10' MINUTE)

@@ -30,7 +30,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5, value_parser = between(1, MAX_REPEAT))]
     repeat: usize,
     /// Worker threads, 1 to 256 (default: the number of cores).
-    #[arg(long, value_parser = between(1, tessera::engine::MAX_PARALLELISM))]
+    #[arg(long, value_parser = between(1, tessera::settings::MAX_PARALLELISM))]
     parallelism: Option<usize>,
     /// Print one JSON object instead of text.
     #[arg(long)]

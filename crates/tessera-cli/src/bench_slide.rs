@@ -17,7 +17,7 @@ use tessera::TesseraError;
 use crate::bench::{MAX_EVENTS, MAX_REPEAT};
 use crate::bench_wcg::{create_report, forced, parse_list, stream, time_scripts, MAX_STREAM_KEYS};
 use crate::between;
-use tessera::engine::ETA_RANGE;
+use tessera::settings::ETA_RANGE;
 
 /// The largest range over slide: the most windows tessera puts an event in.
 const MAX_RATIO: i64 = tessera::window::MAX_WINDOWS_PER_EVENT;

@@ -95,7 +95,7 @@ struct Summary {
 }
 
 pub fn bench_wcg(args: &WcgArgs) -> Result<(), TesseraError> {
-    let etas = parse_list("--eta", &args.eta, tessera::engine::ETA_RANGE)?;
+    let etas = parse_list("--eta", &args.eta, tessera::settings::ETA_RANGE)?;
     let mut json = create_report(args.json.as_deref())?;
     println!(
         "| generator | windows | kind | eta | sets | BL | UP | SP | SS | WCG | WCG-FW | chosen cheapest | WCG-FW gap to exact (mean/max) | measured sets | measured UP/SP/SS/WCG/WCG-FW vs BL | Spearman (mean) | chosen over fastest (mean/max) | with the keys known |"
@@ -296,7 +296,7 @@ where
     T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
 {
     text.split(',')
-        .map(|item| tessera::engine::parse_between(item, min, max))
+        .map(|item| tessera::settings::parse_between(item, min, max))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|message| TesseraError::Option(format!("each item of {option} {message}")))
 }

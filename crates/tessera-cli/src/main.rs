@@ -22,8 +22,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tessera::connectors::sink::{FileSink, OutputFormat};
 use tessera::connectors::{OnError, ReadOptions};
-use tessera::engine::{parse_between, run_script, RunOptions, RunStats, Script, StateOptions, MAX_PARALLELISM};
+use tessera::engine::{run_script, RunOptions, RunStats, Script, StateOptions};
 use tessera::exec::pipeline::{Parallelism, Progress};
+use tessera::settings::{parse_between, MAX_PARALLELISM};
 use tessera::state::checkpoint::CheckpointConfig;
 use tessera::TesseraError;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use tessera::catalog::{Format, InputDef, Location};
+use tessera::catalog::{Format, InputDef, Location, TimeUnit};
 use tessera::connectors::{open_input, OnError, ReadOptions};
 use tessera::error::{Result, TesseraError};
 
@@ -106,8 +106,27 @@ pub fn read_rows(
         }
     }
     let in_file = |name: &str| named.as_ref().is_none_or(|names| names.iter().any(|n| n.eq_ignore_ascii_case(name)));
+    // Numbers in TIMESTAMP columns count the statement's time_unit, else the table's: they are
+    // read as timestamps of that unit, then converted to the column's.
+    let mut reader_options = options.reader.clone();
+    let time_unit = match reader_options.get("time_unit") {
+        Some(unit) => Some(
+            TimeUnit::parse(unit)
+                .ok_or_else(|| TesseraError::Plan(format!("time_unit is 's', 'ms', 'us' or 'ns', not `{unit}`")))?,
+        ),
+        None => table.time_unit,
+    };
+    if let Some(unit) = time_unit {
+        reader_options.insert("time_unit".into(), unit.suffix().into());
+    }
+    let read_as = |field: &Field| match (field.data_type(), time_unit) {
+        (DataType::Timestamp(_, zone), Some(unit)) => {
+            field.clone().with_data_type(DataType::Timestamp(unit.to_arrow(), zone.clone()))
+        }
+        _ => field.clone(),
+    };
     let mut fields: Vec<Field> =
-        table.schema.fields().iter().filter(|f| in_file(f.name())).map(|f| f.as_ref().clone()).collect();
+        table.schema.fields().iter().filter(|f| in_file(f.name())).map(|f| read_as(f)).collect();
     if let Some(op) = op_column {
         if !in_file(op) {
             return Err(TesseraError::Input {
@@ -120,7 +139,7 @@ pub fn read_rows(
     }
     let schema = Arc::new(Schema::new(fields));
     let location = Location::File(path.to_path_buf());
-    let input = InputDef { schema: &schema, location: &location, format, options: &options.reader, event_time: None };
+    let input = InputDef { schema: &schema, location: &location, format, options: &reader_options, event_time: None };
     let read = ReadOptions {
         on_error: options.on_error.unwrap_or(read.on_error),
         dead_letter_path: options

@@ -8,6 +8,8 @@
 //! `views.rs` (their maintenance plans in `maintain.rs`), queries over streams in `streams.rs`,
 //! reading files in `file.rs`.
 
+mod convert;
+mod describe;
 mod estimate;
 mod estimator;
 mod file;
@@ -34,10 +36,10 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 use datafusion_sql::sqlparser::parser::Parser;
-pub use estimate::{Freshness, Settings};
 pub use spark::compile_spark;
 pub use statement::{parse, Statement};
 pub use streams::DataFusionBatchSql;
+pub use tessera::settings::{Freshness, Settings};
 use views::changes_needed_after;
 pub use views::View;
 
@@ -106,17 +108,14 @@ impl Database {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(tessera::exec::cores().clamp(1, 2))
             .thread_name("tessera-sql")
+            // Evaluating a deeply nested expression recurses (see tessera::sql::nesting).
+            .thread_stack_size(tessera::exec::THREAD_STACK_BYTES)
             .build()
             .map_err(|e| TesseraError::io("cannot start the query runtime", e))?;
-        let tables = manifest
-            .tables
-            .iter()
-            .map(|(key, entry)| Ok((key.clone(), Table::load(entry, &storage)?)))
-            .collect::<Result<_>>()?;
         let mut database = Database {
             storage,
-            manifest,
-            tables,
+            manifest: storage::new_manifest(),
+            tables: BTreeMap::new(),
             views: BTreeMap::new(),
             runtime,
             base_dir: ".".into(),
@@ -125,8 +124,64 @@ impl Database {
             read_totals: Default::default(),
             settings: Settings::default(),
         };
-        database.load_views()?;
+        database.load(manifest)?;
         Ok(database)
+    }
+
+    /// Makes `manifest` the state the session sees: its tables and views read. On failure the
+    /// state is as before.
+    fn load(&mut self, manifest: Manifest) -> Result<()> {
+        let tables = manifest
+            .tables
+            .iter()
+            .map(|(key, entry)| Ok((key.clone(), Table::load(entry, &self.storage)?)))
+            .collect::<Result<_>>()?;
+        let before = (
+            std::mem::replace(&mut self.manifest, manifest),
+            std::mem::replace(&mut self.tables, tables),
+            std::mem::take(&mut self.views),
+        );
+        if let Err(e) = self.load_views() {
+            (self.manifest, self.tables, self.views) = before;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Brings the session to the state the folder holds, if another process has committed
+    /// statements since it was read (only possible while this one does not write). Files of
+    /// a state may be removed while it is read, once two newer ones are committed: then the
+    /// newer state is read.
+    fn catch_up(&mut self) -> Result<()> {
+        let mut attempts = 0;
+        loop {
+            let manifest = self.storage.read_manifest()?;
+            if manifest.sequence == self.manifest.sequence {
+                return Ok(());
+            }
+            match self.load(manifest) {
+                Err(_) if attempts < 5 && !self.storage.writes() => attempts += 1,
+                result => return result,
+            }
+        }
+    }
+
+    /// Whether `statement` may write the database: every statement but reading ones (queries
+    /// that answer from what is stored, EXPLAIN, SET, CREATE SOURCE). Queries with another
+    /// freshness than `stale` refresh views or clean samples.
+    fn may_write(&self, statement: &Statement) -> bool {
+        match statement {
+            Statement::Sql { statement, .. } => match statement.as_ref() {
+                ast::Statement::Query(_) => self.settings.freshness != Freshness::Stale,
+                ast::Statement::Explain { .. }
+                | ast::Statement::ShowTables { .. }
+                | ast::Statement::ExplainTable { .. }
+                | ast::Statement::ShowVariable { .. } => false,
+                _ => true,
+            },
+            Statement::ExplainRefresh { .. } | Statement::Source { .. } | Statement::Set { .. } => false,
+            Statement::Copy { .. } | Statement::Refresh { .. } => true,
+        }
     }
 
     /// The lower-case names of the tables and views `query` reads.
@@ -137,8 +192,8 @@ impl Database {
         Ok(ctx.state().resolve_table_references(&statement)?.iter().map(|r| r.table().to_lowercase()).collect())
     }
 
-    pub fn settings(&self) -> Settings {
-        self.settings
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// Makes relative paths in statements (a table's initial contents, COPY's file) relative to
@@ -188,7 +243,14 @@ impl Database {
         parse(sql)?.iter().map(|s| self.execute_statement(s)).collect()
     }
 
+    /// Runs `statement` on the last committed state. One process writes a database folder at a
+    /// time: a statement that may write takes the folder's lock (kept by the session from then
+    /// on), and is refused with the holder named while another process has it.
     pub fn execute_statement(&mut self, statement: &Statement) -> Result<Outcome> {
+        let locked_now = self.may_write(statement) && self.storage.lock_for_writing()?;
+        if locked_now || !self.storage.writes() {
+            self.catch_up()?;
+        }
         match statement {
             Statement::Sql { statement, script } => self.execute_sql(statement, script),
             Statement::Copy { table, path, options } => self.copy(table, path, options),
@@ -243,6 +305,9 @@ impl Database {
             ast::Statement::Drop { object_type: ast::ObjectType::MaterializedView, if_exists, names, .. } => {
                 self.drop_views(names, *if_exists)
             }
+            ast::Statement::ShowTables { .. } => self.show_tables(),
+            ast::Statement::ExplainTable { table_name, .. } => self.describe(table_name),
+            ast::Statement::ShowVariable { variable } => self.show_setting(variable),
             other => Err(TesseraError::Plan(format!("this statement is not supported on tables: {other}"))),
         }
     }
@@ -267,30 +332,40 @@ impl Database {
     /// whose segments had rows deleted copies its live rows.
     fn context(&self, reads: &[&ast::Statement], positions: Option<&str>) -> Result<SessionContext> {
         let ctx = self.plain_context();
-        let mut named = std::collections::BTreeSet::new();
+        // Each relation under every spelling the statements use (names are matched without
+        // case: `"My T"` and `my t` are one table).
+        let mut named: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
         for statement in reads {
             let statement = datafusion::sql::parser::Statement::Statement(Box::new((*statement).clone()));
-            named.extend(ctx.state().resolve_table_references(&statement)?.iter().map(|r| r.table().to_lowercase()));
+            for reference in ctx.state().resolve_table_references(&statement)? {
+                named.entry(reference.table().to_lowercase()).or_default().insert(reference.table().to_string());
+            }
         }
-        for (key, table) in self.tables.iter().filter(|(key, _)| named.contains(key.as_str())) {
-            register(&ctx, key, table, positions == Some(key.as_str()))?;
-        }
-        for (key, view) in self.views.iter().filter(|(key, _)| named.contains(key.as_str())) {
-            match &view.maintenance {
-                maintain::Maintenance::Recompute(_) => register(&ctx, key, &view.contents, false)?,
-                maintain::Maintenance::Incremental(incremental) => {
-                    // Users see its columns computed from the stored ones.
-                    let stored = LogicalPlanBuilder::scan(
-                        format!("__stored_{key}"),
-                        provider_as_source(mem_table(
-                            Arc::clone(&view.contents.schema),
-                            view.contents.batches(false)?,
-                        )?),
-                        None,
-                    )?
-                    .build()?;
-                    let visible = incremental.visible(stored).map_err(TesseraError::Internal)?;
-                    ctx.register_table(key.as_str(), Arc::new(ViewTable::new(visible, None)))?;
+        for (key, spellings) in &named {
+            for spelling in spellings {
+                if let Some(table) = self.tables.get(key) {
+                    register(&ctx, spelling, table, positions == Some(key.as_str()))?;
+                } else if let Some(view) = self.views.get(key) {
+                    match &view.maintenance {
+                        maintain::Maintenance::Recompute(_) => register(&ctx, spelling, &view.contents, false)?,
+                        maintain::Maintenance::Incremental(incremental) => {
+                            // Users see its columns computed from the stored ones.
+                            let stored = LogicalPlanBuilder::scan(
+                                format!("__stored_{key}"),
+                                provider_as_source(mem_table(
+                                    Arc::clone(&view.contents.schema),
+                                    view.contents.batches(false)?,
+                                )?),
+                                None,
+                            )?
+                            .build()?;
+                            let visible = incremental.visible(stored).map_err(TesseraError::Internal)?;
+                            ctx.register_table(
+                                datafusion::common::TableReference::bare(spelling.as_str()),
+                                Arc::new(ViewTable::new(visible, None)),
+                            )?;
+                        }
+                    }
                 }
             }
         }
@@ -389,6 +464,12 @@ impl Database {
         manifest.sequence += 1;
         let options = options.iter().map(key_value).collect::<Result<Vec<_>>>()?;
         let file_options = file::FileOptions::parse(&options, "CREATE TABLE", &["path"])?;
+        if let Some((_, unit)) = options.iter().find(|(name, _)| name == "time_unit") {
+            table.time_unit =
+                Some(tessera::catalog::TimeUnit::parse(unit).ok_or_else(|| {
+                    TesseraError::Plan(format!("time_unit is 's', 'ms', 'us' or 'ns', not `{unit}`"))
+                })?);
+        }
         if let Some((_, path)) = options.iter().find(|(name, _)| name == "path") {
             let (rows, _, skipped) =
                 file::read_rows(&self.base_dir.join(path), &file_options, &table, &self.read, &self.base_dir)?;
@@ -398,7 +479,7 @@ impl Database {
             table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
         }
         manifest.tables.insert(key.clone(), table.entry());
-        self.storage.commit(&manifest)?;
+        self.storage.commit(&self.manifest, &manifest)?;
         self.manifest = manifest;
         self.tables.insert(key, table);
         Ok(Outcome::Done)
@@ -411,7 +492,9 @@ impl Database {
         let key = self.existing(name)?;
         let source =
             insert.source.as_ref().ok_or_else(|| TesseraError::Plan("INSERT needs VALUES or a query".into()))?;
-        let given = self.query_with_columns(source, Some(script))?.1;
+        let (given_schema, given) = self.query_with_columns(source, Some(script))?;
+        // One batch, so that a value that does not fit is named by its row among all given.
+        let given = arrow::compute::concat_batches(&given_schema, &given)?;
         let table = &self.tables[&key];
         let declared = table.schema.fields();
         // The column each given column fills.
@@ -430,7 +513,7 @@ impl Database {
                 })
                 .collect::<Result<_>>()?
         };
-        let width = given.first().map_or(targets.len(), |b| b.num_columns());
+        let width = given.num_columns();
         if width != targets.len() {
             return Err(TesseraError::Plan(format!(
                 "INSERT INTO `{}` gives {width} columns for {} target columns",
@@ -438,16 +521,12 @@ impl Database {
                 targets.len()
             )));
         }
-        let mut parts = Vec::new();
-        for batch in given {
-            let mut columns: Vec<ArrayRef> =
-                declared.iter().map(|f| arrow::array::new_null_array(f.data_type(), batch.num_rows())).collect();
-            for (i, &target) in targets.iter().enumerate() {
-                columns[target] = Arc::clone(batch.column(i));
-            }
-            parts.push(table.conform(columns)?);
+        let mut columns: Vec<ArrayRef> =
+            declared.iter().map(|f| arrow::array::new_null_array(f.data_type(), given.num_rows())).collect();
+        for (i, &target) in targets.iter().enumerate() {
+            columns[target] = Arc::clone(given.column(i));
         }
-        let rows = arrow::compute::concat_batches(&table.schema, &parts)?;
+        let rows = table.conform(columns)?;
         let count = rows.num_rows() as u64;
         self.commit(&key, Edit { inserted: Some(rows), ..Edit::default() })?;
         Ok(Outcome::Changed { rows: count })
@@ -497,12 +576,22 @@ impl Database {
         let selected = self.positions(&key, &values, update.selection.as_ref())?;
         let table = &self.tables[&key];
         let mut deleted = Vec::new();
-        let mut parts = Vec::new();
+        let mut parts: Vec<Vec<ArrayRef>> = vec![Vec::new(); table.schema.fields().len()];
         for (positions, columns) in selected {
             deleted.extend(positions);
-            parts.push(table.conform(columns)?);
+            parts.iter_mut().zip(columns).for_each(|(part, column)| part.push(column));
         }
-        let rows = arrow::compute::concat_batches(&table.schema, &parts)?;
+        // The new values as one batch, so that a value that does not fit is named by its row
+        // among all the updated ones.
+        let columns = parts
+            .iter()
+            .zip(table.schema.fields())
+            .map(|(part, field)| match part.as_slice() {
+                [] => Ok(arrow::array::new_empty_array(field.data_type())),
+                part => arrow::compute::concat(&part.iter().map(|c| c.as_ref()).collect::<Vec<_>>()),
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let rows = table.conform(columns)?;
         let count = deleted.len() as u64;
         self.commit(&key, Edit { deleted, inserted: Some(rows) })?;
         Ok(Outcome::Changed { rows: count })
@@ -542,7 +631,7 @@ impl Database {
         table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
         table.forget_changes_through(changes_needed_after(key, self.views.values()));
         manifest.tables.insert(key.to_string(), table.entry());
-        self.storage.commit(&manifest)?;
+        self.storage.commit(&self.manifest, &manifest)?;
         self.manifest = manifest;
         Ok(())
     }
@@ -592,7 +681,7 @@ impl Database {
         manifest.sequence += 1;
         tables.iter().for_each(|key| drop(manifest.tables.remove(key)));
         views.iter().for_each(|key| drop(manifest.views.remove(key)));
-        self.storage.commit(&manifest)?;
+        self.storage.commit(&self.manifest, &manifest)?;
         self.manifest = manifest;
         tables.iter().for_each(|key| drop(self.tables.remove(key)));
         views.iter().for_each(|key| drop(self.views.remove(key)));
@@ -653,7 +742,7 @@ fn register_batches(
     schema: arrow::datatypes::SchemaRef,
     batches: Vec<RecordBatch>,
 ) -> Result<()> {
-    ctx.register_table(name, mem_table(schema, batches)?)?;
+    ctx.register_table(datafusion::common::TableReference::bare(name), mem_table(schema, batches)?)?;
     Ok(())
 }
 
@@ -685,21 +774,12 @@ fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// A `WITH (name = value)` option as (lower-case name, value).
 /// Rows of `item` and `value`: what an EXPLAIN of the database shows.
 fn items_outcome(items: Vec<(String, String)>) -> Result<Outcome> {
-    let schema = Arc::new(arrow::datatypes::Schema::new(vec![
-        Field::new("item", arrow::datatypes::DataType::Utf8, false),
-        Field::new("value", arrow::datatypes::DataType::Utf8, false),
-    ]));
-    let (names, values): (Vec<String>, Vec<String>) = items.into_iter().unzip();
-    let batch = RecordBatch::try_new(
-        Arc::clone(&schema),
-        vec![Arc::new(arrow::array::StringArray::from(names)), Arc::new(arrow::array::StringArray::from(values))],
-    )?;
-    Ok(Outcome::Rows { schema, batches: vec![batch] })
+    describe::text_rows(&["item", "value"], items.into_iter().map(|(item, value)| vec![item, value]).collect())
 }
 
+/// A `WITH (name = value)` option as (lower-case name, value).
 pub(crate) fn key_value(option: &ast::SqlOption) -> Result<(String, String)> {
     let ast::SqlOption::KeyValue { key, value } = option else {
         return Err(TesseraError::Plan(format!("option `{option}` is not one of name = value")));

@@ -229,7 +229,7 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                     );
                 }
                 ast::Statement::Query(query) => {
-                    let estimate = compile_query(query, &views, &versions, settings)?;
+                    let estimate = compile_query(query, &views, &versions, &settings)?;
                     writeln!(out, "{estimate};").expect("a string");
                 }
                 other => return Err(unsupported(format!("`{}`", first_words(&other.to_string())))),

@@ -13,6 +13,8 @@ use datafusion_sql::sqlparser::keywords::Keyword;
 use datafusion_sql::sqlparser::parser::Parser;
 use datafusion_sql::sqlparser::tokenizer::{Location, Span, Token};
 use tessera::error::Result;
+use tessera::sql::nesting;
+use tessera::sql::walk::NodeMut;
 use tessera::sql::ScriptText;
 
 #[derive(Debug, Clone)]
@@ -137,10 +139,9 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
                     script: Arc::clone(&text),
                 }
             } else {
-                Statement::Sql {
-                    statement: Box::new(parser.parse_statement().map_err(error)?),
-                    script: Arc::clone(&text),
-                }
+                let mut statement = parser.parse_statement().map_err(error)?;
+                nesting::balance_and_check(NodeMut::Statement(&mut statement), &script)?;
+                Statement::Sql { statement: Box::new(statement), script: Arc::clone(&text) }
             };
         statements.push(statement);
         let end = parser.peek_token();

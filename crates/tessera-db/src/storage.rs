@@ -1,17 +1,28 @@
 //! A database folder: immutable Arrow IPC files under `data/` and one `MANIFEST` (JSON) that
 //! names the files every table consists of. A statement writes its new files and syncs them,
-//! then replaces the manifest atomically (writes `MANIFEST.tmp`, syncs it, renames it over
-//! `MANIFEST`, syncs the folder): killed at any point, the folder holds the manifest from
-//! before the statement or the one after it. Files that no manifest names (a statement killed
-//! before its rename, or files an applied statement replaced) are deleted when the folder is
-//! opened and after each statement. A folder that holds something else, or a database of
-//! another format, is refused with a message.
+//! then replaces the manifest atomically (writes `MANIFEST.tmp`, syncs it, keeps the manifest it
+//! replaces as `MANIFEST.prev`, renames the new one over `MANIFEST`, syncs the folder): killed
+//! at any point, the folder holds the manifest from before the statement or the one after it.
+//! Files that neither manifest names (a statement killed before its rename, or files replaced
+//! two statements ago) are deleted by the writer when it opens the folder and after each
+//! statement.
+//!
+//! Every file carries a checksum (XXH64): a data file's is part of its name, the manifest's is
+//! stored beside its text; a file whose bytes do not match is an error that names it, never rows
+//! read wrong. A damaged newest manifest can be replaced by the previous one (`recover`).
+//!
+//! One process writes a folder at a time: it holds an exclusive lock on `LOCK` (released by the
+//! kernel when the process ends, however it ends) from its first change to its end, and writes
+//! who it is into the file. Other processes read the last committed manifest; their changes are
+//! refused with the holder named. A folder that holds something else, or a database of another
+//! format, is refused with a message.
 //!
 //! Without a folder the database lives in memory: the same manifest and batches, no files.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
-use std::io::Write;
+use std::hash::Hasher;
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,9 +35,12 @@ use serde::{Deserialize, Serialize};
 use tessera::error::{Result, TesseraError};
 
 const MANIFEST: &str = "MANIFEST";
+/// The manifest the last statement replaced, kept to recover from a damaged `MANIFEST`.
+const PREVIOUS: &str = "MANIFEST.prev";
+const LOCK: &str = "LOCK";
 const DATA: &str = "data";
-/// The manifest's format; a folder in another is refused.
-const FORMAT: u32 = 1;
+/// The manifest's format; a folder in another is refused. Format 2 added checksums.
+const FORMAT: u32 = 2;
 /// What the manifest says it is, so that a `MANIFEST` of something else is told apart.
 const KIND: &str = "tessera database";
 
@@ -95,6 +109,9 @@ pub struct TableEntry {
     pub hidden_row_id: bool,
     /// The row id the next inserted row gets (tables with a hidden row id).
     pub next_row_id: u64,
+    /// What a number given for a TIMESTAMP column counts (`s`, `ms`, `us`, `ns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_unit: Option<String>,
     pub segments: Vec<SegmentEntry>,
     /// What each statement changed, oldest first (see [`super::table::ChangeSet`]).
     pub changes: Vec<ChangeEntry>,
@@ -120,7 +137,7 @@ pub struct ChangeEntry {
 /// Where the database is kept.
 pub enum Storage {
     Memory { next_file: u64, files: BTreeMap<String, RecordBatch> },
-    Folder { dir: PathBuf },
+    Folder { dir: PathBuf, lock: WriterLock },
 }
 
 impl Storage {
@@ -128,133 +145,211 @@ impl Storage {
         Storage::Memory { next_file: 0, files: BTreeMap::new() }
     }
 
-    /// Opens (or creates) the database folder `dir`; its manifest, with files no manifest
-    /// names deleted.
+    /// Opens (or creates) the database folder `dir`; its manifest. The folder is locked for
+    /// writing if no other process holds it (and then files no manifest names are deleted);
+    /// otherwise it is opened for reading, and [`lock_for_writing`](Self::lock_for_writing)
+    /// says who writes it.
     pub fn open_folder(dir: &Path) -> Result<(Self, Manifest)> {
         let io = |what: &str| {
             let what = format!("{what} {}", dir.display());
             move |e| TesseraError::io(what, e)
         };
-        if !dir.exists() {
-            fs::create_dir_all(dir.join(DATA)).map_err(io("cannot create the database folder"))?;
-            let storage = Storage::Folder { dir: dir.to_path_buf() };
+        fs::create_dir_all(dir).map_err(io("cannot create the database folder"))?;
+        let manifest_path = dir.join(MANIFEST);
+        if !manifest_path.exists() {
+            let others = fs::read_dir(dir)
+                .map_err(io("cannot read"))?
+                .flatten()
+                .any(|entry| ![LOCK, DATA].contains(&entry.file_name().to_string_lossy().as_ref()));
+            if others {
+                let previous = dir.join(PREVIOUS);
+                return Err(match previous.exists() {
+                    true => TesseraError::Database(format!(
+                        "the manifest {} is missing{}",
+                        manifest_path.display(),
+                        recovery_hint(dir)
+                    )),
+                    false => TesseraError::Option(format!(
+                        "{} is not a tessera database (it has files but no {MANIFEST}): give an empty or new folder",
+                        dir.display()
+                    )),
+                });
+            }
+            // A new database: whoever creates it writes it.
+            let mut storage = Storage::Folder { dir: dir.to_path_buf(), lock: WriterLock::open(dir)? };
+            storage.lock_for_writing()?;
+            fs::create_dir_all(dir.join(DATA)).map_err(io("cannot create"))?;
             let manifest = new_manifest();
             storage.write_manifest(&manifest)?;
             return Ok((storage, manifest));
         }
-        let path = dir.join(MANIFEST);
-        let text = match fs::read(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let empty = fs::read_dir(dir).map_err(io("cannot read"))?.next().is_none();
-                if !empty {
-                    return Err(TesseraError::Option(format!(
-                        "{} is not a tessera database (it has files but no {MANIFEST}): give an empty or new folder",
-                        dir.display()
-                    )));
-                }
-                fs::create_dir_all(dir.join(DATA)).map_err(io("cannot create"))?;
-                let storage = Storage::Folder { dir: dir.to_path_buf() };
-                let manifest = new_manifest();
-                storage.write_manifest(&manifest)?;
-                return Ok((storage, manifest));
-            }
-            Err(e) => return Err(TesseraError::io(format!("cannot read {}", path.display()), e)),
-        };
-        let manifest: Manifest =
-            serde_json::from_slice(&text).ok().filter(|m: &Manifest| m.kind == KIND).ok_or_else(|| {
-                TesseraError::Option(format!("{} is not a tessera database: its {MANIFEST} is not one", dir.display()))
-            })?;
-        if manifest.format != FORMAT {
-            return Err(TesseraError::Option(format!(
-                "the database in {} is in format {} (tessera {}); this tessera ({}) reads format {FORMAT}",
-                dir.display(),
-                manifest.format,
-                manifest.tessera_version,
-                env!("CARGO_PKG_VERSION")
-            )));
+        let mut lock = WriterLock::open(dir)?;
+        lock.try_acquire()?;
+        let mut storage = Storage::Folder { dir: dir.to_path_buf(), lock };
+        let manifest = storage.read_manifest()?;
+        if storage.writes() {
+            storage.remove_leftovers(&manifest)?;
         }
-        let mut storage = Storage::Folder { dir: dir.to_path_buf() };
-        storage.remove_unnamed(&manifest)?;
         Ok((storage, manifest))
     }
 
-    /// Writes `batch` to a new file; its name. The file is durable before this returns.
+    /// Whether this process may write: it holds the folder's lock, or the database is in memory.
+    pub fn writes(&self) -> bool {
+        match self {
+            Storage::Memory { .. } => true,
+            Storage::Folder { lock, .. } => lock.held,
+        }
+    }
+
+    /// Takes the folder's lock for writing, kept until the process ends; refused with the
+    /// holder named if another process has it. Whether it was taken now (the manifest may have
+    /// changed since it was read).
+    pub fn lock_for_writing(&mut self) -> Result<bool> {
+        let Storage::Folder { dir, lock } = self else { return Ok(false) };
+        if lock.held {
+            return Ok(false);
+        }
+        if lock.try_acquire()? {
+            return Ok(true);
+        }
+        Err(TesseraError::Database(format!(
+            "the database in {} is being written by another process ({}): one process writes a database at a \
+             time, and this one can read it until that one ends",
+            dir.display(),
+            lock.holder()
+        )))
+    }
+
+    /// The manifest as the folder holds it now (the one in memory, in memory).
+    pub fn read_manifest(&self) -> Result<Manifest> {
+        let Storage::Folder { dir, .. } = self else {
+            return Err(TesseraError::Internal("an in-memory database has no manifest file".into()));
+        };
+        let path = dir.join(MANIFEST);
+        let bytes = fs::read(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                TesseraError::Database(format!("the manifest {} is missing{}", path.display(), recovery_hint(dir)))
+            }
+            _ => TesseraError::io(format!("cannot read {}", path.display()), e),
+        })?;
+        parse_manifest(&bytes).map_err(|unusable| match unusable {
+            Unusable::Damaged(reason) => TesseraError::Database(format!(
+                "the manifest {} is damaged ({reason}){}",
+                path.display(),
+                recovery_hint(dir)
+            )),
+            Unusable::Foreign => {
+                TesseraError::Option(format!("{} is not a tessera database: its {MANIFEST} is not one", dir.display()))
+            }
+            Unusable::Format { format, version } => TesseraError::Option(format!(
+                "the database in {} is in format {format} (tessera {version}); this tessera ({}) reads format {FORMAT}",
+                dir.display(),
+                env!("CARGO_PKG_VERSION")
+            )),
+        })
+    }
+
+    /// Writes `batch` to a new file; its name. The file is durable once the manifest naming it
+    /// is committed.
     pub fn write(&mut self, manifest: &mut Manifest, batch: &RecordBatch) -> Result<String> {
-        let name = format!("{:08}.arrow", manifest.next_file);
+        let number = manifest.next_file;
         manifest.next_file += 1;
         match self {
             Storage::Memory { files, next_file } => {
+                let name = format!("{number:08}.arrow");
                 *next_file = manifest.next_file;
                 files.insert(name.clone(), batch.clone());
+                Ok(name)
             }
-            Storage::Folder { dir } => {
-                let path = dir.join(DATA).join(&name);
-                let error = |e| TesseraError::io(format!("cannot write {}", path.display()), e);
-                let file = File::create(&path).map_err(error)?;
-                let mut writer = FileWriter::try_new(std::io::BufWriter::new(file), &batch.schema())?;
+            Storage::Folder { dir, lock } => {
+                lock.ensure_held()?;
+                let mut bytes = Vec::new();
+                let mut writer = FileWriter::try_new(&mut bytes, &batch.schema())?;
                 writer.write(batch)?;
                 writer.finish()?;
-                let file = writer.into_inner()?.into_inner().map_err(|e| error(e.into_error()))?;
+                drop(writer);
+                let name = format!("{number:08}-{:016x}.arrow", checksum(&bytes));
+                let path = dir.join(DATA).join(&name);
+                let error = |e| TesseraError::io(format!("cannot write {}", path.display()), e);
+                let mut file = File::create(&path).map_err(error)?;
+                file.write_all(&bytes).map_err(error)?;
                 file.sync_all().map_err(error)?;
+                Ok(name)
             }
         }
-        Ok(name)
     }
 
     /// The rows of file `name`, as `schema` says they are.
     pub fn read(&self, name: &str, schema: &SchemaRef) -> Result<RecordBatch> {
         let batch = match self {
             Storage::Memory { files, .. } => files.get(name).cloned(),
-            Storage::Folder { dir } => {
-                let path = dir.join(DATA).join(name);
-                let damaged = |reason: String| {
-                    TesseraError::Option(format!("the database file {} is damaged: {reason}", path.display()))
-                };
-                let file = File::open(&path).map_err(|e| damaged(e.to_string()))?;
-                let reader =
-                    FileReader::try_new(std::io::BufReader::new(file), None).map_err(|e| damaged(e.to_string()))?;
-                let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| damaged(e.to_string()))?;
-                let file_schema = batches.first().map(|b| b.schema());
-                Some(match file_schema {
-                    Some(s) => arrow::compute::concat_batches(&s, &batches)?,
-                    None => RecordBatch::new_empty(Arc::clone(schema)),
-                })
-            }
+            Storage::Folder { dir, .. } => Some(read_file(&dir.join(DATA).join(name), schema)?),
         };
         let batch = batch.ok_or_else(|| TesseraError::Internal(format!("no database file {name}")))?;
         if batch.schema().fields() != schema.fields() {
-            return Err(TesseraError::Option(format!(
+            return Err(TesseraError::Database(format!(
                 "the database file {name} does not hold the columns its table has"
             )));
         }
         Ok(batch)
     }
 
-    /// Replaces the manifest (atomically in a folder), then deletes the files it no longer
-    /// names.
-    pub fn commit(&mut self, manifest: &Manifest) -> Result<()> {
+    /// Replaces the manifest `previous` by `manifest` (atomically in a folder, `previous` kept
+    /// as the one to recover to), then deletes the files neither names.
+    pub fn commit(&mut self, previous: &Manifest, manifest: &Manifest) -> Result<()> {
+        if let Storage::Folder { dir, lock } = self {
+            lock.ensure_held()?;
+            // The new files' names are durable before a manifest names them.
+            let data = dir.join(DATA);
+            File::open(&data)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| TesseraError::io(format!("cannot sync {}", data.display()), e))?;
+        }
         self.write_manifest(manifest)?;
-        self.remove_unnamed(manifest)
+        self.remove_unnamed(&[previous, manifest])
     }
 
     fn write_manifest(&self, manifest: &Manifest) -> Result<()> {
-        let Storage::Folder { dir } = self else { return Ok(()) };
-        let text = serde_json::to_vec_pretty(manifest).map_err(|e| TesseraError::Internal(e.to_string()))?;
+        let Storage::Folder { dir, .. } = self else { return Ok(()) };
+        let text = seal(manifest)?;
         let tmp = dir.join("MANIFEST.tmp");
         let error = |e| TesseraError::io(format!("cannot write {}", tmp.display()), e);
         let mut file = File::create(&tmp).map_err(error)?;
-        file.write_all(&text).map_err(error)?;
+        file.write_all(text.as_bytes()).map_err(error)?;
         file.sync_all().map_err(error)?;
-        fs::rename(&tmp, dir.join(MANIFEST)).map_err(error)?;
+        let current = dir.join(MANIFEST);
+        if current.exists() {
+            // The manifest being replaced becomes the previous one, in one rename.
+            let previous_tmp = dir.join("MANIFEST.prev.tmp");
+            let _ = fs::remove_file(&previous_tmp);
+            fs::hard_link(&current, &previous_tmp)
+                .or_else(|_| fs::copy(&current, &previous_tmp).map(|_| ()))
+                .and_then(|()| fs::rename(&previous_tmp, dir.join(PREVIOUS)))
+                .map_err(|e| TesseraError::io(format!("cannot keep the previous manifest in {}", dir.display()), e))?;
+        }
+        fs::rename(&tmp, &current).map_err(error)?;
         File::open(dir).and_then(|d| d.sync_all()).map_err(error)
     }
 
-    fn remove_unnamed(&mut self, manifest: &Manifest) -> Result<()> {
-        let named = named_files(manifest);
+    /// What a writer finds left by a statement killed midway: the new manifest it had not put
+    /// in place, files no manifest names.
+    fn remove_leftovers(&mut self, manifest: &Manifest) -> Result<()> {
+        let Storage::Folder { dir, .. } = self else { return Ok(()) };
+        for leftover in ["MANIFEST.tmp", "MANIFEST.prev.tmp"] {
+            let _ = fs::remove_file(dir.join(leftover));
+        }
+        let previous = fs::read(dir.join(PREVIOUS)).ok().and_then(|bytes| parse_manifest(&bytes).ok());
+        let mut keep = vec![manifest];
+        keep.extend(previous.as_ref());
+        self.remove_unnamed(&keep)
+    }
+
+    /// Deletes the data files none of `manifests` names.
+    fn remove_unnamed(&mut self, manifests: &[&Manifest]) -> Result<()> {
+        let named: BTreeSet<&str> = manifests.iter().flat_map(|m| named_files(m)).collect();
         match self {
             Storage::Memory { files, .. } => files.retain(|name, _| named.contains(name.as_str())),
-            Storage::Folder { dir } => {
+            Storage::Folder { dir, .. } => {
                 let data = dir.join(DATA);
                 let entries =
                     fs::read_dir(&data).map_err(|e| TesseraError::io(format!("cannot read {}", data.display()), e))?;
@@ -269,6 +364,238 @@ impl Storage {
         }
         Ok(())
     }
+}
+
+/// Makes the previous manifest of the database in `dir` its manifest again, when the newest
+/// one is damaged or missing and the previous one and every file it names are intact: the
+/// database as it was before its last statement. The damaged manifest is kept beside it. What
+/// was done, in a sentence.
+pub fn recover(dir: &Path) -> Result<String> {
+    if !dir.join(MANIFEST).exists() && !dir.join(PREVIOUS).exists() {
+        return Err(TesseraError::Option(format!("{} holds no tessera database", dir.display())));
+    }
+    let mut storage = Storage::Folder { dir: dir.to_path_buf(), lock: WriterLock::open(dir)? };
+    storage.lock_for_writing()?;
+    let problem = match storage.read_manifest() {
+        Ok(manifest) => {
+            return Ok(format!(
+                "the manifest of {} is intact (sequence {}): nothing to recover",
+                dir.display(),
+                manifest.sequence
+            ))
+        }
+        Err(TesseraError::Database(problem)) => problem,
+        Err(other) => return Err(other),
+    };
+    let previous_path = dir.join(PREVIOUS);
+    let previous = fs::read(&previous_path).ok().and_then(|bytes| parse_manifest(&bytes).ok()).ok_or_else(|| {
+        TesseraError::Database(format!("{problem}; and {} is not intact either", previous_path.display()))
+    })?;
+    for name in named_files(&previous) {
+        let path = dir.join(DATA).join(name);
+        verified_bytes(&path).map_err(|e| {
+            TesseraError::Database(format!("{problem}; the previous manifest names a file that is not intact: {e}"))
+        })?;
+    }
+    let current = dir.join(MANIFEST);
+    if current.exists() {
+        let kept = dir.join(format!("MANIFEST.damaged-{}", previous.sequence + 1));
+        fs::rename(&current, &kept).map_err(|e| TesseraError::io(format!("cannot move {}", current.display()), e))?;
+    }
+    // Not through `write_manifest`: that would make the damaged one the previous.
+    let text = seal(&previous)?;
+    let tmp = dir.join("MANIFEST.tmp");
+    let error = |e| TesseraError::io(format!("cannot write {}", tmp.display()), e);
+    let mut file = File::create(&tmp).map_err(error)?;
+    file.write_all(text.as_bytes()).map_err(error)?;
+    file.sync_all().map_err(error)?;
+    fs::rename(&tmp, &current).map_err(error)?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(error)?;
+    Ok(format!(
+        "{problem}.\nRecovered: the database in {} is back at sequence {}, as before its last statement (the damaged \
+         manifest is kept as MANIFEST.damaged-{})",
+        dir.display(),
+        previous.sequence,
+        previous.sequence + 1
+    ))
+}
+
+/// How the recovery command helps with a damaged or missing manifest of the database in `dir`,
+/// if the previous one is intact.
+fn recovery_hint(dir: &Path) -> String {
+    match fs::read(dir.join(PREVIOUS)).ok().and_then(|bytes| parse_manifest(&bytes).ok()) {
+        Some(previous) => format!(
+            "; the previous manifest (sequence {}, before the last statement) is intact: `tessera recover --db {}` \
+             goes back to it",
+            previous.sequence,
+            dir.display()
+        ),
+        None => String::new(),
+    }
+}
+
+/// The folder's `LOCK` file and whether this process holds its exclusive lock.
+pub struct WriterLock {
+    file: File,
+    held: bool,
+}
+
+impl WriterLock {
+    fn open(dir: &Path) -> Result<Self> {
+        let path = dir.join(LOCK);
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            // A folder this process may only read: it reads.
+            .or_else(|_| File::open(&path))
+            .map_err(|e| TesseraError::io(format!("cannot open {}", path.display()), e))?;
+        Ok(WriterLock { file, held: false })
+    }
+
+    /// Takes the lock if no other process has it, writing who holds it into the file; whether
+    /// it was taken.
+    fn try_acquire(&mut self) -> Result<bool> {
+        match self.file.try_lock() {
+            Ok(()) => {
+                self.held = true;
+                let mut command = std::env::args().collect::<Vec<_>>().join(" ");
+                if command.chars().count() > 120 {
+                    command = command.chars().take(117).collect::<String>() + "...";
+                }
+                let since = chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC");
+                let holder = format!("process {}, `{command}`, since {since}\n", std::process::id());
+                // Who holds it is information for the refused: failing to write it is no reason
+                // to give the lock up.
+                let _ = self.file.set_len(0);
+                let _ = self.file.rewind().and_then(|()| self.file.write_all(holder.as_bytes()));
+                Ok(true)
+            }
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => Err(TesseraError::io("cannot lock the database folder", e)),
+        }
+    }
+
+    /// Who holds the lock, as the holder wrote it.
+    fn holder(&mut self) -> String {
+        let mut text = String::new();
+        let _ = self.file.rewind().and_then(|()| self.file.read_to_string(&mut text));
+        match text.trim() {
+            "" => "a process that has not said which".into(),
+            holder => holder.to_string(),
+        }
+    }
+
+    fn ensure_held(&self) -> Result<()> {
+        match self.held {
+            true => Ok(()),
+            false => Err(TesseraError::Internal("a statement wrote the database without its lock".into())),
+        }
+    }
+}
+
+/// The XXH64 of `bytes`: the checksum of every file of a database.
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut hasher = twox_hash::XxHash64::with_seed(0);
+    hasher.write(bytes);
+    hasher.finish()
+}
+
+/// The bytes of data file `path`, checked against the checksum in its name.
+fn verified_bytes(path: &Path) -> Result<Vec<u8>> {
+    let damaged = |reason: String| TesseraError::Database(format!("the database file {} is {reason}", path.display()));
+    let bytes = fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => damaged("missing".into()),
+        _ => damaged(format!("unreadable: {e}")),
+    })?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let expected = name.strip_suffix(".arrow").and_then(|stem| stem.split_once('-')).map(|(_, sum)| sum);
+    match expected {
+        Some(expected) if format!("{:016x}", checksum(&bytes)) == expected => Ok(bytes),
+        Some(_) => Err(damaged("damaged: its contents do not match its checksum".into())),
+        None => Err(damaged("damaged: its name carries no checksum".into())),
+    }
+}
+
+/// The rows of data file `path`, checked against its checksum.
+fn read_file(path: &Path, schema: &SchemaRef) -> Result<RecordBatch> {
+    let bytes = verified_bytes(path)?;
+    let damaged =
+        |reason: String| TesseraError::Database(format!("the database file {} is damaged: {reason}", path.display()));
+    let reader = FileReader::try_new(std::io::Cursor::new(bytes), None).map_err(|e| damaged(e.to_string()))?;
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| damaged(e.to_string()))?;
+    Ok(match batches.first().map(|b| b.schema()) {
+        Some(file_schema) => arrow::compute::concat_batches(&file_schema, &batches)?,
+        None => RecordBatch::new_empty(Arc::clone(schema)),
+    })
+}
+
+/// The manifest as kept on disk: its JSON text inside an object that also holds the text's
+/// checksum.
+#[derive(Deserialize)]
+struct Sealed<'a> {
+    checksum: String,
+    #[serde(borrow)]
+    manifest: &'a serde_json::value::RawValue,
+}
+
+fn seal(manifest: &Manifest) -> Result<String> {
+    let text = serde_json::to_string_pretty(manifest).map_err(|e| TesseraError::Internal(e.to_string()))?;
+    Ok(format!("{{\n\"checksum\": \"{:016x}\",\n\"manifest\": {text}\n}}\n", checksum(text.as_bytes())))
+}
+
+/// Why a manifest file cannot be used.
+enum Unusable {
+    Damaged(String),
+    /// It is not a tessera database's.
+    Foreign,
+    /// A tessera database's in another format.
+    Format {
+        format: u32,
+        version: String,
+    },
+}
+
+fn parse_manifest(bytes: &[u8]) -> std::result::Result<Manifest, Unusable> {
+    #[derive(Deserialize)]
+    struct Unsealed {
+        kind: Option<String>,
+        format: Option<u32>,
+        tessera_version: Option<String>,
+    }
+    let manifest = match serde_json::from_slice::<Sealed>(bytes) {
+        Ok(sealed) => {
+            let text = sealed.manifest.get();
+            if format!("{:016x}", checksum(text.as_bytes())) != sealed.checksum {
+                return Err(Unusable::Damaged("its contents do not match its checksum".into()));
+            }
+            serde_json::from_str::<Manifest>(text).map_err(|e| Unusable::Damaged(e.to_string()))?
+        }
+        Err(error) => {
+            return Err(match serde_json::from_slice::<Unsealed>(bytes) {
+                // Format 1 was not sealed.
+                Ok(Unsealed { kind: Some(kind), format: Some(format), tessera_version }) if kind == KIND => {
+                    Unusable::Format { format, version: tessera_version.unwrap_or_default() }
+                }
+                Ok(_) => Unusable::Foreign,
+                Err(_) if [KIND, "\"checksum\""].iter().any(|mark| contains(bytes, mark.as_bytes())) => {
+                    Unusable::Damaged(error.to_string())
+                }
+                Err(_) => Unusable::Foreign,
+            });
+        }
+    };
+    match (manifest.kind == KIND, manifest.format == FORMAT) {
+        (false, _) => Err(Unusable::Foreign),
+        (true, false) => Err(Unusable::Format { format: manifest.format, version: manifest.tessera_version }),
+        (true, true) => Ok(manifest),
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 pub fn new_manifest() -> Manifest {

@@ -35,21 +35,23 @@ impl Database {
         let first_line = compiled.matches('\n').count() as u64 + 1;
         compiled.push_str(text);
         compiled.push_str(";\n");
-        tessera::engine::Script::compile(&compiled, &self.base_dir).map_err(|error| {
-            let TesseraError::Sql(diagnostic) = error else { return error };
-            match diagnostic.location.filter(|at| at.line >= first_line) {
-                Some(at) => {
-                    let line = at.line - first_line + start.line;
-                    let column = if at.line == first_line { at.column + start.column - 1 } else { at.column };
-                    tessera::sql::ScriptText::new(script).error_with_help(
-                        diagnostic.message,
-                        Some(tessera::error::Location { line, column }),
-                        diagnostic.help,
-                    )
+        tessera::engine::Script::compile_with_settings(&compiled, &self.base_dir, self.settings.clone(), &[]).map_err(
+            |error| {
+                let TesseraError::Sql(diagnostic) = error else { return error };
+                match diagnostic.location.filter(|at| at.line >= first_line) {
+                    Some(at) => {
+                        let line = at.line - first_line + start.line;
+                        let column = if at.line == first_line { at.column + start.column - 1 } else { at.column };
+                        tessera::sql::ScriptText::new(script).error_with_help(
+                            diagnostic.message,
+                            Some(tessera::error::Location { line, column }),
+                            diagnostic.help,
+                        )
+                    }
+                    None => TesseraError::Sql(diagnostic),
                 }
-                None => TesseraError::Sql(diagnostic),
-            }
-        })
+            },
+        )
     }
 
     /// Whether `query` reads a stream: a source of the script, or a window over one.

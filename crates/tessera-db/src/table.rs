@@ -14,8 +14,10 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use hashbrown::HashMap;
 
+use crate::convert::checked_cast;
 use crate::key_index::KeyIndex;
 use crate::storage::{ChangeEntry, Manifest, SegmentEntry, Storage, TableEntry};
+use tessera::catalog::{sql_type_name, TimeUnit};
 use tessera::error::{Result, TesseraError};
 
 /// The hidden key column of a table without a declared primary key.
@@ -31,6 +33,9 @@ pub struct Table {
     key: Vec<usize>,
     hidden_row_id: bool,
     next_row_id: u64,
+    /// What a number given for a TIMESTAMP column counts (`WITH (time_unit = ...)`); without
+    /// one, numbers are refused there.
+    pub time_unit: Option<TimeUnit>,
     segments: Vec<Segment>,
     /// Key to (segment, row), for declared primary keys.
     index: KeyIndex,
@@ -97,6 +102,7 @@ impl Table {
             key,
             hidden_row_id,
             next_row_id: 0,
+            time_unit: None,
             segments: Vec::new(),
             index: KeyIndex::default(),
             changes: Vec::new(),
@@ -116,6 +122,7 @@ impl Table {
             key: self.key_names(),
             hidden_row_id: self.hidden_row_id,
             next_row_id: self.next_row_id,
+            time_unit: self.time_unit.map(|unit| unit.suffix().to_string()),
             segments: self
                 .segments
                 .iter()
@@ -151,6 +158,10 @@ impl Table {
             return Err(damaged("its columns do not match its key".into()));
         }
         table.next_row_id = entry.next_row_id;
+        table.time_unit = match &entry.time_unit {
+            Some(unit) => Some(TimeUnit::parse(unit).ok_or_else(|| damaged(format!("its time_unit `{unit}`")))?),
+            None => None,
+        };
         for segment in &entry.segments {
             let rows = storage.read(&segment.file, &table.stored)?;
             let mut deleted = vec![false; rows.num_rows()];
@@ -292,17 +303,20 @@ impl Table {
         &self.changes
     }
 
-    /// `columns` (one per declared column, in order) as the table's rows: cast to the declared
-    /// types, a NULL key refused with the row it is in.
+    /// `columns` (one per declared column, in order) as the table's rows: converted to the
+    /// declared types by checked conversion ([`checked_cast`]), a value that does not fit its
+    /// column or a NULL key refused with the row it is in.
     pub fn conform(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
         let mut cast = Vec::with_capacity(columns.len());
         for (column, field) in columns.iter().zip(self.schema.fields()) {
-            let column = arrow::compute::cast(column, field.data_type()).map_err(|e| {
+            let column = checked_cast(column, field.data_type(), self.time_unit).map_err(|misfit| {
                 TesseraError::Execution(format!(
-                    "column `{}` of `{}` is {}, and a value given for it is not: {e}",
+                    "column `{}` of `{}` is {}: {} (row {} of the rows given); nothing of the statement was applied",
                     field.name(),
                     self.name,
-                    field.data_type()
+                    sql_type_name(field.data_type()),
+                    misfit.reason,
+                    misfit.row + 1
                 ))
             })?;
             if !field.is_nullable() && column.null_count() > 0 {

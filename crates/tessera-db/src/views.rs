@@ -677,7 +677,7 @@ impl Database {
                 sample: view.sample.as_ref().map(Sample::entry),
             },
         );
-        self.storage.commit(&manifest)?;
+        self.storage.commit(&self.manifest, &manifest)?;
         self.manifest = manifest;
         self.views.insert(key, view);
         Ok(())

@@ -10,119 +10,14 @@ use crate::connectors::sink::ResultSink;
 use crate::connectors::{open_input, BatchReader, ReadOptions};
 use crate::error::{Result, TesseraError};
 use crate::exec::pipeline::{run_source, Parallelism, ProgressFn, SourceCheckpoints, SourceOptions, SourceRun};
-use crate::optimizer::window_strategy::Strategy;
 use crate::optimizer::{window_groups, WindowGroup};
 use crate::physical::PhysicalPlan;
-use crate::plan::{BranchPlan, QueryPlan, TemporalStrategy};
+use crate::plan::{BranchPlan, QueryPlan};
+use crate::settings::Settings;
 use crate::sql::{binder::bind_query, parse_script_here, ScriptText, Statement};
 use crate::state::checkpoint::{fnv64, CheckpointConfig, Checkpointer};
 use crate::state::store::StateStore;
 use crate::window::WindowSpec;
-
-/// The most worker threads a run takes (`SET parallelism`, `--parallelism`).
-pub const MAX_PARALLELISM: usize = 256;
-/// The most rows per input batch (`SET batch_size`): a batch is decoded in one piece.
-pub const MAX_BATCH_SIZE: usize = 1 << 20;
-/// The range of `SET eta` (events per time unit and key assumed by the cost model).
-pub const ETA_RANGE: (f64, f64) = (1e-6, 1e9);
-/// The most distinct keys `SET keys` may tell the cost model.
-pub const MAX_KEYS: u64 = 1_000_000_000_000;
-/// The longest `SET input_flush_ms`: a minute.
-pub const MAX_INPUT_FLUSH_MS: u64 = 60_000;
-
-/// Session options set with `SET name = value` in a script.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    /// Worker threads (`SET parallelism`); the command line overrides it.
-    pub parallelism: Option<usize>,
-    /// Rows per batch read from a source.
-    pub batch_size: usize,
-    /// Events per event-time unit and group key assumed by the cost model.
-    pub eta: f64,
-    /// Distinct group keys assumed by the cost model (`SET keys`; `None`: many).
-    pub keys: Option<f64>,
-    /// How windows are evaluated (`SET window_strategy`): `None` lets the optimizer choose.
-    pub window_strategy: Option<Strategy>,
-    /// How long a reader of a pipe (stdin) keeps rows it has before handing them over in a
-    /// batch that is not full (`SET input_flush_ms`).
-    pub input_flush_ms: u64,
-    /// Run continuous queries that no bounded synopsis answers by keeping every event of their
-    /// source and answering with a batch query over them (`SET allow_unbounded_state`).
-    pub allow_unbounded_state: bool,
-    /// How continuous temporal queries run (`SET temporal_strategy`).
-    pub temporal_strategy: TemporalStrategy,
-}
-
-/// Parses `SET window_strategy`: `auto` (the cheapest, `None`) or a strategy to force.
-fn parse_window_strategy(value: &str) -> std::result::Result<Option<Strategy>, String> {
-    let value = value.to_ascii_lowercase();
-    if value == "auto" {
-        return Ok(None);
-    }
-    Strategy::parse(&value).map(Some).ok_or_else(|| {
-        let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
-        format!("unknown window_strategy '{value}' (known: 'auto', '{}')", names.join("', '"))
-    })
-}
-
-/// `text` as a number from `min` to `max` (inclusive); the error states the range.
-pub fn parse_between<T>(text: &str, min: T, max: T) -> std::result::Result<T, String>
-where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display,
-{
-    text.trim()
-        .parse::<T>()
-        .ok()
-        .filter(|value| *value >= min && *value <= max)
-        .ok_or_else(|| format!("must be between {min} and {max}, got '{text}'"))
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            parallelism: None,
-            batch_size: crate::connectors::DEFAULT_BATCH_SIZE,
-            eta: 1.0,
-            keys: None,
-            window_strategy: None,
-            input_flush_ms: 200,
-            allow_unbounded_state: false,
-            temporal_strategy: TemporalStrategy::Synopsis,
-        }
-    }
-}
-
-impl Settings {
-    fn set(&mut self, name: &str, value: &str) -> std::result::Result<(), String> {
-        let named = |message: String| format!("{name} {message}");
-        match name {
-            "parallelism" => self.parallelism = Some(parse_between(value, 1, MAX_PARALLELISM).map_err(named)?),
-            "batch_size" => self.batch_size = parse_between(value, 1, MAX_BATCH_SIZE).map_err(named)?,
-            "eta" => self.eta = parse_between(value, ETA_RANGE.0, ETA_RANGE.1).map_err(named)?,
-            "keys" => self.keys = Some(parse_between(value, 1, MAX_KEYS).map_err(named)? as f64),
-            "window_strategy" => self.window_strategy = parse_window_strategy(value)?,
-            "input_flush_ms" => self.input_flush_ms = parse_between(value, 0, MAX_INPUT_FLUSH_MS).map_err(named)?,
-            "allow_unbounded_state" => {
-                self.allow_unbounded_state = match value.to_ascii_lowercase().as_str() {
-                    "true" | "on" => true,
-                    "false" | "off" => false,
-                    _ => return Err(format!("allow_unbounded_state is true or false, got '{value}'")),
-                }
-            }
-            "temporal_strategy" => {
-                self.temporal_strategy = TemporalStrategy::parse(value)
-                    .ok_or_else(|| format!("unknown temporal_strategy '{value}' (known: 'synopsis', 'kept_whole')"))?
-            }
-            _ => {
-                return Err(format!(
-                "unknown setting `{name}` (known: parallelism, batch_size, eta, keys, window_strategy, input_flush_ms, \
-                 allow_unbounded_state, temporal_strategy)"
-            ))
-            }
-        }
-        Ok(())
-    }
-}
 
 /// A compiled script: its sources and bound queries.
 #[derive(Debug, Clone)]
@@ -180,18 +75,24 @@ impl Script {
     pub fn compile_with(text: &str, base_dir: &Path, overrides: &[String]) -> Result<Script> {
         let overrides = overrides
             .iter()
-            .map(|assignment| {
-                let (name, value) = assignment
-                    .split_once('=')
-                    .ok_or_else(|| TesseraError::Option(format!("expected NAME=VALUE, got '{assignment}'")))?;
-                Ok((name.trim().to_ascii_lowercase(), value.trim().trim_matches('\'').to_string()))
-            })
+            .map(|assignment| crate::settings::parse_assignment(assignment).map_err(TesseraError::Option))
             .collect::<Result<Vec<_>>>()?;
         let mut settings = Settings::default();
         for (name, value) in &overrides {
             settings.set(name, value).map_err(TesseraError::Option)?;
         }
-        crate::exec::on_deep_stack("tessera-plan", || Script::compile_here(text, base_dir, settings, &overrides))
+        Script::compile_with_settings(text, base_dir, settings, &overrides)
+    }
+
+    /// [`compile`](Self::compile) starting from a session's `settings`; the names of
+    /// `overrides` win over the script's `SET`s.
+    pub fn compile_with_settings(
+        text: &str,
+        base_dir: &Path,
+        settings: Settings,
+        overrides: &[(String, String)],
+    ) -> Result<Script> {
+        crate::exec::on_deep_stack("tessera-plan", || Script::compile_here(text, base_dir, settings, overrides))
     }
 
     fn compile_here(
@@ -660,8 +561,11 @@ fn keys_hints(script: &Script, groups: &[WindowGroup], queries: &[QueryStats]) -
 /// settings, whether state is kept in key groups, the queries and the plan of every window
 /// group.
 fn plan_fingerprint(script: &Script, groups: &[WindowGroup], group_bits: u32) -> String {
-    let mut text =
-        format!("tessera {}\n{:?}\nkey groups of 2^{group_bits}\n", env!("CARGO_PKG_VERSION"), script.settings);
+    let mut text = format!(
+        "tessera {}\n{}\nkey groups of 2^{group_bits}\n",
+        env!("CARGO_PKG_VERSION"),
+        script.settings.of_streams()
+    );
     for query in &script.queries {
         let source = script.catalog.source(&query.source);
         text.push_str(&format!("{}\n{source:?}\n", query.sql));

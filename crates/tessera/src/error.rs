@@ -108,6 +108,10 @@ pub enum TesseraError {
         #[source]
         source: std::io::Error,
     },
+    /// A database folder that cannot be used as asked: damaged files, or written by another
+    /// process.
+    #[error("database error: {0}")]
+    Database(String),
     /// A checkpoint that cannot be resumed: written by another plan, or damaged.
     #[error("checkpoint error: {0}")]
     Checkpoint(String),

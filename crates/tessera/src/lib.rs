@@ -21,6 +21,7 @@ pub mod explain;
 pub mod optimizer;
 pub mod physical;
 pub mod plan;
+pub mod settings;
 pub mod sql;
 pub mod state;
 pub mod synopsis;

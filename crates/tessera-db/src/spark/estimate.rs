@@ -46,7 +46,7 @@ pub(super) fn compile_query(
     query: &ast::Query,
     views: &HashMap<String, SparkView>,
     versions: &HashMap<String, usize>,
-    settings: Settings,
+    settings: &Settings,
 ) -> Result<String> {
     let mut read = Vec::new();
     let _ = walk::relations(query, |name: &ast::ObjectName| {
@@ -221,7 +221,7 @@ impl EstimateSql {
 /// the groups and aggregates. Each row has a weight `__w` and a variance factor `__v`: 1/m and
 /// (1-m)/m^2 for a sampled row, 1 and 0 for an outlier's (Section 6.3). Returned as the
 /// statements that cache the samples, and the query.
-fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: Settings) -> Result<(String, String)> {
+fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: &Settings) -> Result<(String, String)> {
     let view = q.view;
     let m = view.ratio;
     let threshold = (m * 4_294_967_296.0).floor() as i64;

@@ -213,7 +213,7 @@ impl Database {
         if let Some(entry) = manifest.views.get_mut(key) {
             entry.sample = Some(sample.entry());
         }
-        self.storage.commit(&manifest)?;
+        self.storage.commit(&self.manifest, &manifest)?;
         self.manifest = manifest;
         Ok(count)
     }

@@ -12,11 +12,22 @@ use crate::error::{Result, TesseraError};
 pub fn sql_type_name(data_type: &DataType) -> String {
     match data_type {
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
-        DataType::Int64 => "BIGINT".into(),
+        DataType::Int8 => "TINYINT".into(),
+        DataType::Int16 => "SMALLINT".into(),
         DataType::Int32 => "INT".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::UInt8 => "TINYINT UNSIGNED".into(),
+        DataType::UInt16 => "SMALLINT UNSIGNED".into(),
+        DataType::UInt32 => "INT UNSIGNED".into(),
+        DataType::UInt64 => "BIGINT UNSIGNED".into(),
+        DataType::Float32 => "REAL".into(),
         DataType::Float64 => "DOUBLE".into(),
         DataType::Boolean => "BOOLEAN".into(),
-        DataType::Timestamp(..) => "TIMESTAMP".into(),
+        DataType::Date32 | DataType::Date64 => "DATE".into(),
+        DataType::Timestamp(_, None) => "TIMESTAMP".into(),
+        DataType::Timestamp(_, Some(_)) => "TIMESTAMP WITH TIME ZONE".into(),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("DECIMAL({p}, {s})"),
+        DataType::Null => "NULL".into(),
         other => other.to_string(),
     }
 }

@@ -71,7 +71,7 @@ impl Default for ReadOptions {
             dead_letter_appends: false,
             column_sets: crate::exec::cores().min(2),
             dictionary_columns: Vec::new(),
-            flush_after: std::time::Duration::from_millis(crate::engine::Settings::default().input_flush_ms),
+            flush_after: std::time::Duration::from_millis(crate::settings::Settings::default().input_flush_ms),
         }
     }
 }

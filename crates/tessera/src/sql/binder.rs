@@ -28,12 +28,12 @@ use super::aggregates::bind_aggregate;
 use super::diagnostic::{closest_name, span_location};
 use super::{duration_in_units, walk, ScriptText};
 use crate::catalog::{Catalog, SourceDef};
-use crate::engine::Settings;
 use crate::error::{Result, TesseraError};
 use crate::plan::{
     emitted_schema, AggregateColumn, BranchPlan, EmitMode, ExprRef, PrefixPlan, QueryPlan, StatelessPlan,
     TemporalStrategy, WindowAggregatePlan,
 };
+use crate::settings::Settings;
 use crate::window::{WindowSpec, MAX_WINDOWS_PER_EVENT};
 
 mod types;

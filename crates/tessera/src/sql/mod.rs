@@ -75,7 +75,7 @@ pub(crate) fn parse_script_here(text: &str, base_dir: &Path) -> Result<Vec<State
             Statement::Set { name, value, location }
         } else {
             let mut query = parser.parse_query().map_err(|e| script.parser_error(e))?;
-            nesting::balance_and_check(&mut query, &script)?;
+            nesting::balance_and_check(walk::NodeMut::Query(&mut query), &script)?;
             let emit = parse_emit(&mut parser, &script, &mut query)?;
             Statement::Query { query, location, emit }
         };

@@ -9,7 +9,7 @@
 
 use std::ops::ControlFlow;
 
-use datafusion_sql::sqlparser::ast::{BinaryOperator, Expr, Query, Spanned, UnaryOperator};
+use datafusion_sql::sqlparser::ast::{BinaryOperator, Expr, Spanned, UnaryOperator};
 
 use super::diagnostic::{span_location, ScriptText};
 use super::walk::{self, MetMut, NodeMut};
@@ -20,13 +20,13 @@ use crate::error::{Location, Result};
 /// long.
 pub const MAX_EXPRESSION_DEPTH: usize = 1_000;
 
-/// Balances the `AND` and `OR` chains of `query`, then refuses it if an expression is still
-/// nested deeper than [`MAX_EXPRESSION_DEPTH`]. The walk goes top-down: each chain is balanced
-/// at its top, before its operands are walked, and the depth is tracked.
-pub fn balance_and_check(query: &mut Query, script: &ScriptText) -> Result<()> {
+/// Balances the `AND` and `OR` chains of `node` (a query, or any statement), then refuses it if
+/// an expression is still nested deeper than [`MAX_EXPRESSION_DEPTH`]. The walk goes top-down:
+/// each chain is balanced at its top, before its operands are walked, and the depth is tracked.
+pub fn balance_and_check(node: NodeMut<'_>, script: &ScriptText) -> Result<()> {
     let mut depth = 0;
     let mut too_deep = None;
-    let _ = walk::walk_mut(NodeMut::Query(query), &mut |met| {
+    let _ = walk::walk_mut(node, &mut |met| {
         match met {
             MetMut::Entered(expr) => {
                 if let Expr::BinaryOp { op: op @ (BinaryOperator::And | BinaryOperator::Or), .. } = expr {
@@ -126,7 +126,7 @@ mod tests {
     fn balanced_where(sql: &str) -> Result<Expr> {
         crate::exec::on_deep_stack("test", || {
             let mut query = Parser::new(&GenericDialect {}).try_with_sql(sql).unwrap().parse_query().unwrap();
-            balance_and_check(&mut query, &ScriptText::new(sql))?;
+            balance_and_check(NodeMut::Query(&mut query), &ScriptText::new(sql))?;
             let datafusion_sql::sqlparser::ast::SetExpr::Select(select) = *query.body else { panic!("a select") };
             Ok(select.selection.expect("a WHERE"))
         })

@@ -9,7 +9,7 @@
 use std::ops::ControlFlow;
 
 use datafusion_sql::sqlparser::ast::{
-    Expr, ObjectName, Query, Select, SelectItem, Visit, VisitMut, Visitor, VisitorMut,
+    Expr, ObjectName, Query, Select, SelectItem, Statement, Visit, VisitMut, Visitor, VisitorMut,
 };
 
 /// A tree to walk.
@@ -24,6 +24,7 @@ pub enum Node<'a> {
 
 /// A tree to walk and change.
 pub enum NodeMut<'a> {
+    Statement(&'a mut Statement),
     Query(&'a mut Query),
     Select(&'a mut Select),
     Expr(&'a mut Expr),
@@ -61,6 +62,7 @@ pub fn walk(node: Node<'_>, each: &mut dyn FnMut(Met<'_>) -> ControlFlow<()>) ->
 pub fn walk_mut(node: NodeMut<'_>, each: &mut dyn FnMut(MetMut<'_>) -> ControlFlow<()>) -> ControlFlow<()> {
     let walker = &mut WalkerMut(each);
     match node {
+        NodeMut::Statement(statement) => statement.visit(walker),
         NodeMut::Query(query) => query.visit(walker),
         NodeMut::Select(select) => select.visit(walker),
         NodeMut::Expr(expr) => expr.visit(walker),

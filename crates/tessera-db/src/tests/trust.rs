@@ -1,0 +1,185 @@
+//! What a database is given is stored as given or refused: values that do not fit their
+//! column, numbers for timestamps without a unit, damaged files, and a second process writing.
+
+use super::*;
+
+fn error(db: &mut Database, sql: &str) -> String {
+    db.execute(sql).unwrap_err().to_string()
+}
+
+const TYPED: &str =
+    "CREATE TABLE u (k BIGINT PRIMARY KEY, i INT, d DOUBLE, day DATE, at TIMESTAMP, ok BOOLEAN, n DECIMAL(6, 2));";
+
+#[test]
+fn values_that_do_not_fit_their_column_are_refused_with_value_column_and_row() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute(TYPED).unwrap();
+    let cases = [
+        (
+            "INSERT INTO u (k, i) VALUES (1, 5), (2, 3000000000)",
+            "column `i` of `u` is INT: 3000000000 is out of the range of INT (row 2",
+        ),
+        ("INSERT INTO u (k, d) VALUES (1, '1,5')", "column `d` of `u` is DOUBLE: '1,5' is not a DOUBLE (row 1"),
+        ("INSERT INTO u (k, day) VALUES (1, '2024-02-30')", "column `day` of `u` is DATE: '2024-02-30' is not a DATE"),
+        (
+            "INSERT INTO u (k, at) VALUES (1, 'yesterday')",
+            "column `at` of `u` is TIMESTAMP: 'yesterday' is not a TIMESTAMP",
+        ),
+        ("INSERT INTO u (k, ok) VALUES (1, 'maybe')", "column `ok` of `u` is BOOLEAN: 'maybe' is not a BOOLEAN"),
+        ("INSERT INTO u (k, i) VALUES (1, 1.9)", "column `i` of `u` is INT: 1.9 is not a whole number"),
+        (
+            "INSERT INTO u (k, n) VALUES (1, 123456.5)",
+            "column `n` of `u` is DECIMAL(6, 2): 123456.5 is out of the range",
+        ),
+        ("INSERT INTO u (k) VALUES ('eleven')", "column `k` of `u` is BIGINT: 'eleven' is not a BIGINT"),
+        (
+            "INSERT INTO u (k, at) VALUES (1, 1700000000)",
+            "1700000000 is a number, and a number is a TIMESTAMP only in a unit",
+        ),
+    ];
+    for (sql, expected) in cases {
+        let err = error(&mut db, sql);
+        assert!(err.contains(expected), "{sql}: {err}");
+    }
+    assert_eq!(db.table("u").unwrap().rows(), 0, "nothing of a refused statement is stored");
+    // What fits is stored as given; whole floats and numeric text go into integers.
+    db.execute(
+        "INSERT INTO u VALUES (1, 2.0, 1.5, '2024-02-29', '2024-02-29 10:00:00', 'true', 12.345),
+                              (2, '7', '2.5', NULL, NULL, 'f', NULL)",
+    )
+    .unwrap();
+    assert_eq!(
+        query(&mut db, "SELECT * FROM u"),
+        ["1|2|1.5|2024-02-29|2024-02-29T10:00:00|true|12.35", "2|7|2.5|||false|"]
+    );
+}
+
+#[test]
+fn an_update_that_does_not_fit_changes_nothing() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute("CREATE TABLE t (k BIGINT PRIMARY KEY, x DOUBLE); INSERT INTO t VALUES (1, 1.0), (2, 2.0);").unwrap();
+    let err = error(&mut db, "UPDATE t SET x = 'abc'");
+    assert!(err.contains("column `x` of `t` is DOUBLE: 'abc' is not a DOUBLE (row 1"), "{err}");
+    let err = error(&mut db, "UPDATE t SET k = k + 0.5 WHERE k = 2");
+    assert!(err.contains("is not a whole number"), "{err}");
+    assert_eq!(query(&mut db, "SELECT * FROM t"), ["1|1.0", "2|2.0"]);
+}
+
+#[test]
+fn a_tables_time_unit_counts_numbers_in_timestamp_columns_of_every_input() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secs.csv"), "id,ts\n1,1700000000\n").unwrap();
+    std::fs::write(dir.path().join("secs.jsonl"), "{\"id\": 2, \"ts\": 1700000001}\n").unwrap();
+    std::fs::write(dir.path().join("millis.csv"), "id,ts\n3,1700000002000\n").unwrap();
+    let parquet = dir.path().join("secs.parquet");
+    {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            Field::new("id", arrow::datatypes::DataType::Int64, false),
+            Field::new("ts", arrow::datatypes::DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(arrow::array::Int64Array::from(vec![4])),
+                Arc::new(arrow::array::Int64Array::from(vec![1700000003])),
+            ],
+        )
+        .unwrap();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&parquet).unwrap(), schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+    let mut db = Database::in_memory().unwrap();
+    db.set_base_dir(dir.path());
+    db.execute(
+        "CREATE TABLE e (id BIGINT PRIMARY KEY, ts TIMESTAMP) WITH (path = 'secs.csv', time_unit = 's');
+         COPY e FROM 'secs.jsonl';
+         COPY e FROM 'millis.csv' WITH (time_unit = 'ms');
+         COPY e FROM 'secs.parquet';
+         INSERT INTO e VALUES (5, 1700000004);",
+    )
+    .unwrap();
+    assert_eq!(
+        query(&mut db, "SELECT id, ts FROM e"),
+        [
+            "1|2023-11-14T22:13:20",
+            "2|2023-11-14T22:13:21",
+            "3|2023-11-14T22:13:22",
+            "4|2023-11-14T22:13:23",
+            "5|2023-11-14T22:13:24"
+        ]
+    );
+    // Reopened, the table keeps its unit.
+    let folder = dir.path().join("db");
+    let mut db = Database::open(&folder).unwrap();
+    db.execute("CREATE TABLE e (id BIGINT, ts TIMESTAMP) WITH (time_unit = 'ms')").unwrap();
+    drop(db);
+    let mut db = Database::open(&folder).unwrap();
+    db.execute("INSERT INTO e VALUES (1, 1000)").unwrap();
+    assert_eq!(query(&mut db, "SELECT ts FROM e"), ["1970-01-01T00:00:01"]);
+    // Without a unit, a number in a TIMESTAMP column of a file is refused.
+    let mut db = Database::in_memory().unwrap();
+    db.set_base_dir(dir.path());
+    let err = error(&mut db, "CREATE TABLE f (id BIGINT, ts TIMESTAMP) WITH (path = 'secs.csv')");
+    assert!(err.contains("needs a unit"), "{err}");
+}
+
+#[test]
+fn a_second_process_cannot_write_while_one_does_and_reads_what_it_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut writer = Database::open(&path).unwrap();
+    writer.execute("CREATE TABLE t (id BIGINT PRIMARY KEY); INSERT INTO t VALUES (1);").unwrap();
+    // A second session (the lock is per open file, so this stands for another process).
+    let mut other = Database::open(&path).unwrap();
+    assert_eq!(query(&mut other, "SELECT id FROM t"), ["1"]);
+    let err = error(&mut other, "INSERT INTO t VALUES (2)");
+    assert!(err.contains("is being written by another process (process "), "{err}");
+    assert!(err.contains(&format!("process {}", std::process::id())), "the holder is named: {err}");
+    writer.execute("INSERT INTO t VALUES (3)").unwrap();
+    // The reader sees each committed statement.
+    assert_eq!(query(&mut other, "SELECT id FROM t"), ["1", "3"]);
+    // Once the writer ends, the other writes, from the last committed state.
+    writer.execute("DELETE FROM t WHERE id = 1").unwrap();
+    drop(writer);
+    other.execute("INSERT INTO t VALUES (4)").unwrap();
+    drop(other);
+    let mut db = Database::open(&path).unwrap();
+    assert_eq!(query(&mut db, "SELECT id FROM t"), ["3", "4"]);
+}
+
+#[test]
+fn a_damaged_data_file_is_named_and_a_damaged_manifest_is_recovered_from_the_previous() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut db = Database::open(&path).unwrap();
+    db.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v DOUBLE); INSERT INTO t VALUES (1, 1.0), (2, 2.0);").unwrap();
+    db.execute("INSERT INTO t VALUES (3, 3.0)").unwrap();
+    drop(db);
+    // Flipped bytes in the middle of a data file.
+    let data: Vec<_> = std::fs::read_dir(path.join("data")).unwrap().map(|e| e.unwrap().path()).collect();
+    let file = data.iter().max_by_key(|p| std::fs::metadata(p).unwrap().len()).unwrap().clone();
+    let original = std::fs::read(&file).unwrap();
+    let mut flipped = original.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle..middle + 8].iter_mut().for_each(|b| *b ^= 0xff);
+    std::fs::write(&file, &flipped).unwrap();
+    let err = Database::open(&path).err().unwrap().to_string();
+    assert!(err.contains(&format!("{} is damaged: its contents do not match its checksum", file.display())), "{err}");
+    std::fs::write(&file, &original).unwrap();
+
+    // A damaged manifest: named, with the way back.
+    let manifest = path.join("MANIFEST");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    assert!(text.contains("\"sequence\": 3"), "{text}");
+    std::fs::write(&manifest, text.replacen("\"sequence\": 3", "\"sequence\": 7", 1)).unwrap();
+    let err = Database::open(&path).err().unwrap().to_string();
+    assert!(err.contains("is damaged (its contents do not match its checksum)"), "{err}");
+    assert!(err.contains("the previous manifest (sequence 2, before the last statement) is intact"), "{err}");
+    let said = storage::recover(&path).unwrap();
+    assert!(said.contains("back at sequence 2"), "{said}");
+    let mut db = Database::open(&path).unwrap();
+    assert_eq!(query(&mut db, "SELECT id FROM t"), ["1", "2"], "as before the last statement");
+    assert!(path.join("MANIFEST.damaged-3").exists(), "the damaged manifest is kept");
+}
