@@ -36,7 +36,7 @@ struct Cli {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum Format {
+pub enum Format {
     Csv,
     Jsonl,
 }
@@ -61,6 +61,11 @@ pub struct StateArgs {
 }
 
 impl StateArgs {
+    /// Whether either option was given.
+    pub fn given(&self) -> bool {
+        !matches!(self.state_backend, StateBackendArg::Memory) || self.state_memory.is_some()
+    }
+
     /// The state options, spilling (with the disk backend) under `dir`.
     pub fn options(&self, dir: std::path::PathBuf) -> Result<StateOptions, TesseraError> {
         match (self.state_backend, self.state_memory) {
@@ -106,7 +111,7 @@ fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum ErrorPolicy {
+pub enum ErrorPolicy {
     Fail,
     Skip,
 }
@@ -151,6 +156,14 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Run SQL against a database of tables: the statements given with -c, or a shell.
     Sql(shell::SqlArgs),
+    /// Bring back a database whose newest manifest is damaged or missing: its previous manifest
+    /// (the database before its last statement) becomes current when it and every file it names
+    /// are intact; the damaged manifest is kept beside it.
+    Recover {
+        /// The database folder.
+        #[arg(long)]
+        db: PathBuf,
+    },
 }
 
 /// The build targets x86-64-v3 (`.cargo/config.toml`): on a CPU without its instructions, say
@@ -184,6 +197,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    // A reader that stops early (`tessera ... | head`) ends the process quietly, as it ends
+    // other tools, instead of failing the next write.
+    // SAFETY: setting a signal's disposition to its default, before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("TESSERA_LOG"))
         .with_writer(std::io::stderr)
@@ -205,6 +224,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::generate(&args),
         Command::Bench(args) => bench::bench(&args),
         Command::Sql(args) => shell::sql(&args),
+        Command::Recover { db } => tessera_db::storage::recover(&db).map(|said| println!("{said}")),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -221,7 +241,7 @@ fn main() -> ExitCode {
 }
 
 #[derive(clap::Args)]
-struct RunArgs {
+pub struct RunArgs {
     /// The SQL script (CREATE SOURCE, SET, SELECT ...; or CREATE TABLE, INSERT, COPY,
     /// CREATE MATERIALIZED VIEW, REFRESH, SELECT ... over tables).
     script: PathBuf,
@@ -312,14 +332,7 @@ pub fn load_script(path: &std::path::Path, settings: &[String]) -> Result<Script
 
 fn run(args: RunArgs) -> Result<(), TesseraError> {
     if let Some(statements) = database_script(&args)? {
-        return shell::run_statements(
-            &args.script,
-            args.db.as_deref(),
-            args.output.as_deref(),
-            &statements,
-            args.read_options(),
-            args.quiet,
-        );
+        return shell::run_statements(&args, &statements);
     }
     let script = load_script(&args.script, &args.settings)?;
     let parallelism = parallelism(args.parallelism);
@@ -381,14 +394,18 @@ fn run(args: RunArgs) -> Result<(), TesseraError> {
     }
     let stats = result?;
     if let Some(path) = &args.stats_json {
-        let json = serde_json::to_string_pretty(&stats).map_err(|e| TesseraError::Internal(e.to_string()))?;
-        std::fs::write(path, json + "\n")
-            .map_err(|e| TesseraError::io(format!("cannot write {}", path.display()), e))?;
+        write_stats(path, &stats)?;
     }
     if !args.quiet {
         eprintln!("{}", summary(&stats, &args));
     }
     Ok(())
+}
+
+/// Writes a run's statistics as one JSON object (`--stats-json`).
+pub fn write_stats(path: &std::path::Path, stats: &RunStats) -> Result<(), TesseraError> {
+    let json = serde_json::to_string_pretty(stats).map_err(|e| TesseraError::Internal(e.to_string()))?;
+    std::fs::write(path, json + "\n").map_err(|e| TesseraError::io(format!("cannot write {}", path.display()), e))
 }
 
 /// Refuses, before anything is read or written, an output file that is an input of the run

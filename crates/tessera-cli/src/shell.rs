@@ -75,7 +75,10 @@ fn interactive(db: &mut Database, format: RowFormat) -> Result<(), TesseraError>
     if let Some(path) = &history {
         let _ = editor.load_history(path);
     }
-    println!("tessera {}: statements end with `;`; Ctrl-D leaves.", env!("CARGO_PKG_VERSION"));
+    println!(
+        "tessera {}: statements end with `;`; `\\?` lists the commands; Ctrl-D leaves.",
+        env!("CARGO_PKG_VERSION")
+    );
     let mut pending = String::new();
     loop {
         let prompt = if pending.is_empty() { "tessera> " } else { "   ...> " };
@@ -87,6 +90,27 @@ fn interactive(db: &mut Database, format: RowFormat) -> Result<(), TesseraError>
             }
             Err(_) => break,
         };
+        if pending.is_empty() {
+            match command(line.trim()) {
+                Some(Command::Leave) => break,
+                Some(Command::Help) => {
+                    print!("{HELP}");
+                    continue;
+                }
+                Some(Command::Run(statement)) => {
+                    let _ = editor.add_history_entry(line.trim());
+                    if let Err(e) = run_text(db, &statement, format) {
+                        eprintln!("error: {e}");
+                    }
+                    continue;
+                }
+                Some(Command::Unknown) => {
+                    eprintln!("error: unknown command `{}`: `\\?` lists the commands", line.trim());
+                    continue;
+                }
+                None => {}
+            }
+        }
         pending.push_str(&line);
         pending.push('\n');
         if !pending.trim_end().ends_with(';') {
@@ -95,18 +119,65 @@ fn interactive(db: &mut Database, format: RowFormat) -> Result<(), TesseraError>
         let text = std::mem::take(&mut pending);
         let _ = editor.add_history_entry(text.trim());
         let started = Instant::now();
-        let result = tessera_db::parse(&text).and_then(|statements| {
-            statements.iter().try_for_each(|statement| print_outcome(&execute(db, statement)?, format))
-        });
-        match result {
+        match run_text(db, &text, format) {
             Ok(()) => println!("({:.1} ms)", started.elapsed().as_secs_f64() * 1e3),
             Err(e) => eprintln!("error: {e}"),
         }
+    }
+    if !pending.trim().is_empty() {
+        eprintln!("not run: the last statement has no `;` at its end:\n{}", pending.trim_end());
     }
     if let Some(path) = &history {
         let _ = editor.save_history(path);
     }
     Ok(())
+}
+
+/// Runs the statements of `text`, printing what each gives.
+fn run_text(db: &mut Database, text: &str, format: RowFormat) -> Result<(), TesseraError> {
+    tessera_db::parse(text)?.iter().try_for_each(|statement| print_outcome(&execute(db, statement)?, format))
+}
+
+/// What the shell's commands do (`\?`).
+const HELP: &str = "\
+Statements end with `;` and may span lines; Ctrl-C drops the statement being typed.
+  \\dt, \\d        list the tables, materialized views and sources (SHOW TABLES)
+  \\d NAME         describe NAME's columns (DESCRIBE NAME)
+  \\set            show every setting (SHOW ALL); \\set NAME VALUE sets one (SET NAME = VALUE)
+  \\?, help        this help
+  \\q, exit, quit  leave (or Ctrl-D)
+";
+
+/// A line of the shell that is a command of its own rather than SQL.
+enum Command {
+    Leave,
+    Help,
+    /// The statement the command stands for.
+    Run(String),
+    Unknown,
+}
+
+/// The command `line` is, if it is one (a backslash command, `help`, `exit` or `quit`).
+fn command(line: &str) -> Option<Command> {
+    let bare = line.trim_end_matches(';').trim();
+    match bare.to_ascii_lowercase().as_str() {
+        "exit" | "quit" | "\\q" => return Some(Command::Leave),
+        "help" | "\\?" | "\\h" => return Some(Command::Help),
+        _ => {}
+    }
+    let rest = bare.strip_prefix('\\')?;
+    let (name, argument) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    let argument = argument.trim();
+    Some(match (name, argument) {
+        ("dt" | "d" | "dv" | "dm", "") => Command::Run("SHOW TABLES".into()),
+        ("d", table) => Command::Run(format!("DESCRIBE {table}")),
+        ("set", "") => Command::Run("SHOW ALL".into()),
+        ("set", assignment) => match assignment.split_once(char::is_whitespace) {
+            Some((setting, value)) => Command::Run(format!("SET {setting} = '{}'", value.trim().replace('\'', "''"))),
+            None => Command::Run(format!("SHOW {assignment}")),
+        },
+        _ => Command::Unknown,
+    })
 }
 
 /// Runs `statement`, telling on stderr of the malformed rows it skipped and the late events its
@@ -150,24 +221,30 @@ fn print_outcome(outcome: &Outcome, format: RowFormat) -> Result<(), TesseraErro
 }
 
 /// `tessera run [--db DIR] FILE.sql` for a script of table statements: each statement in order,
-/// paths relative to the script's folder, the rows of every query as CSV (a header row each)
-/// to `output` or stdout, what other statements changed to stderr (unless `quiet`); the first
-/// failure stops the script.
-pub fn run_statements(
-    script: &std::path::Path,
-    db: Option<&std::path::Path>,
-    output: Option<&std::path::Path>,
-    statements: &[tessera_db::Statement],
-    read: tessera::connectors::ReadOptions,
-    quiet: bool,
-) -> Result<(), TesseraError> {
-    let mut database = match db {
+/// paths relative to the script's folder, the rows of every query as CSV (a header row each) or
+/// JSON lines to `--output` or stdout, what other statements changed to stderr (unless
+/// `--quiet`); the first failure stops the script. Every option is honoured or refused with the
+/// reason, and no output may be a file the script reads or a file of the database.
+pub fn run_statements(args: &crate::RunArgs, statements: &[tessera_db::Statement]) -> Result<(), TesseraError> {
+    refuse_stream_options(args)?;
+    let base_dir = args.script.parent().unwrap_or_else(|| std::path::Path::new("."));
+    refuse_clobbering(args, statements, base_dir)?;
+    let mut database = match &args.db {
         Some(dir) => Database::open(dir)?,
         None => Database::in_memory()?,
     };
-    database.set_read_options(read);
-    database.set_base_dir(script.parent().unwrap_or_else(|| std::path::Path::new(".")));
-    let out: Box<dyn std::io::Write> = match output {
+    let mut overrides = args
+        .settings
+        .iter()
+        .map(|a| tessera::settings::parse_assignment(a).map_err(TesseraError::Option))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(workers) = args.parallelism {
+        overrides.push(("parallelism".into(), workers.to_string()));
+    }
+    database.override_settings(&overrides)?;
+    database.set_read_options(args.read_options());
+    database.set_base_dir(base_dir);
+    let out: Box<dyn std::io::Write> = match &args.output {
         Some(path) => Box::new(
             std::fs::File::create(path)
                 .map_err(|e| TesseraError::io(format!("cannot create {}", path.display()), e))?,
@@ -181,15 +258,33 @@ pub fn run_statements(
         match execute(&mut database, statement)? {
             Outcome::Rows { schema, batches } => {
                 rows_out += batches.iter().map(|b| b.num_rows()).sum::<usize>();
-                write_csv(&mut out, &schema, &batches)?;
+                match args.format {
+                    crate::Format::Csv => write_csv(&mut out, &schema, &batches)?,
+                    crate::Format::Jsonl => write_jsonl(&mut out, &batches)?,
+                }
             }
-            Outcome::Changed { rows } if !quiet => eprintln!("{rows} row{} changed", if rows == 1 { "" } else { "s" }),
+            Outcome::Changed { rows } if !args.quiet => {
+                eprintln!("{rows} row{} changed", if rows == 1 { "" } else { "s" })
+            }
             Outcome::Changed { .. } | Outcome::Done => {}
         }
     }
     std::io::Write::flush(&mut out).map_err(|e| TesseraError::io("cannot write results", e))?;
-    if !quiet {
-        let totals = database.read_totals();
+    let totals = database.read_totals();
+    let elapsed = started.elapsed();
+    if let Some(path) = &args.stats_json {
+        let stats = tessera::engine::RunStats {
+            events_in: totals.events,
+            rows_out: rows_out as u64,
+            late_events: totals.late_events,
+            bad_rows: totals.skipped_rows,
+            elapsed_ms: elapsed.as_millis() as u64,
+            events_per_second: totals.events as f64 / elapsed.as_secs_f64().max(1e-9),
+            ..Default::default()
+        };
+        crate::write_stats(path, &stats)?;
+    }
+    if !args.quiet {
         let mut read = String::new();
         if totals.events > 0 {
             read.push_str(&format!(", {} events read from streams, {} late", totals.events, totals.late_events));
@@ -200,9 +295,78 @@ pub fn run_statements(
         eprintln!(
             "tessera: {} statements in {:.2} s, {rows_out} rows out{read}",
             statements.len(),
-            started.elapsed().as_secs_f64()
+            elapsed.as_secs_f64()
         );
     }
+    Ok(())
+}
+
+/// The options of `run` that only a script of streams takes, refused for a database script
+/// with the reason.
+fn refuse_stream_options(args: &crate::RunArgs) -> Result<(), TesseraError> {
+    let refused = if args.late_output.is_some() {
+        Some(
+            "--late-output writes the late events of a script of streams; a database script counts its late events \
+             (in its summary and --stats-json) but does not keep them",
+        )
+    } else if args.state_dir.is_some() {
+        Some(
+            "--state-dir checkpoints a script of streams so that a killed run resumes; each statement of a database \
+             script is durable on its own in --db DIR",
+        )
+    } else if args.state.given() {
+        Some("--state-backend and --state-memory place the window state of a script of streams")
+    } else {
+        None
+    };
+    match refused {
+        Some(reason) => Err(TesseraError::Option(format!("{reason}: {} is a database script", args.script.display()))),
+        None => Ok(()),
+    }
+}
+
+/// Refuses, before anything is read or written, an output that is a file the script reads
+/// (the script, a table's initial contents, a COPY file, a source's file), another output, or
+/// inside the database folder.
+fn refuse_clobbering(
+    args: &crate::RunArgs,
+    statements: &[tessera_db::Statement],
+    base_dir: &std::path::Path,
+) -> Result<(), TesseraError> {
+    use tessera::connectors::file_identity::{self, FileUse};
+    let mut inputs = vec![FileUse::new("the script", &args.script)];
+    for statement in statements {
+        inputs.extend(statement.files_read(base_dir).into_iter().map(|(role, path)| FileUse::new(role, path)));
+    }
+    let mut outputs: Vec<FileUse> = args.output.iter().map(|path| FileUse::new("--output", path)).collect();
+    outputs.extend(args.stats_json.iter().map(|path| FileUse::new("--stats-json", path)));
+    if matches!(args.on_error, crate::ErrorPolicy::Skip) {
+        outputs.push(FileUse::new("--dead-letter", &args.dead_letter));
+    }
+    if let Some(db) = args.db.as_ref().and_then(|db| db.canonicalize().ok()) {
+        for output in &outputs {
+            let folder =
+                output.path.parent().map(|p| if p.as_os_str().is_empty() { std::path::Path::new(".") } else { p });
+            if folder.and_then(|f| f.canonicalize().ok()).is_some_and(|f| f.starts_with(&db)) {
+                return Err(TesseraError::Option(format!(
+                    "{} {} is inside the database folder {}: writing there could destroy the database; give another path",
+                    output.role,
+                    output.path.display(),
+                    db.display()
+                )));
+            }
+        }
+    }
+    file_identity::refuse_clobbering(&inputs, &outputs)
+}
+
+/// Rows as JSON lines, an object a row.
+fn write_jsonl(out: &mut dyn std::io::Write, batches: &[arrow::record_batch::RecordBatch]) -> Result<(), TesseraError> {
+    let mut writer = arrow::json::LineDelimitedWriter::new(out);
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    writer.finish()?;
     Ok(())
 }
 
@@ -219,4 +383,26 @@ fn write_csv(
     }
     writer.into_inner()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backslash_commands_stand_for_statements() {
+        let run = |line: &str| match command(line) {
+            Some(Command::Run(statement)) => statement,
+            _ => panic!("{line} is no statement"),
+        };
+        assert_eq!(run("\\dt"), "SHOW TABLES");
+        assert_eq!(run("\\d \"My T\""), "DESCRIBE \"My T\"");
+        assert_eq!(run("\\set"), "SHOW ALL");
+        assert_eq!(run("\\set freshness exact"), "SET freshness = 'exact'");
+        assert!(matches!(command("exit"), Some(Command::Leave)));
+        assert!(matches!(command("\\q"), Some(Command::Leave)));
+        assert!(matches!(command("help;"), Some(Command::Help)));
+        assert!(matches!(command("\\x"), Some(Command::Unknown)));
+        assert!(command("SELECT 1;").is_none());
+    }
 }

@@ -68,8 +68,11 @@ pub struct Database {
     read: tessera::connectors::ReadOptions,
     /// What the statements read, summed over the statements run.
     read_totals: std::cell::RefCell<ReadTotals>,
-    /// `SET freshness`, `SET confidence`.
+    /// The session's settings (`SET`, and the command line's `--set`).
     settings: Settings,
+    /// The settings given on the command line: a script's `SET` of one is checked, and the
+    /// command line's value holds.
+    overridden: Vec<String>,
 }
 
 /// The events queries over streams read and the late ones among them (older than their
@@ -123,6 +126,7 @@ impl Database {
             read: tessera::connectors::ReadOptions { dead_letter_appends: true, ..Default::default() },
             read_totals: Default::default(),
             settings: Settings::default(),
+            overridden: Vec::new(),
         };
         database.load(manifest)?;
         Ok(database)
@@ -202,6 +206,16 @@ impl Database {
         self.base_dir = dir.to_path_buf();
     }
 
+    /// Settings given outside the statements (`--set name=value`): they hold from now on and
+    /// win over the statements' `SET`s.
+    pub fn override_settings(&mut self, assignments: &[(String, String)]) -> Result<()> {
+        for (name, value) in assignments {
+            self.settings.set(name, value).map_err(TesseraError::Option)?;
+            self.overridden.push(name.clone());
+        }
+        Ok(())
+    }
+
     /// What the statements run so far read.
     pub fn read_totals(&self) -> ReadTotals {
         self.read_totals.borrow().clone()
@@ -258,7 +272,11 @@ impl Database {
             Statement::ExplainRefresh { view } => self.explain_refresh(view),
             Statement::Source { name, text, start, script } => self.create_source(name, text, *start, script),
             Statement::Set { name, value, span, script } => {
-                self.settings.set(name, value).map_err(|m| tessera::sql::ScriptText::new(script).at_span(m, *span))?;
+                let error = |m| tessera::sql::ScriptText::new(script).at_span(m, *span);
+                match self.overridden.contains(name) {
+                    true => Settings::default().set(name, value).map_err(error)?,
+                    false => self.settings.set(name, value).map_err(error)?,
+                }
                 Ok(Outcome::Done)
             }
         }
@@ -294,7 +312,7 @@ impl Database {
                 let (schema, batches) = self.run(&ctx, statement.clone())?;
                 Ok(Outcome::Rows { schema, batches })
             }
-            ast::Statement::CreateTable(create) => self.create_table(create),
+            ast::Statement::CreateTable(create) => self.create_table(create, script),
             ast::Statement::Insert(insert) => self.insert(insert, script),
             ast::Statement::Delete(delete) => self.delete(delete),
             ast::Statement::Update(update) => self.update(update),
@@ -422,7 +440,9 @@ impl Database {
         }
     }
 
-    fn create_table(&mut self, create: &ast::CreateTable) -> Result<Outcome> {
+    /// `CREATE TABLE`: its columns as declared, or as the query of `CREATE TABLE ... AS` gives
+    /// them; its initial contents from a file (`WITH (path = ...)`) or that query.
+    fn create_table(&mut self, create: &ast::CreateTable, script: &str) -> Result<Outcome> {
         let Some((name, key)) = self.new_name(&create.name, create.if_not_exists)? else { return Ok(Outcome::Done) };
         let mut primary_key = Vec::new();
         let mut fields = Vec::new();
@@ -452,6 +472,27 @@ impl Database {
                 other => return Err(TesseraError::Plan(format!("table constraint `{other}` is not supported"))),
             }
         }
+        let given = match &create.query {
+            Some(query) => {
+                let (schema, batches) = self.query_with_columns(query, Some(script))?;
+                if fields.is_empty() {
+                    fields = schema.fields().iter().map(|f| stored_field(f)).collect::<Result<_>>()?;
+                } else if fields.len() != schema.fields().len() {
+                    return Err(TesseraError::Plan(format!(
+                        "CREATE TABLE `{name}` declares {} columns and its query gives {}",
+                        fields.len(),
+                        schema.fields().len()
+                    )));
+                }
+                Some(arrow::compute::concat_batches(&schema, &batches)?)
+            }
+            None => None,
+        };
+        if fields.is_empty() {
+            return Err(TesseraError::Plan(format!(
+                "CREATE TABLE `{name}` has no columns: declare them, or give AS a query"
+            )));
+        }
         let mut table = Table::new(&name, fields, &primary_key)?;
         let options = match &create.table_options {
             ast::CreateTableOptions::With(options) => options.as_slice(),
@@ -470,10 +511,23 @@ impl Database {
                     TesseraError::Plan(format!("time_unit is 's', 'ms', 'us' or 'ns', not `{unit}`"))
                 })?);
         }
-        if let Some((_, path)) = options.iter().find(|(name, _)| name == "path") {
-            let (rows, _, skipped) =
-                file::read_rows(&self.base_dir.join(path), &file_options, &table, &self.read, &self.base_dir)?;
-            self.count_read(0, 0, skipped.rows, &skipped.dead_letter);
+        let path = options.iter().find(|(name, _)| name == "path").map(|(_, path)| path);
+        let rows = match (path, given) {
+            (Some(_), Some(_)) => {
+                return Err(TesseraError::Plan(format!(
+                    "CREATE TABLE `{name}` takes its rows from a file (path) or from a query (AS), not both"
+                )))
+            }
+            (Some(path), None) => {
+                let (rows, _, skipped) =
+                    file::read_rows(&self.base_dir.join(path), &file_options, &table, &self.read, &self.base_dir)?;
+                self.count_read(0, 0, skipped.rows, &skipped.dead_letter);
+                Some(rows)
+            }
+            (None, Some(given)) => Some(table.conform(given.columns().to_vec())?),
+            (None, None) => None,
+        };
+        if let Some(rows) = rows {
             let edit = Edit { inserted: Some(rows), ..Edit::default() };
             table.check(&edit)?;
             table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
@@ -717,6 +771,31 @@ fn column_type(sql: &ast::DataType) -> Option<arrow::datatypes::DataType> {
         }
         other => tessera::sql::arrow_type(other),
     }
+}
+
+/// The column a table stores for query column `field` (`CREATE TABLE ... AS`): its name and
+/// type, text of any representation as VARCHAR; a column of no type (a bare NULL) or of a
+/// nested type is refused.
+fn stored_field(field: &Field) -> Result<Field> {
+    use arrow::datatypes::DataType as T;
+    let data_type = match field.data_type() {
+        T::Utf8View | T::LargeUtf8 => T::Utf8,
+        T::Null => {
+            return Err(TesseraError::Plan(format!(
+                "column `{}` of the query has no type (a bare NULL): CAST it to the type the table should store",
+                field.name()
+            )))
+        }
+        nested if nested.is_nested() => {
+            return Err(TesseraError::Plan(format!(
+                "column `{}` of the query is {}: tables store no lists, structs or maps",
+                field.name(),
+                tessera::catalog::sql_type_name(nested)
+            )))
+        }
+        other => other.clone(),
+    };
+    Ok(Field::new(field.name(), data_type, true))
 }
 
 /// Registers the live rows of `table` as `name` (`with_positions`: and their positions, see

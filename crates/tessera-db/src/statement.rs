@@ -55,6 +55,49 @@ impl Statement {
     }
 }
 
+impl Statement {
+    /// The files the statement reads, each with what it is to the statement; relative paths are
+    /// under `base_dir`. A script's outputs must not be one of them.
+    pub fn files_read(&self, base_dir: &std::path::Path) -> Vec<(String, PathBuf)> {
+        match self {
+            Statement::Copy { table, path, .. } => {
+                vec![(format!("the file COPY reads into `{table}`"), base_dir.join(path))]
+            }
+            Statement::Sql { statement, .. } => match statement.as_ref() {
+                ast::Statement::CreateTable(create) => match &create.table_options {
+                    ast::CreateTableOptions::With(options) => options
+                        .iter()
+                        .filter_map(|option| crate::key_value(option).ok())
+                        .filter(|(name, _)| name == "path")
+                        .map(|(_, path)| {
+                            (format!("the initial contents of table `{}`", create.name), base_dir.join(path))
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                },
+                _ => Vec::new(),
+            },
+            Statement::Source { name, text, .. } => match tessera::sql::parse_script(text, base_dir) {
+                Ok(statements) => statements
+                    .into_iter()
+                    .filter_map(|statement| match statement {
+                        tessera::sql::Statement::CreateSource(source) => match source.location {
+                            tessera::catalog::Location::File(path) => {
+                                Some((format!("the file of source `{name}`"), path))
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect(),
+                // Its error is the statement's to report when it runs.
+                Err(_) => Vec::new(),
+            },
+            Statement::Refresh { .. } | Statement::ExplainRefresh { .. } | Statement::Set { .. } => Vec::new(),
+        }
+    }
+}
+
 /// The statements of `sql`, in order.
 pub fn parse(sql: &str) -> Result<Vec<Statement>> {
     let text: Arc<str> = sql.into();

@@ -183,3 +183,30 @@ fn a_damaged_data_file_is_named_and_a_damaged_manifest_is_recovered_from_the_pre
     assert_eq!(query(&mut db, "SELECT id FROM t"), ["1", "2"], "as before the last statement");
     assert!(path.join("MANIFEST.damaged-3").exists(), "the damaged manifest is kept");
 }
+
+#[test]
+fn create_table_as_a_query_takes_its_columns_and_rows() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute("CREATE TABLE a (k BIGINT PRIMARY KEY, v VARCHAR); INSERT INTO a VALUES (1, 'x'), (2, 'y');").unwrap();
+    db.execute("CREATE TABLE b AS SELECT * FROM a WHERE k > 1; CREATE TABLE c AS VALUES (1), (2);").unwrap();
+    assert_eq!(query(&mut db, "SELECT * FROM b"), ["2|y"]);
+    assert_eq!(query(&mut db, "SELECT column1 FROM c"), ["1", "2"]);
+    // Declared columns take the query's values by position, with checked conversion.
+    db.execute("CREATE TABLE d (id INT PRIMARY KEY, name VARCHAR) AS SELECT k, v FROM a").unwrap();
+    assert_eq!(query(&mut db, "SELECT * FROM d"), ["1|x", "2|y"]);
+    let err = error(&mut db, "CREATE TABLE e (id INT) AS SELECT v FROM a");
+    assert!(err.contains("column `id` of `e` is INT: 'x' is not a INT"), "{err}");
+    assert!(db.table("e").is_none(), "a refused CREATE creates nothing");
+    let err = error(&mut db, "CREATE TABLE f AS SELECT NULL AS n");
+    assert!(err.contains("has no type"), "{err}");
+    let err = error(&mut db, "CREATE TABLE g ()");
+    assert!(err.contains("has no columns"), "{err}");
+}
+
+#[test]
+fn tablesample_is_refused_with_its_position() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute("CREATE TABLE a (k BIGINT)").unwrap();
+    let err = error(&mut db, "SELECT COUNT(*) FROM a\n  TABLESAMPLE BERNOULLI (10)");
+    assert!(err.contains("TABLESAMPLE of `a` is not supported") && err.contains("line 1"), "{err}");
+}

@@ -69,6 +69,15 @@ pub fn refuse_clobbering(inputs: &[FileUse], outputs: &[FileUse]) -> Result<()> 
     let inputs: Vec<(&FileUse, Identity)> = inputs.iter().filter_map(|u| Some((u, identity(&u.path)?))).collect();
     let mut seen: Vec<(&FileUse, Identity)> = Vec::new();
     for output in outputs {
+        // Refused before a run, not after its results are written.
+        let folder = output.path.parent().filter(|p| !p.as_os_str().is_empty());
+        if folder.is_some_and(|folder| !folder.is_dir()) {
+            return Err(TesseraError::Option(format!(
+                "{} {}: its folder does not exist",
+                output.role,
+                output.path.display()
+            )));
+        }
         let Some(id) = identity(&output.path) else { continue };
         if let Some((input, _)) = inputs.iter().find(|(_, other)| *other == id) {
             return Err(TesseraError::Option(format!(

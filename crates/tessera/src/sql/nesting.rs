@@ -21,11 +21,13 @@ use crate::error::{Location, Result};
 pub const MAX_EXPRESSION_DEPTH: usize = 1_000;
 
 /// Balances the `AND` and `OR` chains of `node` (a query, or any statement), then refuses it if
-/// an expression is still nested deeper than [`MAX_EXPRESSION_DEPTH`]. The walk goes top-down:
+/// an expression is still nested deeper than [`MAX_EXPRESSION_DEPTH`] or it reads a relation
+/// with `TABLESAMPLE` (which nothing would honour). The walk goes top-down:
 /// each chain is balanced at its top, before its operands are walked, and the depth is tracked.
 pub fn balance_and_check(node: NodeMut<'_>, script: &ScriptText) -> Result<()> {
     let mut depth = 0;
     let mut too_deep = None;
+    let mut sampled = None;
     let _ = walk::walk_mut(node, &mut |met| {
         match met {
             MetMut::Entered(expr) => {
@@ -47,9 +49,22 @@ pub fn balance_and_check(node: NodeMut<'_>, script: &ScriptText) -> Result<()> {
             }
             MetMut::Left(_) => depth -= 1,
             MetMut::Relation(_) => {}
+            MetMut::Sampled(name) => {
+                sampled = Some((name.to_string(), span_location(name.span())));
+                return ControlFlow::Break(());
+            }
         }
         ControlFlow::Continue(())
     });
+    if let Some((name, location)) = sampled {
+        return Err(script.error(
+            format!(
+                "TABLESAMPLE of `{name}` is not supported: a materialized view WITH (sample = ...) keeps a sample \
+                 that its queries are estimated from"
+            ),
+            location,
+        ));
+    }
     match too_deep {
         None => Ok(()),
         Some(location) => Err(script.error(

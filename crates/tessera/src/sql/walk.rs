@@ -9,7 +9,7 @@
 use std::ops::ControlFlow;
 
 use datafusion_sql::sqlparser::ast::{
-    Expr, ObjectName, Query, Select, SelectItem, Statement, Visit, VisitMut, Visitor, VisitorMut,
+    Expr, ObjectName, Query, Select, SelectItem, Statement, TableFactor, Visit, VisitMut, Visitor, VisitorMut,
 };
 
 /// A tree to walk.
@@ -40,8 +40,10 @@ pub enum Met<'a> {
 }
 
 /// What a changing walk meets: an expression when it enters it (before its operands) and when
-/// it leaves it (after them), a relation after what is under it.
+/// it leaves it (after them), a relation after what is under it, and a relation read with
+/// `TABLESAMPLE` before it.
 pub enum MetMut<'a> {
+    Sampled(&'a ObjectName),
     Entered(&'a mut Expr),
     Left(&'a mut Expr),
     Relation(&'a mut ObjectName),
@@ -82,7 +84,7 @@ pub fn expressions(node: Node<'_>, mut each: impl FnMut(&Expr) -> ControlFlow<()
 pub fn expressions_mut(node: NodeMut<'_>, mut each: impl FnMut(&mut Expr) -> ControlFlow<()>) -> ControlFlow<()> {
     walk_mut(node, &mut |met| match met {
         MetMut::Left(expr) => each(expr),
-        MetMut::Entered(_) | MetMut::Relation(_) => ControlFlow::Continue(()),
+        MetMut::Entered(_) | MetMut::Relation(_) | MetMut::Sampled(_) => ControlFlow::Continue(()),
     })
 }
 
@@ -98,7 +100,7 @@ pub fn relations(query: &Query, mut each: impl FnMut(&ObjectName) -> ControlFlow
 pub fn relations_mut(query: &mut Query, mut each: impl FnMut(&mut ObjectName) -> ControlFlow<()>) -> ControlFlow<()> {
     walk_mut(NodeMut::Query(query), &mut |met| match met {
         MetMut::Relation(name) => each(name),
-        MetMut::Entered(_) | MetMut::Left(_) => ControlFlow::Continue(()),
+        MetMut::Entered(_) | MetMut::Left(_) | MetMut::Sampled(_) => ControlFlow::Continue(()),
     })
 }
 
@@ -131,6 +133,13 @@ impl VisitorMut for WalkerMut<'_> {
 
     fn post_visit_relation(&mut self, relation: &mut ObjectName) -> ControlFlow<()> {
         (self.0)(MetMut::Relation(relation))
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        match factor {
+            TableFactor::Table { name, sample: Some(_), .. } => (self.0)(MetMut::Sampled(name)),
+            _ => ControlFlow::Continue(()),
+        }
     }
 }
 
