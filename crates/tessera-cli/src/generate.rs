@@ -78,12 +78,22 @@ pub fn generate(args: &GenerateArgs) -> Result<(), TesseraError> {
         Field::new("temperature", DataType::Float64, true),
         Field::new("ts", DataType::Int64, false),
     ]));
+    let extension = args.output.extension().map(|e| e.to_string_lossy().to_ascii_lowercase());
+    let parquet = match extension.as_deref() {
+        Some("parquet") => true,
+        Some("csv") | None => false,
+        Some(other) => {
+            return Err(TesseraError::Option(format!(
+                "{}: generate writes .csv or .parquet, not .{other}",
+                args.output.display()
+            )))
+        }
+    };
     let file = File::create(&args.output)
         .map_err(|e| TesseraError::io(format!("cannot create {}", args.output.display()), e))?;
     // Written in 8 MiB pieces, the file lands in the page cache in 2 MiB folios, which the
     // Parquet reader maps with huge pages (see `map_file`); 8 KiB writes leave it in small ones.
     let file = std::io::BufWriter::with_capacity(8 << 20, file);
-    let parquet = args.output.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
     enum Writer {
         Csv(CsvWriter<std::io::BufWriter<File>>),
         Parquet(Box<ArrowWriter<std::io::BufWriter<File>>>),

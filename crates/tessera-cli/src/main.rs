@@ -460,11 +460,15 @@ where
 }
 
 fn summary(stats: &RunStats, args: &RunArgs) -> String {
+    // A rate of no events (a finished checkpoint run again) says nothing.
+    let rate = match stats.events_in {
+        0 => String::new(),
+        _ => format!(" ({:.2}M events/s)", stats.events_per_second / 1e6),
+    };
     let mut text = format!(
-        "tessera: {} events in {:.2} s ({:.2}M events/s), {} rows out, {} late, {} bad rows, workers: {}",
+        "tessera: {} events in {:.2} s{rate}, {} rows out, {} late, {} bad rows, workers: {}",
         stats.events_in,
         stats.elapsed_ms as f64 / 1000.0,
-        stats.events_per_second / 1e6,
         stats.rows_out,
         stats.late_events,
         stats.bad_rows,

@@ -247,3 +247,42 @@ fn a_reader_that_stops_early_ends_the_process_quietly() {
         assert!(!err.contains("panicked") && out.status.code() != Some(101), "{args:?}: {:?} {err}", out.status);
     }
 }
+
+#[test]
+fn misspelt_keywords_get_a_hint_and_nested_nots_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    for (sql, hint) in [
+        ("CREATE TABLE t (a BIGINT); SELECT COUNT(*) FORM t", "did you mean `FROM`?"),
+        ("CREATE TABLE t (a BIGINT); SELECT a FROM t GRUOP BY a", "did you mean `GROUP`?"),
+        ("CREAT TABLE t (a BIGINT)", "did you mean `CREATE`?"),
+    ] {
+        let out = tessera(&["sql", "-c", sql], dir.path());
+        assert_eq!(out.status.code(), Some(1), "{sql}");
+        assert!(text(&out.stderr).contains(hint), "{sql}: {}", text(&out.stderr));
+    }
+    std::fs::write(dir.path().join("r.csv"), "k,ts\n1,1\n").unwrap();
+    std::fs::write(
+        dir.path().join("s.sql"),
+        "CREATE SOURCE r (k BIGINT, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'r.csv');
+         SELECT k, COUNT(*) FROM TUMBLE(r, ts, INTERVAL '1' SECOND) GRUOP BY k, window_start, window_end;",
+    )
+    .unwrap();
+    let out = tessera(&["run", "s.sql"], dir.path());
+    assert!(text(&out.stderr).contains("did you mean `GROUP`?"), "{}", text(&out.stderr));
+    // 49 and 500 nested NOTs: an answer, not a parser's recursion limit.
+    for depth in [49, 500] {
+        let sql = format!("SELECT {} TRUE AS x", "NOT ".repeat(depth));
+        let out = tessera(&["sql", "--format", "csv", "-c", &sql], dir.path());
+        assert!(out.status.success(), "{depth}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), format!("x\n{}\n", depth % 2 == 0), "{depth}");
+    }
+}
+
+#[test]
+fn generate_writes_the_format_its_file_name_says_or_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tessera(&["generate", "--events", "10", "-o", "x.json"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("generate writes .csv or .parquet, not .json"), "{}", text(&out.stderr));
+    assert!(!dir.path().join("x.json").exists());
+}

@@ -52,7 +52,7 @@ impl Database {
             let hidden = table.key_names().iter().any(|k| k == crate::table::ROW_ID);
             (Arc::clone(&table.schema), if hidden { Vec::new() } else { table.key_names() })
         } else if self.views.contains_key(&key) {
-            (self.sql(&format!("SELECT * FROM {} LIMIT 0", quoted(&key)), None)?.0, Vec::new())
+            (self.sql(&format!("SELECT * FROM {} LIMIT 0", quoted(&key)))?.0, Vec::new())
         } else if self.sources.contains_key(&key) {
             // The sources compiled, with nothing after them.
             let script = self.compile_stream("", Location::new(1, 1), "")?;

@@ -266,7 +266,9 @@ impl Database {
             self.catch_up()?;
         }
         match statement {
-            Statement::Sql { statement, script } => self.execute_sql(statement, script),
+            Statement::Sql { statement, script } => {
+                self.execute_sql(statement, script).map_err(|e| tessera::sql::ScriptText::new(script).locate(e))
+            }
             Statement::Copy { table, path, options } => self.copy(table, path, options),
             Statement::Refresh { view, sample } => self.refresh(view, *sample),
             Statement::ExplainRefresh { view } => self.explain_refresh(view),
@@ -353,10 +355,21 @@ impl Database {
         // Each relation under every spelling the statements use (names are matched without
         // case: `"My T"` and `my t` are one table).
         let mut named: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+        let mut catalog_read = false;
         for statement in reads {
             let statement = datafusion::sql::parser::Statement::Statement(Box::new((*statement).clone()));
             for reference in ctx.state().resolve_table_references(&statement)? {
+                catalog_read |= reference.schema() == Some("information_schema");
                 named.entry(reference.table().to_lowercase()).or_default().insert(reference.table().to_string());
+            }
+        }
+        if catalog_read {
+            // information_schema lists what is registered: every table and view, as named.
+            for (key, table) in &self.tables {
+                named.entry(key.clone()).or_default().insert(table.name.clone());
+            }
+            for key in self.views.keys() {
+                named.entry(key.clone()).or_default().insert(key.clone());
             }
         }
         for (key, spellings) in &named {
@@ -418,7 +431,12 @@ impl Database {
 
     /// A DataFusion session with nothing registered.
     fn plain_context(&self) -> SessionContext {
-        SessionContext::new_with_config(SessionConfig::new().with_target_partitions(tessera::exec::cores().clamp(1, 2)))
+        // Spans let the planner's errors point at the line and column of the script.
+        let config = SessionConfig::new()
+            .with_target_partitions(tessera::exec::cores().clamp(1, 2))
+            .with_information_schema(true)
+            .set_bool("datafusion.sql_parser.collect_spans", true);
+        SessionContext::new_with_config(config)
     }
 
     /// The name and key of a table or view to create, or `None` if one exists already and the
@@ -613,7 +631,12 @@ impl Database {
         }
         let key = self.existing(name)?;
         let table = &self.tables[&key];
-        let mut values: Vec<String> = table.schema.fields().iter().map(|f| quoted(f.name())).collect();
+        let mut values: Vec<ast::Expr> = table
+            .schema
+            .fields()
+            .iter()
+            .map(|f| ast::Expr::Identifier(ast::Ident::with_quote('"', f.name())))
+            .collect();
         for assignment in &update.assignments {
             let ast::AssignmentTarget::ColumnName(column) = &assignment.target else {
                 return Err(TesseraError::Plan("UPDATE assigns columns one by one".into()));
@@ -625,7 +648,7 @@ impl Database {
                 .iter()
                 .position(|f| f.name().eq_ignore_ascii_case(&column))
                 .ok_or_else(|| TesseraError::Plan(format!("table `{}` has no column `{column}`", table.name)))?;
-            values[i] = assignment.value.to_string();
+            values[i] = assignment.value.clone();
         }
         let selected = self.positions(&key, &values, update.selection.as_ref())?;
         let table = &self.tables[&key];
@@ -652,15 +675,29 @@ impl Database {
     }
 
     /// The positions of the rows of table `key` where `selection` holds, each batch with the
-    /// values of `expressions` on those rows.
-    fn positions(&self, key: &str, expressions: &[String], selection: Option<&ast::Expr>) -> Result<Vec<SelectedRows>> {
-        let mut select: Vec<String> = expressions.to_vec();
-        select.push(POSITION.to_string());
-        let mut sql = format!("SELECT {} FROM {}", select.join(", "), quoted(key));
-        if let Some(selection) = selection {
-            sql.push_str(&format!(" WHERE {selection}"));
+    /// values of `expressions` on those rows. The expressions keep their places in the script,
+    /// so that errors point there.
+    fn positions(
+        &self,
+        key: &str,
+        expressions: &[ast::Expr],
+        selection: Option<&ast::Expr>,
+    ) -> Result<Vec<SelectedRows>> {
+        let mut statement = parse_one(&format!("SELECT {POSITION} FROM {}", quoted(key)))?;
+        if let ast::Statement::Query(query) = &mut statement {
+            if let ast::SetExpr::Select(select) = query.body.as_mut() {
+                let items = expressions.iter().map(|e| ast::SelectItem::UnnamedExpr(e.clone()));
+                select.projection.splice(0..0, items);
+                select.selection = selection.cloned();
+            }
         }
-        let (_, batches) = self.sql(&sql, Some(key))?;
+        // Errors are about the statement as written: the rows' positions are not among its
+        // columns.
+        let hidden = [format!(", {key}.{POSITION}"), format!(", {POSITION}")];
+        let ctx = self.context(&[&statement], Some(key))?;
+        let (_, batches) = self.run(&ctx, statement).map_err(|e| {
+            e.map_message(|m| hidden.iter().fold(m.to_string(), |m, column| m.replace(column.as_str(), "")))
+        })?;
         Ok(batches
             .into_iter()
             .map(|batch| {
@@ -710,9 +747,9 @@ impl Database {
     }
 
     /// The columns and rows of query `sql` over the tables and views.
-    fn sql(&self, sql: &str, positions: Option<&str>) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+    fn sql(&self, sql: &str) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
         let statement = parse_one(sql)?;
-        let ctx = self.context(&[&statement], positions)?;
+        let ctx = self.context(&[&statement], None)?;
         self.run(&ctx, statement)
     }
 
@@ -748,6 +785,13 @@ impl Database {
         let key = name.to_lowercase();
         if self.tables.contains_key(&key) {
             Ok(key)
+        } else if self.views.contains_key(&key) {
+            Err(TesseraError::Plan(format!(
+                "`{name}` is a materialized view, not a table: it changes by REFRESH MATERIALIZED VIEW, and goes by \
+                 DROP MATERIALIZED VIEW"
+            )))
+        } else if self.sources.contains_key(&key) {
+            Err(TesseraError::Plan(format!("`{name}` is a source (a stream), not a table")))
         } else {
             Err(TesseraError::Plan(format!("no table `{name}`")))
         }

@@ -98,13 +98,19 @@ impl Statement {
     }
 }
 
-/// The statements of `sql`, in order.
+/// The statements of `sql`, in order. Parsing recurses once per level of nesting: it runs on
+/// a thread with a deep stack.
 pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+    tessera::exec::on_deep_stack("tessera-parse", || parse_here(sql))
+}
+
+fn parse_here(sql: &str) -> Result<Vec<Statement>> {
     let text: Arc<str> = sql.into();
     let script = ScriptText::new(sql);
     let error = |e| script.parser_error(e);
     let dialect = GenericDialect {};
-    let mut parser = Parser::new(&dialect).try_with_sql(sql).map_err(error)?;
+    let mut parser =
+        Parser::new(&dialect).with_recursion_limit(nesting::PARSER_RECURSION_LIMIT).try_with_sql(sql).map_err(error)?;
     let mut statements = Vec::new();
     loop {
         while parser.consume_token(&Token::SemiColon) {}
@@ -189,7 +195,7 @@ pub fn parse(sql: &str) -> Result<Vec<Statement>> {
         statements.push(statement);
         let end = parser.peek_token();
         if end.token != Token::EOF && end.token != Token::SemiColon {
-            return Err(script.at_span(format!("expected `;` or the end, found `{}`", end.token), end.span));
+            return Err(script.unexpected(&end.token, end.span));
         }
     }
     Ok(statements)

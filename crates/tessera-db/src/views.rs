@@ -308,16 +308,18 @@ impl Database {
     pub(crate) fn plan_view(&self, query: &ast::Query) -> Result<maintain::Maintenance> {
         // Planned over empty tables of the same columns: the plan keeps no rows alive.
         let ctx = SessionContext::new();
-        for name in self.references(query)? {
+        let statement =
+            datafusion::sql::parser::Statement::Statement(Box::new(ast::Statement::Query(Box::new(query.clone()))));
+        // Each relation under the spelling the query uses (names are matched without case).
+        for reference in ctx.state().resolve_table_references(&statement)? {
+            let name = reference.table().to_lowercase();
             let schema = match (self.tables.get(&name), self.views.get(&name)) {
                 (Some(table), _) => Arc::clone(&table.schema),
                 (None, Some(view)) => view.schema(),
                 (None, None) => continue,
             };
-            register_batches(&ctx, &name, schema, Vec::new())?;
+            register_batches(&ctx, reference.table(), schema, Vec::new())?;
         }
-        let statement =
-            datafusion::sql::parser::Statement::Statement(Box::new(ast::Statement::Query(Box::new(query.clone()))));
         let plan = self.runtime.block_on(ctx.state().statement_to_plan(statement))?;
         Ok(maintain::plan(&plan, &Sources { db: self, since: 0, planning: true }))
     }

@@ -128,6 +128,25 @@ impl TesseraError {
         TesseraError::Io { context: context.into(), source }
     }
 
+    /// The error with its message rewritten by `rewrite` (the file and line of an input error,
+    /// the location of a SQL error and the cause of an I/O error kept).
+    pub fn map_message(self, rewrite: impl Fn(&str) -> String) -> Self {
+        match self {
+            TesseraError::Sql(mut diagnostic) => {
+                diagnostic.message = rewrite(&diagnostic.message);
+                TesseraError::Sql(diagnostic)
+            }
+            TesseraError::Plan(m) => TesseraError::Plan(rewrite(&m)),
+            TesseraError::Input { file, line, reason } => TesseraError::Input { file, line, reason: rewrite(&reason) },
+            TesseraError::Option(m) => TesseraError::Option(rewrite(&m)),
+            TesseraError::Io { context, source } => TesseraError::Io { context: rewrite(&context), source },
+            TesseraError::Database(m) => TesseraError::Database(rewrite(&m)),
+            TesseraError::Checkpoint(m) => TesseraError::Checkpoint(rewrite(&m)),
+            TesseraError::Execution(m) => TesseraError::Execution(rewrite(&m)),
+            TesseraError::Internal(m) => TesseraError::Internal(rewrite(&m)),
+        }
+    }
+
     /// Whether the error is the user's to fix (exit status 1) rather than a bug (exit status 2).
     pub fn is_user_error(&self) -> bool {
         !matches!(self, TesseraError::Internal(_))
@@ -138,16 +157,33 @@ impl From<datafusion_common::DataFusionError> for TesseraError {
     fn from(e: datafusion_common::DataFusionError) -> Self {
         use datafusion_common::DataFusionError as E;
         match e {
+            // A planner error with the spot it is about: a SQL error there (its source line is
+            // added by `ScriptText::locate` where the script is known).
+            E::Diagnostic(diagnostic, inner) => match diagnostic.span {
+                Some(span) if span.start.line > 0 => TesseraError::Sql(Box::new(SqlDiagnostic {
+                    message: sql_type_names(&match diagnostic.notes.is_empty() {
+                        true => diagnostic.message.clone(),
+                        false => {
+                            let notes: Vec<&str> = diagnostic.notes.iter().map(|note| note.message.as_str()).collect();
+                            format!("{} ({})", diagnostic.message, notes.join("; "))
+                        }
+                    }),
+                    location: Some(Location { line: span.start.line, column: span.start.column }),
+                    source_line: None,
+                    help: diagnostic.helps.first().map(|h| sql_type_names(&h.message)),
+                })),
+                _ => TesseraError::from(*inner),
+            },
             E::Internal(msg) => TesseraError::Internal(msg),
             E::Context(ctx, inner) => match TesseraError::from(*inner) {
                 TesseraError::Plan(m) => TesseraError::Plan(format!("{ctx}: {m}")),
                 TesseraError::Execution(m) => TesseraError::Execution(format!("{ctx}: {m}")),
                 other => other,
             },
-            E::Plan(msg) | E::NotImplemented(msg) => TesseraError::Plan(msg),
-            e @ E::SchemaError(..) => TesseraError::Plan(e.strip_backtrace()),
-            E::ArrowError(err, _) => TesseraError::Execution(err.to_string()),
-            other => TesseraError::Execution(other.strip_backtrace()),
+            E::Plan(msg) | E::NotImplemented(msg) => TesseraError::Plan(sql_type_names(&msg)),
+            e @ E::SchemaError(..) => TesseraError::Plan(sql_type_names(&e.strip_backtrace())),
+            E::ArrowError(err, _) => TesseraError::Execution(sql_type_names(&err.to_string())),
+            other => TesseraError::Execution(sql_type_names(&other.strip_backtrace())),
         }
     }
 }
@@ -156,6 +192,45 @@ impl From<arrow::error::ArrowError> for TesseraError {
     fn from(e: arrow::error::ArrowError) -> Self {
         TesseraError::Execution(e.to_string())
     }
+}
+
+/// `message` (DataFusion's or Arrow's) with the Arrow names of column types as SQL names them
+/// (`Int64` as BIGINT, `Utf8` as VARCHAR), where they stand as words of their own.
+fn sql_type_names(message: &str) -> String {
+    const NAMES: [(&str, &str); 16] = [
+        ("Timestamp(Microsecond, None)", "TIMESTAMP"),
+        ("Timestamp(µs)", "TIMESTAMP"),
+        ("Timestamp(Nanosecond, None)", "TIMESTAMP(9)"),
+        ("Timestamp(ns)", "TIMESTAMP(9)"),
+        ("Utf8View", "VARCHAR"),
+        ("LargeUtf8", "VARCHAR"),
+        ("Utf8", "VARCHAR"),
+        ("Int64", "BIGINT"),
+        ("Int32", "INT"),
+        ("Int16", "SMALLINT"),
+        ("Int8", "TINYINT"),
+        ("Float64", "DOUBLE"),
+        ("Float32", "REAL"),
+        ("Boolean", "BOOLEAN"),
+        ("Date32", "DATE"),
+        ("Date64", "DATE"),
+    ];
+    let mut text = message.to_string();
+    for (arrow, sql) in NAMES {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(arrow) {
+            let before = rest[..at].chars().next_back();
+            let after = rest[at + arrow.len()..].chars().next();
+            let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            out.push_str(&rest[..at]);
+            out.push_str(if word(before) || word(after) { arrow } else { sql });
+            rest = &rest[at + arrow.len()..];
+        }
+        out.push_str(rest);
+        text = out;
+    }
+    text
 }
 
 pub type Result<T, E = TesseraError> = std::result::Result<T, E>;

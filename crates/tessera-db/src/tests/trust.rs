@@ -1,6 +1,8 @@
 //! What a database is given is stored as given or refused: values that do not fit their
 //! column, numbers for timestamps without a unit, damaged files, and a second process writing.
 
+use proptest::prelude::*;
+
 use super::*;
 
 fn error(db: &mut Database, sql: &str) -> String {
@@ -209,4 +211,123 @@ fn tablesample_is_refused_with_its_position() {
     db.execute("CREATE TABLE a (k BIGINT)").unwrap();
     let err = error(&mut db, "SELECT COUNT(*) FROM a\n  TABLESAMPLE BERNOULLI (10)");
     assert!(err.contains("TABLESAMPLE of `a` is not supported") && err.contains("line 1"), "{err}");
+}
+
+#[test]
+fn errors_point_into_the_script_with_sql_names_and_what_datafusion_has_is_there() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute("CREATE TABLE t (a BIGINT, d DATE, s VARCHAR); INSERT INTO t VALUES (1, '2024-03-05', 'hello');")
+        .unwrap();
+    let err = error(&mut db, "SELECT a\n  FROM t WHERE nosuch = 1");
+    assert!(err.contains("column 'nosuch' not found at line 2, column 16"), "{err}");
+    let err = error(&mut db, "DELETE FROM t WHERE nosuch = 1");
+    assert!(err.contains("at line 1, column 21") && !err.contains("_tessera"), "{err}");
+    let err = error(&mut db, "UPDATE t SET a = a + 'x'");
+    assert!(err.contains("incompatible types (has type BIGINT; has type VARCHAR) at line 1, column 18"), "{err}");
+    db.execute("CREATE MATERIALIZED VIEW v AS SELECT COUNT(*) AS n FROM t").unwrap();
+    let err = error(&mut db, "DROP TABLE v");
+    assert!(err.contains("`v` is a materialized view, not a table"), "{err}");
+    assert_eq!(
+        query(&mut db, "SELECT EXTRACT(month FROM d), substring(s, 1, 2), [a, a + 1], position('l' IN s) FROM t"),
+        ["3|he|[1, 2]|3"]
+    );
+}
+
+/// A number given to INSERT: an integer literal or a float literal.
+#[derive(Debug, Clone, Copy)]
+enum Given {
+    Integer(i64),
+    Float(f64),
+}
+
+/// What a numeric column of `sql_type` must store for `given`, by the rules of SQL rather than
+/// by Arrow's casts: the same number (a float column: the nearest one it holds), or `None`
+/// where it must refuse (out of range, a fraction for an integer column).
+fn numeric_reference(sql_type: &str, given: Given) -> Option<f64> {
+    // Integer columns hold [low, high).
+    let (low, high) = match sql_type {
+        "SMALLINT" => (i16::MIN as f64, -(i16::MIN as f64)),
+        "INT" => (i32::MIN as f64, -(i32::MIN as f64)),
+        "BIGINT" => (i64::MIN as f64, -(i64::MIN as f64)),
+        "REAL" => {
+            return match given {
+                Given::Integer(v) => Some(v as f32 as f64),
+                Given::Float(f) => Some(f as f32 as f64).filter(|v| v.is_finite()),
+            }
+        }
+        _ => {
+            return Some(match given {
+                Given::Integer(v) => v as f64,
+                Given::Float(f) => f,
+            })
+        }
+    };
+    match given {
+        Given::Integer(v) => {
+            let fits = match sql_type {
+                "SMALLINT" => i16::try_from(v).is_ok(),
+                "INT" => i32::try_from(v).is_ok(),
+                _ => true,
+            };
+            Some(v as f64).filter(|_| fits)
+        }
+        Given::Float(f) => Some(f).filter(|f| f.fract() == 0.0 && (low..high).contains(f)),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config { cases: 200, ..Default::default() })]
+
+    /// INSERT of any number into a numeric column stores that number or is refused naming the
+    /// column, never NULL or a truncated value in its place.
+    #[test]
+    fn a_number_is_stored_as_given_or_refused(
+        sql_type in proptest::sample::select(vec!["SMALLINT", "INT", "BIGINT", "REAL", "DOUBLE"]),
+        given in proptest::prop_oneof![
+            proptest::num::i64::ANY.prop_map(Given::Integer),
+            (-100_000i64..100_000).prop_map(Given::Integer),
+            proptest::num::f64::NORMAL.prop_map(Given::Float),
+            (-1e6f64..1e6).prop_map(Given::Float),
+            (-40_000i64..40_000).prop_map(|v| Given::Float(v as f64)),
+        ],
+    ) {
+        let mut db = Database::in_memory().unwrap();
+        db.execute(&format!("CREATE TABLE t (x {sql_type})")).unwrap();
+        let literal = match given {
+            Given::Integer(v) => v.to_string(),
+            // Rust writes the shortest text that reads back as the same double.
+            Given::Float(f) => format!("{f:?}"),
+        };
+        let result = db.execute(&format!("INSERT INTO t VALUES ({literal})"));
+        match (numeric_reference(sql_type, given), result) {
+            (Some(expected), Ok(_)) => {
+                let Outcome::Rows { batches, .. } = db.execute("SELECT CAST(x AS DOUBLE) FROM t").unwrap().remove(0) else {
+                    panic!("no rows")
+                };
+                let stored = batches[0].column(0).as_any().downcast_ref::<arrow::array::Float64Array>().unwrap();
+                prop_assert!(arrow::array::Array::is_valid(stored, 0), "{literal} into {sql_type} stored NULL");
+                prop_assert_eq!(stored.value(0), expected, "{} into {}", literal, sql_type);
+            }
+            (None, Err(e)) => prop_assert!(e.to_string().contains("column `x` of `t`"), "{literal} into {sql_type}: {e}"),
+            (expected, result) => prop_assert!(false, "{literal} into {sql_type}: expected {expected:?}, got {result:?}"),
+        }
+    }
+}
+
+#[test]
+fn information_schema_lists_every_table_and_view_with_its_columns() {
+    let mut db = Database::in_memory().unwrap();
+    db.execute(
+        "CREATE TABLE \"My T\" (id BIGINT PRIMARY KEY, d DATE);
+         CREATE MATERIALIZED VIEW v AS SELECT COUNT(*) AS n FROM \"My T\";",
+    )
+    .unwrap();
+    assert_eq!(
+        query(&mut db, "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"),
+        ["My T", "v"]
+    );
+    assert_eq!(
+        query(&mut db, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'My T'"),
+        ["d|Date32", "id|Int64"]
+    );
 }

@@ -2,7 +2,7 @@
 //! with a caret, and for unknown names the closest valid name.
 
 use datafusion_sql::sqlparser::parser::ParserError;
-use datafusion_sql::sqlparser::tokenizer::Span;
+use datafusion_sql::sqlparser::tokenizer::{Span, Token};
 
 use crate::error::{Location, SqlDiagnostic, TesseraError};
 
@@ -15,6 +15,18 @@ pub struct ScriptText<'a> {
 impl<'a> ScriptText<'a> {
     pub fn new(text: &'a str) -> Self {
         ScriptText { text }
+    }
+
+    /// `error` with the line of this script it points at, if it is a SQL error that points
+    /// somewhere and does not show it yet.
+    pub fn locate(&self, error: TesseraError) -> TesseraError {
+        match error {
+            TesseraError::Sql(diagnostic) if diagnostic.source_line.is_none() && diagnostic.location.is_some() => {
+                let SqlDiagnostic { message, location, help, .. } = *diagnostic;
+                self.error_with_help(message, location, help)
+            }
+            other => other,
+        }
     }
 
     pub fn error(&self, message: impl Into<String>, location: Option<Location>) -> TesseraError {
@@ -36,6 +48,25 @@ impl<'a> ScriptText<'a> {
         self.error(message, span_location(span))
     }
 
+    /// A statement that goes on where it should end, at `found`: a word there, or the word
+    /// before it (`SELECT COUNT(*) FORM t` reads FORM as a column alias), that is a likely typo
+    /// of a keyword gets a hint.
+    pub fn unexpected(&self, found: &Token, span: Span) -> TesseraError {
+        let location = span_location(span);
+        let before = location.and_then(|at| {
+            let line = self.text.lines().nth(at.line.saturating_sub(1) as usize)?;
+            let head: String = line.chars().take(at.column.saturating_sub(1) as usize).collect();
+            head.split_whitespace().next_back().map(str::to_string)
+        });
+        let word = |text: &str| misspelt_keyword(&format!("found: {text}"));
+        let help = word(&found.to_string()).or_else(|| before.as_deref().and_then(word));
+        self.error_with_help(
+            format!("expected `;` or the end of the script, found `{found}`"),
+            location,
+            help.map(|keyword| format!("did you mean `{keyword}`?")),
+        )
+    }
+
     /// sqlparser reports positions inside its message ("... at Line: 3, Column: 14"); move
     /// them into the diagnostic so the caret can be drawn.
     pub fn parser_error(&self, error: ParserError) -> TesseraError {
@@ -43,11 +74,63 @@ impl<'a> ScriptText<'a> {
             ParserError::ParserError(m) | ParserError::TokenizerError(m) => m,
             ParserError::RecursionLimitExceeded => "query is nested too deeply".to_string(),
         };
+        let help = misspelt_keyword(&message).map(|keyword| format!("did you mean `{keyword}`?"));
         match split_position(&message) {
-            Some((text, location)) => self.error(text, Some(location)),
-            None => self.error(message, None),
+            Some((text, location)) => self.error_with_help(text, Some(location), help),
+            None => self.error_with_help(message, None, help),
         }
     }
+}
+
+/// The keywords a misspelt word in a statement most likely stands for.
+const KEYWORDS: [&str; 36] = [
+    "SELECT",
+    "FROM",
+    "WHERE",
+    "GROUP",
+    "BY",
+    "ORDER",
+    "HAVING",
+    "LIMIT",
+    "CREATE",
+    "TABLE",
+    "SOURCE",
+    "INSERT",
+    "INTO",
+    "VALUES",
+    "UPDATE",
+    "DELETE",
+    "SET",
+    "JOIN",
+    "UNION",
+    "MATERIALIZED",
+    "VIEW",
+    "REFRESH",
+    "COPY",
+    "WITH",
+    "WATERMARK",
+    "DROP",
+    "EXPLAIN",
+    "DISTINCT",
+    "EMIT",
+    "CHANGES",
+    "PRIMARY",
+    "KEY",
+    "INTERVAL",
+    "TUMBLE",
+    "HOP",
+    "SESSION",
+];
+
+/// The keyword a parser error's `found: WORD` is a likely typo of (`FORM` for FROM).
+fn misspelt_keyword(message: &str) -> Option<&'static str> {
+    let found = message.split("found: ").nth(1)?;
+    let word: String = found.chars().take_while(|c| c.is_ascii_alphabetic()).collect();
+    if word.len() < 3 || KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(&word)) {
+        return None;
+    }
+    let closest = closest_name(&word, KEYWORDS)?;
+    KEYWORDS.iter().copied().find(|k| *k == closest)
 }
 
 pub fn span_location(span: Span) -> Option<Location> {

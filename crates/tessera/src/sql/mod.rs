@@ -55,7 +55,10 @@ pub fn parse_script(text: &str, base_dir: &Path) -> Result<Vec<Statement>> {
 pub(crate) fn parse_script_here(text: &str, base_dir: &Path) -> Result<Vec<Statement>> {
     let script = ScriptText::new(text);
     let dialect = GenericDialect {};
-    let mut parser = Parser::new(&dialect).try_with_sql(text).map_err(|e| script.parser_error(e))?;
+    let mut parser = Parser::new(&dialect)
+        .with_recursion_limit(nesting::PARSER_RECURSION_LIMIT)
+        .try_with_sql(text)
+        .map_err(|e| script.parser_error(e))?;
     let mut statements = Vec::new();
     loop {
         while parser.consume_token(&Token::SemiColon) {}
@@ -82,7 +85,7 @@ pub(crate) fn parse_script_here(text: &str, base_dir: &Path) -> Result<Vec<State
         statements.push(statement);
         let end = parser.peek_token();
         if end.token != Token::EOF && end.token != Token::SemiColon {
-            return Err(script.at_span(format!("expected `;` or end of script, found `{}`", end.token), end.span));
+            return Err(script.unexpected(&end.token, end.span));
         }
     }
     Ok(statements)

@@ -20,6 +20,11 @@ use crate::error::{Location, Result};
 /// long.
 pub const MAX_EXPRESSION_DEPTH: usize = 1_000;
 
+/// How deep the SQL parser recurses (sqlparser's default, 50, refuses 49 nested `NOT`s): past
+/// the deepest expression planned, so that a deeper one is refused with its position by
+/// [`balance_and_check`]. Parsing runs on a thread with a deep stack.
+pub const PARSER_RECURSION_LIMIT: usize = MAX_EXPRESSION_DEPTH + 100;
+
 /// Balances the `AND` and `OR` chains of `node` (a query, or any statement), then refuses it if
 /// an expression is still nested deeper than [`MAX_EXPRESSION_DEPTH`] or it reads a relation
 /// with `TABLESAMPLE` (which nothing would honour). The walk goes top-down:
