@@ -10,6 +10,10 @@ Spark SQL, by a local PySpark on the machine's Java. Every answer must agree: th
 (the groups of a query grouped by the key that the clean sample holds) and each estimate with
 its interval, within floating-point rounding.
 
+Then the README's table examples (examples/tables/*.sql: inserts, updates, deletes, COPY,
+views with and without samples), each compiled and run by Spark and by `tessera run`: every
+query's rows must agree (numbers within rounding, text as written).
+
 Usage:
     python scripts/spark_diff.py --tessera BINARY
 
@@ -142,6 +146,80 @@ def same(ours, theirs):
         len(a) == len(b) and all(close(x, y) for x, y in zip(a, b)) for a, b in zip(ours, theirs))
 
 
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "tables")
+
+
+def spark_rows(spark, compiled):
+    """The rows of every query of a compiled script, as text (None for NULL), and its columns."""
+    answers = []
+    for statement in compiled.split(";\n"):
+        sql = "\n".join(l for l in statement.splitlines() if not l.startswith("--")).strip()
+        if not sql:
+            continue
+        frame = spark.sql(sql)
+        if sql.startswith(("SELECT", "WITH")):
+            answers.append((frame.columns, [[None if v is None else str(v) for v in row] for row in frame.collect()]))
+    return answers
+
+
+def tessera_result_sets(stdout, answers):
+    """tessera's CSV output cut at the headers of the queries Spark answered (and the `item,value`
+    of an EXPLAIN, which Spark does not answer), in order."""
+    import csv
+    lines = list(csv.reader(stdout.splitlines()))
+    sets, i = [], 0
+    for columns, _ in answers:
+        while i < len(lines) and lines[i] != columns:
+            i += 1
+        i += 1
+        rows = []
+        while i < len(lines) and lines[i] != ["item", "value"] and not any(lines[i] == c for c, _ in answers):
+            rows.append([None if v == "" else v for v in lines[i]])
+            i += 1
+        sets.append(rows)
+    return sets
+
+
+def same_text(ours, theirs):
+    def value(v):
+        try:
+            return ("n", float(v))
+        except (TypeError, ValueError):
+            return ("t", "" if v is None else v)
+    def row(r):
+        return [value(v) for v in r]
+    ours, theirs = sorted(map(row, ours)), sorted(map(row, theirs))
+    return len(ours) == len(theirs) and all(
+        len(a) == len(b) and all(x == y or (x[0] == y[0] == "n" and math.isclose(x[1], y[1], rel_tol=1e-9, abs_tol=1e-9))
+                                 for x, y in zip(a, b)) for a, b in zip(ours, theirs))
+
+
+def diff_examples(spark, binary):
+    passed = failed = 0
+    for name in sorted(os.listdir(EXAMPLES)):
+        if not name.endswith(".sql"):
+            continue
+        path = os.path.join(EXAMPLES, name)
+        compiled = subprocess.run([binary, "compile", "--target", "spark", path], capture_output=True, text=True)
+        if compiled.returncode != 0:
+            failed += 1
+            print(f"spark-diff: {name} does not compile: {compiled.stderr}")
+            continue
+        theirs = spark_rows(spark, compiled.stdout)
+        run = subprocess.run([binary, "run", path, "-q"], capture_output=True, text=True)
+        if run.returncode != 0:
+            sys.exit(f"spark-diff: tessera run {name} failed: {run.stderr}")
+        ours = tessera_result_sets(run.stdout, theirs)
+        for n, ((columns, b), a) in enumerate(zip(theirs, ours)):
+            if same_text(a, b):
+                passed += 1
+            else:
+                failed += 1
+                print(f"DIFFERS ({name}, query {n + 1}, {columns}):\n  tessera: {a[:6]}\n  spark:   {b[:6]}")
+        print(f"{name}: {len(theirs)} queries")
+    return passed, failed
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tessera", required=True)
@@ -200,6 +278,8 @@ def main():
             if all(same(ours[i], ours[n + i]) for i in range(n)):
                 failed += 1
                 print(f"seed {seed}: the outlier index changed no estimate")
+    examples_passed, examples_failed = diff_examples(spark, binary)
+    passed, failed = passed + examples_passed, failed + examples_failed
     spark.stop()
     print(f"spark: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

@@ -317,6 +317,20 @@ fn database_script(args: &RunArgs) -> Result<Option<Vec<tessera_db::Statement>>,
     }
 }
 
+/// Refuses a database script (one that creates or changes tables or views) for a command that
+/// takes a script of streams, with `why` (what the command does, and what does it for a
+/// database script).
+pub fn refuse_database_script(path: &std::path::Path, why: &str) -> Result<(), TesseraError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| TesseraError::io(format!("cannot read {}", path.display()), e))?;
+    match tessera_db::parse(&text) {
+        Ok(statements) if statements.iter().any(tessera_db::Statement::changes_the_database) => {
+            Err(TesseraError::Option(format!("{} is a database script: {why}", path.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Compiles a script and applies the settings given on the command line; a script without
 /// queries (empty, comments only, or only sources and settings) is refused.
 pub fn load_script(path: &std::path::Path, settings: &[String]) -> Result<Script, TesseraError> {
@@ -541,6 +555,10 @@ enum CompileTarget {
 fn compile(target: CompileTarget, path: &std::path::Path, settings: &[String]) -> Result<(), TesseraError> {
     match target {
         CompileTarget::Flink => {
+            refuse_database_script(
+                path,
+                "--target flink compiles a script of streams; a database script compiles with --target spark",
+            )?;
             let script = load_script(path, settings)?;
             print!("{}", tessera::compile::flink::compile_flink(&script)?)
         }
@@ -558,6 +576,11 @@ fn compile(target: CompileTarget, path: &std::path::Path, settings: &[String]) -
 }
 
 fn explain(path: &std::path::Path, format: ExplainFormat, settings: &[String]) -> Result<(), TesseraError> {
+    refuse_database_script(
+        path,
+        "tessera explain shows the plans of a script of streams; in a database script, EXPLAIN SELECT ... and \
+         EXPLAIN REFRESH MATERIALIZED VIEW ... show a query's plan and a refresh's (with tessera run or tessera sql)",
+    )?;
     let script = load_script(path, settings)?;
     let explained = tessera::explain::explain_json(&script);
     match format {

@@ -286,3 +286,47 @@ fn generate_writes_the_format_its_file_name_says_or_refuses() {
     assert!(text(&out.stderr).contains("generate writes .csv or .parquet, not .json"), "{}", text(&out.stderr));
     assert!(!dir.path().join("x.json").exists());
 }
+
+#[test]
+fn commands_for_scripts_of_streams_say_what_does_it_for_a_database_script() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.sql"), "CREATE TABLE t (a BIGINT);\nSELECT * FROM t;\n").unwrap();
+    for (args, says) in [
+        (&["explain", "t.sql"][..], "EXPLAIN SELECT ... and EXPLAIN REFRESH MATERIALIZED VIEW"),
+        (&["bench", "t.sql"], "tessera sql --timer"),
+        (&["compile", "--target", "flink", "t.sql"], "compiles with --target spark"),
+    ] {
+        let out = tessera(args, dir.path());
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(text(&out.stderr).contains("t.sql is a database script: "), "{args:?}");
+        assert!(text(&out.stderr).contains(says), "{args:?}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn an_empty_csv_file_is_refused_for_streams_and_tables_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("empty.csv"), "").unwrap();
+    std::fs::write(
+        dir.path().join("s.sql"),
+        "CREATE SOURCE r (k BIGINT, ts BIGINT, WATERMARK FOR ts AS ts) WITH (path = 'empty.csv');
+         SELECT k, COUNT(*) AS n FROM TUMBLE(r, ts, INTERVAL '1' SECOND) GROUP BY k, window_start, window_end;",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("t.sql"), "CREATE TABLE t (k BIGINT, ts BIGINT) WITH (path = 'empty.csv');")
+        .unwrap();
+    for script in ["s.sql", "t.sql"] {
+        let out = tessera(&["run", script], dir.path());
+        assert_eq!(out.status.code(), Some(1), "{script}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(
+                "empty.csv:1: the file is empty: a CSV file starts with a header row naming its columns (k,ts)"
+            ),
+            "{script}: {err}"
+        );
+    }
+    // Its header alone is a file without rows.
+    std::fs::write(dir.path().join("empty.csv"), "k,ts\n").unwrap();
+    assert!(tessera(&["run", "s.sql"], dir.path()).status.success());
+}

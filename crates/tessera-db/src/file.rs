@@ -204,6 +204,10 @@ fn file_columns(path: &Path, format: Format, options: &BTreeMap<String, String>)
                 .with_delimiter(delimiter)
                 .infer_schema(std::io::BufReader::new(open()?), Some(0))
                 .map_err(|e| invalid(e.to_string()))?;
+            if header.fields().is_empty() {
+                // An empty file: the reader says what it lacks, with the table's columns.
+                return Ok(None);
+            }
             header
         }
         Format::Parquet => parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(open()?)

@@ -45,15 +45,20 @@ fn unsupported(what: impl std::fmt::Display) -> TesseraError {
 /// A table's columns (name, Spark type) and its key's columns.
 type TableColumns = (Vec<(String, String)>, Vec<String>);
 
-/// A sampled view as the Spark script keeps it.
+/// A materialized view as the Spark script keeps it.
 struct SparkView {
     query: ast::Query,
+    /// The temporary view of its stale contents.
+    stale: String,
+    sample: Option<SparkSample>,
+}
+
+/// A view's sample as the Spark script keeps it.
+struct SparkSample {
     /// The view's columns the sample's key is.
     key: Vec<String>,
     ratio: f64,
     seed: Option<i32>,
-    /// The temporary view of its stale contents.
-    stale: String,
     index: Option<SparkIndex>,
 }
 
@@ -182,17 +187,18 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                     planner.execute_statement(&statement)?;
                     let name = create.name.to_string().to_lowercase();
                     let view = planner.view(&name).expect("the view was created");
+                    statement_number += 1;
+                    let stale = format!("{name}__stale{statement_number}");
+                    let query = over_versions(&create.query, &versions);
+                    writeln!(out, "CREATE OR REPLACE TEMPORARY VIEW {stale} AS {query};").expect("a string");
                     let Some(sample) = &view.sample else {
-                        return Err(unsupported(format!("materialized view `{name}` without a sample")));
+                        views.insert(name, SparkView { query: *create.query.clone(), stale, sample: None });
+                        continue;
                     };
                     if sample.sampling.sampled_at_root() {
                         return Err(unsupported(format!("`{name}`, whose hash stays at its root")));
                     }
                     let key = sample_key_columns(view)?;
-                    statement_number += 1;
-                    let stale = format!("{name}__stale{statement_number}");
-                    let query = over_versions(&create.query, &versions);
-                    writeln!(out, "CREATE OR REPLACE TEMPORARY VIEW {stale} AS {query};").expect("a string");
                     let options = sample.sampling.options;
                     let index = match &sample.sampling.outliers {
                         None => None,
@@ -216,17 +222,80 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                             Some(index)
                         }
                     };
-                    views.insert(
-                        name,
-                        SparkView {
-                            query: *create.query.clone(),
-                            key,
-                            ratio: options.ratio,
-                            seed: options.seed,
-                            stale,
-                            index,
-                        },
-                    );
+                    let sample = SparkSample { key, ratio: options.ratio, seed: options.seed, index };
+                    views.insert(name, SparkView { query: *create.query.clone(), stale, sample: Some(sample) });
+                }
+                ast::Statement::Insert(insert) => {
+                    let ast::TableObject::TableName(table) = &insert.table else {
+                        return Err(unsupported("INSERT INTO a table function"));
+                    };
+                    let name = table.to_string().to_lowercase();
+                    let (table_columns, _) = table_of(&columns, &name)?;
+                    let source = insert.source.as_ref().ok_or_else(|| unsupported("INSERT without rows"))?;
+                    let given: Vec<String> = match insert.columns.is_empty() {
+                        true => table_columns.iter().map(|(c, _)| c.clone()).collect(),
+                        false => insert.columns.iter().map(|c| c.to_string().to_lowercase()).collect(),
+                    };
+                    let aliases: Vec<String> = (0..given.len()).map(|i| format!("__c{i}")).collect();
+                    let values: Vec<String> = table_columns
+                        .iter()
+                        .map(|(c, t)| match given.iter().position(|g| g == c) {
+                            Some(i) => format!("CAST(__c{i} AS {t}) AS {c}"),
+                            None => format!("CAST(NULL AS {t}) AS {c}"),
+                        })
+                        .collect();
+                    let source = over_versions(source, &versions);
+                    let inserted =
+                        format!("SELECT {} FROM ({source}) AS __given({})", values.join(", "), aliases.join(", "));
+                    let previous = format!("{name}__{}", versions[&name]);
+                    let kept = format!("SELECT * FROM {previous}");
+                    let removed = format!("SELECT * FROM {previous} WHERE false");
+                    write_version(&mut out, &name, &mut versions, &views, [&kept, &inserted, &removed]);
+                }
+                ast::Statement::Update(update) => {
+                    let ast::TableFactor::Table { name: table, .. } = &update.table.relation else {
+                        return Err(unsupported("UPDATE of anything but a table"));
+                    };
+                    let name = table.to_string().to_lowercase();
+                    let (table_columns, _) = table_of(&columns, &name)?;
+                    let mut values: Vec<String> = table_columns.iter().map(|(c, _)| c.clone()).collect();
+                    for assignment in &update.assignments {
+                        let ast::AssignmentTarget::ColumnName(column) = &assignment.target else {
+                            return Err(unsupported("UPDATE of a tuple of columns"));
+                        };
+                        let column = column.to_string().to_lowercase();
+                        let i = table_columns
+                            .iter()
+                            .position(|(c, _)| *c == column)
+                            .ok_or_else(|| TesseraError::Plan(format!("table `{name}` has no column `{column}`")))?;
+                        values[i] = format!("CAST({} AS {}) AS {column}", assignment.value, table_columns[i].1);
+                    }
+                    let chosen = update.selection.as_ref().map_or("true".into(), |c| format!("COALESCE({c}, false)"));
+                    let kept = rows_of(&name, "*", &format!("NOT {chosen}"), &versions)?;
+                    let inserted = rows_of(&name, &values.join(", "), &chosen, &versions)?;
+                    let removed = rows_of(&name, "*", &chosen, &versions)?;
+                    write_version(&mut out, &name, &mut versions, &views, [&kept, &inserted, &removed]);
+                }
+                ast::Statement::Delete(delete) => {
+                    let from = match &delete.from {
+                        ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from) => from,
+                    };
+                    let [ast::TableWithJoins { relation: ast::TableFactor::Table { name: table, .. }, .. }] =
+                        from.as_slice()
+                    else {
+                        return Err(unsupported("DELETE from anything but one table"));
+                    };
+                    let name = table.to_string().to_lowercase();
+                    table_of(&columns, &name)?;
+                    let chosen = delete.selection.as_ref().map_or("true".into(), |c| format!("COALESCE({c}, false)"));
+                    let kept = rows_of(&name, "*", &format!("NOT {chosen}"), &versions)?;
+                    let inserted = format!("SELECT * FROM {name}__{} WHERE false", versions[&name]);
+                    let removed = rows_of(&name, "*", &chosen, &versions)?;
+                    write_version(&mut out, &name, &mut versions, &views, [&kept, &inserted, &removed]);
+                }
+                ast::Statement::Explain { .. } => {
+                    let explained = first_words(&sql_statement.to_string());
+                    writeln!(out, "-- {explained} ...: tessera's plan, not Spark's").expect("a string")
                 }
                 ast::Statement::Query(query) => {
                     let estimate = compile_query(query, &views, &versions, &settings)?;
@@ -236,8 +305,7 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
             },
             Statement::Copy { table, path, options } => {
                 let name = table.to_string().to_lowercase();
-                let (table_columns, key) =
-                    columns.get(&name).ok_or_else(|| TesseraError::Plan(format!("`{name}` is not a table")))?;
+                let (table_columns, key) = table_of(&columns, &name)?;
                 let version = versions[&name];
                 let file = format!("{name}__file{}", version + 1);
                 let op = options.iter().find(|(k, _)| k == "op_column").map(|(_, v)| v.to_lowercase());
@@ -248,7 +316,6 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                 write_file_view(&mut out, &file, &file_columns, &dir.join(path))?;
                 let names: Vec<&str> = table_columns.iter().map(|(c, _)| c.as_str()).collect();
                 let previous = format!("{name}__{version}");
-                let next = format!("{name}__{}", version + 1);
                 let inserted = match &op {
                     None => format!("SELECT {} FROM {file}", names.join(", ")),
                     Some(op) => format!(
@@ -267,29 +334,19 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                         format!("SELECT {previous}.* FROM {previous} LEFT ANTI JOIN {file} ON {}", on.join(" AND "))
                     }
                 };
-                writeln!(out, "CREATE OR REPLACE TEMPORARY VIEW {next} AS {kept} UNION ALL {inserted};")
-                    .expect("a string");
-                if views.values().any(|v| v.index.as_ref().is_some_and(|i| i.options.table == name)) {
-                    let removed = match &op {
-                        None => format!("SELECT * FROM {previous} WHERE false"),
-                        Some(_) => {
-                            format!("SELECT {previous}.* FROM {previous} LEFT SEMI JOIN {file} ON {}", on.join(" AND "))
-                        }
-                    };
-                    writeln!(
-                        out,
-                        "CREATE OR REPLACE TEMPORARY VIEW {name}__changes{} AS {removed} UNION ALL {inserted};",
-                        version + 1
-                    )
-                    .expect("a string");
-                }
-                versions.insert(name, version + 1);
+                let removed = match &op {
+                    None => format!("SELECT * FROM {previous} WHERE false"),
+                    Some(_) => {
+                        format!("SELECT {previous}.* FROM {previous} LEFT SEMI JOIN {file} ON {}", on.join(" AND "))
+                    }
+                };
+                write_version(&mut out, &name, &mut versions, &views, [&kept, &inserted, &removed]);
             }
             Statement::Refresh { view, sample: false } => {
                 let name = view.to_string().to_lowercase();
                 let spark = views
                     .get_mut(&name)
-                    .ok_or_else(|| TesseraError::Plan(format!("`{name}` is not a sampled view")))?;
+                    .ok_or_else(|| TesseraError::Plan(format!("`{name}` is not a materialized view")))?;
                 statement_number += 1;
                 spark.stale = format!("{name}__stale{statement_number}");
                 writeln!(
@@ -299,7 +356,7 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                     over_versions(&spark.query, &versions)
                 )
                 .expect("a string");
-                if let Some(index) = &mut spark.index {
+                if let Some(index) = spark.sample.as_mut().and_then(|s| s.index.as_mut()) {
                     index.pick(&mut out, &name, statement_number, &spark.stale, &versions);
                 }
             }
@@ -312,10 +369,50 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                      compiles with --target flink",
                 ))
             }
-            Statement::ExplainRefresh { .. } => return Err(unsupported("EXPLAIN REFRESH")),
+            // How tessera would refresh: nothing for Spark, which recomputes.
+            Statement::ExplainRefresh { view } => {
+                writeln!(out, "-- EXPLAIN REFRESH MATERIALIZED VIEW {view}: Spark recomputes the view")
+                    .expect("a string")
+            }
         }
     }
     Ok(out)
+}
+
+/// The columns and key of table `name`.
+fn table_of<'a>(columns: &'a HashMap<String, TableColumns>, name: &str) -> Result<&'a TableColumns> {
+    columns.get(name).ok_or_else(|| TesseraError::Plan(format!("`{name}` is not a table")))
+}
+
+/// `SELECT select FROM` table `name`'s current version (under its own name, so that the
+/// statement's expressions read it as written) `WHERE condition`, as Spark SQL.
+fn rows_of(name: &str, select: &str, condition: &str, versions: &HashMap<String, usize>) -> Result<String> {
+    let sql = format!("SELECT {select} FROM {name} AS {name} WHERE {condition}");
+    match crate::parse_one(&sql)? {
+        ast::Statement::Query(query) => Ok(over_versions(&query, versions).to_string()),
+        other => Err(TesseraError::Internal(format!("{other} is no query"))),
+    }
+}
+
+/// Writes table `name`'s next version: the rows `kept` of the previous one and the rows
+/// `inserted`; where an outlier index reads the table, its changes too (the rows `removed`,
+/// and those inserted).
+fn write_version(
+    out: &mut String,
+    name: &str,
+    versions: &mut HashMap<String, usize>,
+    views: &HashMap<String, SparkView>,
+    [kept, inserted, removed]: [&str; 3],
+) {
+    let next = versions[name] + 1;
+    writeln!(out, "CREATE OR REPLACE TEMPORARY VIEW {name}__{next} AS {kept} UNION ALL {inserted};").expect("a string");
+    let indexed =
+        |v: &SparkView| v.sample.as_ref().and_then(|s| s.index.as_ref()).is_some_and(|i| i.options.table == name);
+    if views.values().any(indexed) {
+        writeln!(out, "CREATE OR REPLACE TEMPORARY VIEW {name}__changes{next} AS {removed} UNION ALL {inserted};")
+            .expect("a string");
+    }
+    versions.insert(name.to_string(), next);
 }
 
 /// The first words of a statement, to name it in an error.
@@ -352,13 +449,38 @@ fn write_file_view(out: &mut String, name: &str, columns: &[(String, String)], p
     Ok(())
 }
 
-/// `query` reading each table's current version.
+/// `query` reading each table's current version, and Spark's `range(a, b + 1) AS g(value)`
+/// where it reads DataFusion's `generate_series(a, b)`.
 fn over_versions(query: &ast::Query, versions: &HashMap<String, usize>) -> ast::Query {
     let mut query = query.clone();
-    let _ = walk::relations_mut(&mut query, |name: &mut ast::ObjectName| {
-        let key = name.to_string().to_lowercase();
-        if let Some(version) = versions.get(&key) {
-            *name = ast::ObjectName::from(vec![ast::Ident::new(format!("{key}__{version}"))]);
+    let _ = walk::walk_mut(walk::NodeMut::Query(&mut query), &mut |met| {
+        match met {
+            walk::MetMut::Relation(name) => {
+                let key = name.to_string().to_lowercase();
+                if let Some(version) = versions.get(&key) {
+                    *name = ast::ObjectName::from(vec![ast::Ident::new(format!("{key}__{version}"))]);
+                }
+            }
+            walk::MetMut::Factor(ast::TableFactor::Table { name, args: Some(args), alias, .. })
+                if name.to_string().eq_ignore_ascii_case("generate_series") && args.args.len() == 2 =>
+            {
+                *name = ast::ObjectName::from(vec![ast::Ident::new("range")]);
+                if let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(end)) = &mut args.args[1] {
+                    *end = ast::Expr::Nested(Box::new(ast::Expr::BinaryOp {
+                        left: Box::new(end.clone()),
+                        op: ast::BinaryOperator::Plus,
+                        right: Box::new(ast::Expr::value(ast::Value::Number("1".into(), false))),
+                    }));
+                }
+                let named = alias.take().map_or_else(|| ast::Ident::new("generate_series"), |a| a.name);
+                *alias = Some(ast::TableAlias {
+                    explicit: true,
+                    name: named,
+                    columns: vec![ast::TableAliasColumnDef::from_name("value")],
+                    at: None,
+                });
+            }
+            _ => {}
         }
         std::ops::ControlFlow::<()>::Continue(())
     });

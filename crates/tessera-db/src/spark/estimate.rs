@@ -11,7 +11,7 @@ use datafusion_sql::sqlparser::ast;
 use tessera::error::Result;
 use tessera::sql::walk;
 
-use super::{hash_sql, over_versions, unsupported, SparkView};
+use super::{hash_sql, over_versions, unsupported, SparkSample, SparkView};
 use crate::estimate::{Freshness, Settings};
 use crate::estimator::{normal_quantile, PAIRS_STREAM, REPLICATES, VALUES_STREAM};
 
@@ -30,6 +30,7 @@ struct SparkAggregate {
 /// A SELECT over one sampled view, read for the Spark target.
 struct SparkQuery<'a> {
     view: &'a SparkView,
+    sample: &'a SparkSample,
     view_name: String,
     groups: Vec<String>,
     /// The columns of the answer in order: a group (its index) or an aggregate (its index).
@@ -63,7 +64,12 @@ pub(super) fn compile_query(
         });
         over_versions(&renamed, versions).to_string()
     };
-    match settings.freshness {
+    // As tessera answers: estimates are of queries over views; one over tables alone is exact.
+    let freshness = match read.iter().any(|name| views.contains_key(name)) {
+        true => settings.freshness,
+        false => Freshness::Stale,
+    };
+    match freshness {
         Freshness::Stale => return Ok(rename(&|v| v.stale.clone())),
         Freshness::Exact => {
             // The views read, over the tables' last versions, then the query over those.
@@ -100,9 +106,9 @@ fn read_estimated<'a>(query: &ast::Query, views: &'a HashMap<String, SparkView>)
         }
         _ => return Err(unsupported("an estimate over more than one sampled view")),
     };
-    let view = views
-        .get(&view_name)
-        .ok_or_else(|| unsupported(format!("an estimate over `{view_name}`, which is not a sampled view")))?;
+    let not_sampled = || unsupported(format!("an estimate over `{view_name}`, which is not a sampled view"));
+    let view = views.get(&view_name).ok_or_else(not_sampled)?;
+    let sample = view.sample.as_ref().ok_or_else(not_sampled)?;
     let groups: Vec<String> = match &select.group_by {
         ast::GroupByExpr::Expressions(exprs, modifiers) if modifiers.is_empty() => {
             exprs.iter().map(|e| e.to_string().to_lowercase()).collect()
@@ -165,7 +171,7 @@ fn read_estimated<'a>(query: &ast::Query, views: &'a HashMap<String, SparkView>)
     }
     let condition = select.selection.as_ref().map(|c| c.to_string());
     let having = select.having.as_ref().map(|h| over_estimates(h, &aggregates)).transpose()?;
-    Ok(SparkQuery { view, view_name, groups, outputs, aggregates, condition, having })
+    Ok(SparkQuery { view, sample, view_name, groups, outputs, aggregates, condition, having })
 }
 
 /// HAVING `condition` over an estimate's answer: each aggregate it names by the name the query
@@ -222,13 +228,13 @@ impl EstimateSql {
 /// (1-m)/m^2 for a sampled row, 1 and 0 for an outlier's (Section 6.3). Returned as the
 /// statements that cache the samples, and the query.
 fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: &Settings) -> Result<(String, String)> {
-    let view = q.view;
-    let m = view.ratio;
+    let (view, sample) = (q.view, q.sample);
+    let m = sample.ratio;
     let threshold = (m * 4_294_967_296.0).floor() as i64;
     let z = normal_quantile(0.5 + settings.confidence / 2.0);
     let (weight, variance) = (1.0 / m, (1.0 - m) / (m * m));
     // The sample's hash over the view's columns, as tessera computes it.
-    let hash = hash_sql(view.seed, &view.key);
+    let hash = hash_sql(sample.seed, &sample.key);
     let sampled = format!("({hash} & 4294967295) < {threshold}");
     let fresh = format!("({}) AS {}", over_versions(&view.query, versions), q.view_name);
     let stale = format!("{} AS {}", view.stale, q.view_name);
@@ -236,7 +242,7 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: &Se
     // Group columns `__g0` .. (a constant without GROUP BY) and key columns `__k0` ...
     let group_exprs: Vec<String> = if q.groups.is_empty() { vec!["1".into()] } else { q.groups.clone() };
     let g: Vec<String> = (0..group_exprs.len()).map(|i| format!("__g{i}")).collect();
-    let k: Vec<String> = (0..view.key.len()).map(|i| format!("__k{i}")).collect();
+    let k: Vec<String> = (0..sample.key.len()).map(|i| format!("__k{i}")).collect();
     let list =
         |prefix: &str, names: &[String]| names.iter().map(|n| format!("{prefix}{n}")).collect::<Vec<_>>().join(", ");
     let aliased = |exprs: &[String], names: &[String]| {
@@ -249,7 +255,7 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: &Se
     // Each row's value `y` where it counts and whether it counts `c`; for MIN and MAX its value
     // where it counts, `x`, else NULL.
     let mut values = aliased(&group_exprs, &g);
-    values.extend(aliased(&view.key, &k));
+    values.extend(aliased(&sample.key, &k));
     for (j, a) in q.aggregates.iter().enumerate() {
         let counts = match &a.argument {
             Some(arg) => format!("({condition}) AND ({arg}) IS NOT NULL"),
@@ -265,7 +271,7 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: &Se
             values.push(format!("CASE WHEN {counts} THEN CAST({arg} AS DOUBLE) END AS __x{j}"));
         }
     }
-    let rows = |from: &str| match &view.index {
+    let rows = |from: &str| match &sample.index {
         None => format!(
             "SELECT {}, {weight:?} AS __w, {variance:?} AS __v, false AS __whole FROM {from} WHERE {sampled}",
             values.join(", ")
@@ -330,7 +336,7 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: &Se
     // and Spark would evaluate the views over the tables' versions at each (dropping a cached
     // view uncaches it).
     let mut cached: Vec<(String, String)> =
-        view.index.as_ref().map(|index| ("__outliers".into(), index.hashes(versions))).into_iter().collect();
+        sample.index.as_ref().map(|index| ("__outliers".into(), index.hashes(versions))).into_iter().collect();
     cached.extend([("__clean".into(), rows(&fresh)), ("__dirty".into(), rows(&stale))]);
     let mut ctes = vec![
         format!("__cs AS ({})", sums("__clean")),

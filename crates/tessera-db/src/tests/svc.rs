@@ -761,6 +761,23 @@ fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compil
         "{spark}"
     );
     assert!(spark.contains("FROM log__1 JOIN video__0"), "the fresh view reads the tables' last versions: {spark}");
+    // Changes by statement are versions too; a query over tables alone reads their last ones.
+    let script = format!(
+        "{tables} INSERT INTO log (video_id, session_id) VALUES (2, 1);
+         UPDATE video SET duration = duration * 2 WHERE owner_id = 3; DELETE FROM log WHERE session_id > 10;
+         SET freshness = 'svc_aqp'; SELECT COUNT(*) AS n FROM log;"
+    );
+    let spark = crate::compile_spark(&script, Path::new("/data")).unwrap();
+    for version in [
+        "VIEW log__1 AS SELECT * FROM log__0 UNION ALL SELECT CAST(__c1 AS BIGINT) AS session_id, CAST(__c0 AS BIGINT) AS \
+         video_id FROM (VALUES (2, 1)) AS __given(__c0, __c1)",
+        "VIEW video__1 AS SELECT * FROM video__0 AS video WHERE NOT COALESCE(owner_id = 3, false) UNION ALL SELECT \
+         video_id, owner_id, CAST(duration * 2 AS DOUBLE) AS duration FROM video__0 AS video WHERE COALESCE(owner_id = 3, false)",
+        "VIEW log__2 AS SELECT * FROM log__1 AS log WHERE NOT COALESCE(session_id > 10, false) UNION ALL SELECT * FROM log__1 WHERE false",
+        "SELECT COUNT(*) AS n FROM log__2",
+    ] {
+        assert!(spark.contains(version), "{version} in {spark}");
+    }
     let indexed = view.replace("sample_seed = 7)", "sample_seed = 7, outlier_index = 'video.duration', outlier_k = 5)");
     let script = format!(
         "{tables} {indexed} COPY video FROM 'changes.csv' WITH (op_column = 'op');
@@ -790,8 +807,12 @@ fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compil
             "HAVING on `SUM(duration)`, which the query does not select",
         ),
         ("SET freshness = 'svc_aqp'; SELECT COUNT(*) FROM visit_view;", "without AS name"),
-        ("INSERT INTO log VALUES (1, 2);", "does not take `INSERT INTO log`"),
-        ("SET freshness = 'svc_aqp'; SELECT COUNT(*) AS n FROM log;", "`log`, which is not a sampled view"),
+        ("DROP TABLE log;", "does not take `DROP TABLE log`"),
+        (
+            "CREATE MATERIALIZED VIEW plain AS SELECT video_id, COUNT(*) AS n FROM log GROUP BY video_id;
+             SET freshness = 'svc_aqp'; SELECT COUNT(*) AS n FROM plain;",
+            "`plain`, which is not a sampled view",
+        ),
     ] {
         let err = crate::compile_spark(&format!("{tables} {view} {statements}"), Path::new(".")).unwrap_err();
         assert!(err.to_string().contains(message), "{statements}: {err}");

@@ -107,6 +107,19 @@ impl TextReader {
         let has_header =
             !matches!(source.options.get("header").map(|h| h.to_ascii_lowercase()).as_deref(), Some("false"));
         if let (TextFormat::Csv { delimiter }, true) = (format, has_header) {
+            // An empty file is not a CSV file with no rows: that is its header alone.
+            if reader.total_bytes == Some(0) {
+                let names: Vec<&str> = reader.shape.schema.fields().iter().map(|f| f.name().as_str()).collect();
+                return Err(TesseraError::Input {
+                    file: reader.name,
+                    line: 1,
+                    reason: format!(
+                        "the file is empty: a CSV file starts with a header row naming its columns ({}), and one \
+                         without rows is that row alone",
+                        names.join(",")
+                    ),
+                });
+            }
             reader.read_header(delimiter)?;
         }
         Ok(reader)

@@ -9,7 +9,7 @@
 
 use std::ops::ControlFlow;
 
-use datafusion_sql::sqlparser::ast::{BinaryOperator, Expr, Spanned, UnaryOperator};
+use datafusion_sql::sqlparser::ast::{BinaryOperator, Expr, Spanned, TableFactor, UnaryOperator};
 
 use super::diagnostic::{span_location, ScriptText};
 use super::walk::{self, MetMut, NodeMut};
@@ -54,10 +54,11 @@ pub fn balance_and_check(node: NodeMut<'_>, script: &ScriptText) -> Result<()> {
             }
             MetMut::Left(_) => depth -= 1,
             MetMut::Relation(_) => {}
-            MetMut::Sampled(name) => {
+            MetMut::Factor(TableFactor::Table { name, sample: Some(_), .. }) => {
                 sampled = Some((name.to_string(), span_location(name.span())));
                 return ControlFlow::Break(());
             }
+            MetMut::Factor(_) => {}
         }
         ControlFlow::Continue(())
     });

@@ -40,10 +40,10 @@ pub enum Met<'a> {
 }
 
 /// What a changing walk meets: an expression when it enters it (before its operands) and when
-/// it leaves it (after them), a relation after what is under it, and a relation read with
-/// `TABLESAMPLE` before it.
+/// it leaves it (after them), a relation after what is under it, and what a FROM reads (a table
+/// with its alias and sample, a table function, a subquery) before it.
 pub enum MetMut<'a> {
-    Sampled(&'a ObjectName),
+    Factor(&'a mut TableFactor),
     Entered(&'a mut Expr),
     Left(&'a mut Expr),
     Relation(&'a mut ObjectName),
@@ -84,7 +84,7 @@ pub fn expressions(node: Node<'_>, mut each: impl FnMut(&Expr) -> ControlFlow<()
 pub fn expressions_mut(node: NodeMut<'_>, mut each: impl FnMut(&mut Expr) -> ControlFlow<()>) -> ControlFlow<()> {
     walk_mut(node, &mut |met| match met {
         MetMut::Left(expr) => each(expr),
-        MetMut::Entered(_) | MetMut::Relation(_) | MetMut::Sampled(_) => ControlFlow::Continue(()),
+        MetMut::Entered(_) | MetMut::Relation(_) | MetMut::Factor(_) => ControlFlow::Continue(()),
     })
 }
 
@@ -100,7 +100,7 @@ pub fn relations(query: &Query, mut each: impl FnMut(&ObjectName) -> ControlFlow
 pub fn relations_mut(query: &mut Query, mut each: impl FnMut(&mut ObjectName) -> ControlFlow<()>) -> ControlFlow<()> {
     walk_mut(NodeMut::Query(query), &mut |met| match met {
         MetMut::Relation(name) => each(name),
-        MetMut::Entered(_) | MetMut::Left(_) | MetMut::Sampled(_) => ControlFlow::Continue(()),
+        MetMut::Entered(_) | MetMut::Left(_) | MetMut::Factor(_) => ControlFlow::Continue(()),
     })
 }
 
@@ -136,10 +136,7 @@ impl VisitorMut for WalkerMut<'_> {
     }
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
-        match factor {
-            TableFactor::Table { name, sample: Some(_), .. } => (self.0)(MetMut::Sampled(name)),
-            _ => ControlFlow::Continue(()),
-        }
+        (self.0)(MetMut::Factor(factor))
     }
 }
 
