@@ -313,7 +313,28 @@ fn database_script(args: &RunArgs) -> Result<Option<Vec<tessera_db::Statement>>,
         }
         Ok(_) => Ok(None),
         Err(e) if args.db.is_some() => Err(e),
-        Err(_) => Ok(None),
+        // Only the stream parser reads EMIT clauses: a script it reads is a script of streams.
+        // Where neither reads it, the error of the one that read further is the one to show.
+        Err(database_error) => {
+            let base = args.script.parent().unwrap_or_else(|| std::path::Path::new("."));
+            match tessera::sql::parse_script(&text, base) {
+                Ok(_) => Ok(None),
+                Err(stream_error) => Err(further(database_error, stream_error)),
+            }
+        }
+    }
+}
+
+/// Of two parsers' errors on one script, the one at the later place in it.
+fn further(one: TesseraError, other: TesseraError) -> TesseraError {
+    let place = |e: &TesseraError| match e {
+        TesseraError::Sql(diagnostic) => diagnostic.location.map(|l| (l.line, l.column)),
+        _ => None,
+    };
+    if place(&other) > place(&one) {
+        other
+    } else {
+        one
     }
 }
 

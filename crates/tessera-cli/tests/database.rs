@@ -330,3 +330,13 @@ fn an_empty_csv_file_is_refused_for_streams_and_tables_alike() {
     std::fs::write(dir.path().join("empty.csv"), "k,ts\n").unwrap();
     assert!(tessera(&["run", "s.sql"], dir.path()).status.success());
 }
+
+#[test]
+fn a_database_script_with_a_syntax_error_is_told_where_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.sql"), "CREATE TABLE t (a BIGINT);\nSELECT a FROM t WHERE;\n").unwrap();
+    let out = tessera(&["run", "t.sql"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    // The database statements' parser read further than the stream one (which stops at CREATE).
+    assert!(text(&out.stderr).contains("line 2"), "{}", text(&out.stderr));
+}

@@ -331,3 +331,38 @@ fn information_schema_lists_every_table_and_view_with_its_columns() {
         ["d|Date32", "id|Int64"]
     );
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config { cases: 300, ..Default::default() })]
+
+    /// Any `SET name = value` in a database script is taken (and `SHOW name` gives a value that
+    /// `SET` takes back to the same settings) or refused naming the setting: never ignored.
+    #[test]
+    fn any_setting_is_taken_and_shown_or_refused(
+        name in proptest::prop_oneof![
+            proptest::sample::select(tessera::settings::SETTINGS.iter().map(|s| s.name.to_string()).collect::<Vec<_>>()),
+            "[a-z_]{1,12}".prop_map(|name| name),
+        ],
+        value in proptest::prop_oneof![
+            Just("auto".to_string()), Just("many".to_string()), Just("wcg".to_string()), Just("exact".to_string()),
+            Just("true".to_string()), Just("kept_whole".to_string()), Just("0.5".to_string()),
+            (-5i64..2_000_000).prop_map(|n| n.to_string()),
+            "[ -~]{0,10}",
+        ],
+    ) {
+        let mut db = Database::in_memory().unwrap();
+        let quoted = value.replace('\'', "''");
+        match db.execute(&format!("SET {name} = '{quoted}'")) {
+            Ok(_) => {
+                let Outcome::Rows { batches, .. } = db.execute(&format!("SHOW {name}")).unwrap().remove(0) else {
+                    panic!("SHOW gave no rows")
+                };
+                let shown = arrow::util::display::array_value_to_string(batches[0].column(0), 0).unwrap();
+                let before = db.settings().clone();
+                db.execute(&format!("SET {name} = '{shown}'")).unwrap();
+                prop_assert_eq!(db.settings(), &before, "{} = {} shown as {}", name, value, shown);
+            }
+            Err(e) => prop_assert!(e.to_string().contains(&name), "{name} = {value}: {e}"),
+        }
+    }
+}
