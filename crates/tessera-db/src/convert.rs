@@ -51,8 +51,11 @@ pub fn checked_cast(given: &ArrayRef, to: &DataType, time_unit: Option<TimeUnit>
         return Err(Misfit { row, reason: format!("{} is {}, not {to_name}", shown(given, row), sql_type_name(from)) });
     }
     let converted = cast(&values, to)?;
-    // A value the conversion could not make is NULL where the given one was not.
-    if let Some(row) = (0..given.len()).find(|&r| given.is_valid(r) && converted.is_null(r)) {
+    // A value the conversion could not make is NULL where the given one was not (a conversion
+    // never makes a value of a NULL, so equal counts mean none: the rows are looked at only
+    // then).
+    let lost = converted.null_count() != given.null_count();
+    if let Some(row) = (0..given.len()).filter(|_| lost).find(|&r| given.is_valid(r) && converted.is_null(r)) {
         let reason = match from.is_numeric() && to.is_numeric() || from.is_integer() && time_unit.is_some() {
             true => format!("{} is out of the range of {to_name}", shown(given, row)),
             false => format!("{} is not a {to_name}", shown(given, row)),
