@@ -402,15 +402,8 @@ pub fn recover(dir: &Path) -> Result<String> {
         let kept = dir.join(format!("MANIFEST.damaged-{}", previous.sequence + 1));
         fs::rename(&current, &kept).map_err(|e| TesseraError::io(format!("cannot move {}", current.display()), e))?;
     }
-    // Not through `write_manifest`: that would make the damaged one the previous.
-    let text = seal(&previous)?;
-    let tmp = dir.join("MANIFEST.tmp");
-    let error = |e| TesseraError::io(format!("cannot write {}", tmp.display()), e);
-    let mut file = File::create(&tmp).map_err(error)?;
-    file.write_all(text.as_bytes()).map_err(error)?;
-    file.sync_all().map_err(error)?;
-    fs::rename(&tmp, &current).map_err(error)?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(error)?;
+    // With the damaged one moved aside, it does not become the previous manifest.
+    storage.write_manifest(&previous)?;
     Ok(format!(
         "{problem}.\nRecovered: the database in {} is back at sequence {}, as before its last statement (the damaged \
          manifest is kept as MANIFEST.damaged-{})",
