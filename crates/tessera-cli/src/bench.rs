@@ -56,12 +56,14 @@ pub fn bench(args: &BenchArgs) -> Result<(), TesseraError> {
         (None, Some(path)) => path,
         (None, None) => return Err(TesseraError::Option("bench needs a script, `wcg` or `slide`".into())),
     };
-    crate::refuse_database_script(
-        path,
-        "tessera bench times the queries of a script of streams on input held in memory; time a database \
-         script's statements with tessera sql --timer",
-    )?;
-    let script = crate::load_script(path, &args.settings)?;
+    let (session, text) = crate::open_session(path, None, &args.settings, args.parallelism, None)?;
+    let tessera_db::Prepared::Streams(script) = session.prepare(&text)? else {
+        return Err(TesseraError::Option(
+            "this is a database script: tessera bench times the queries of a script of streams on input held in \
+             memory; time a database script's statements with tessera sql --timer"
+                .into(),
+        ));
+    };
     let parallelism = crate::parallelism(args.parallelism);
     let read = ReadOptions { batch_size: script.settings.batch_size, ..ReadOptions::default() };
     let load_started = Instant::now();

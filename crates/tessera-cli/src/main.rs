@@ -24,9 +24,10 @@ use tessera::connectors::sink::{FileSink, OutputFormat};
 use tessera::connectors::{OnError, ReadOptions};
 use tessera::engine::{run_script, RunOptions, RunStats, Script, StateOptions};
 use tessera::exec::pipeline::{Parallelism, Progress};
-use tessera::settings::{parse_between, MAX_PARALLELISM};
+use tessera::settings::{parse_assignment, parse_between, MAX_PARALLELISM};
 use tessera::state::checkpoint::CheckpointConfig;
 use tessera::TesseraError;
+use tessera_db::{CompileTarget, Prepared, Session, SessionOptions};
 
 #[derive(Parser)]
 #[command(name = "tessera", version, about = "Streaming SQL over event files: windowed aggregates in event time")]
@@ -143,7 +144,7 @@ enum Command {
     Compile {
         /// The engine to target.
         #[arg(long, value_enum)]
-        target: CompileTarget,
+        target: Target,
         script: PathBuf,
         /// A setting as with SET in the script (repeatable).
         #[arg(long = "set", value_name = "NAME=VALUE")]
@@ -302,74 +303,41 @@ impl RunArgs {
     }
 }
 
-/// The statements of a script of table statements (with `--db`, or changing or creating
-/// tables or views), or `None` for a script of streams.
-fn database_script(args: &RunArgs) -> Result<Option<Vec<tessera_db::Statement>>, TesseraError> {
-    let text = std::fs::read_to_string(&args.script)
-        .map_err(|e| TesseraError::io(format!("cannot read {}", args.script.display()), e))?;
-    match tessera_db::parse(&text) {
-        Ok(statements) if args.db.is_some() || statements.iter().any(tessera_db::Statement::changes_the_database) => {
-            Ok(Some(statements))
-        }
-        Ok(_) => Ok(None),
-        Err(e) if args.db.is_some() => Err(e),
-        // Only the stream parser reads EMIT clauses: a script it reads is a script of streams.
-        // Where neither reads it, the error of the one that read further is the one to show.
-        Err(database_error) => {
-            let base = args.script.parent().unwrap_or_else(|| std::path::Path::new("."));
-            match tessera::sql::parse_script(&text, base) {
-                Ok(_) => Ok(None),
-                Err(stream_error) => Err(further(database_error, stream_error)),
-            }
-        }
-    }
-}
-
-/// Of two parsers' errors on one script, the one at the later place in it.
-fn further(one: TesseraError, other: TesseraError) -> TesseraError {
-    let place = |e: &TesseraError| match e {
-        TesseraError::Sql(diagnostic) => diagnostic.location.map(|l| (l.line, l.column)),
-        _ => None,
-    };
-    if place(&other) > place(&one) {
-        other
-    } else {
-        one
-    }
-}
-
-/// Refuses a database script (one that creates or changes tables or views) for a command that
-/// takes a script of streams, with `why` (what the command does, and what does it for a
-/// database script).
-pub fn refuse_database_script(path: &std::path::Path, why: &str) -> Result<(), TesseraError> {
+/// A session for the script at `path` (relative paths in it are under its folder), on the
+/// database folder `db` (or in memory), with the command line's `--set NAME=VALUE` settings and
+/// `--parallelism`; and the script's text.
+pub fn open_session(
+    path: &std::path::Path,
+    db: Option<&std::path::Path>,
+    settings: &[String],
+    parallelism: Option<usize>,
+    read: Option<ReadOptions>,
+) -> Result<(Session, String), TesseraError> {
     let text =
         std::fs::read_to_string(path).map_err(|e| TesseraError::io(format!("cannot read {}", path.display()), e))?;
-    match tessera_db::parse(&text) {
-        Ok(statements) if statements.iter().any(tessera_db::Statement::changes_the_database) => {
-            Err(TesseraError::Option(format!("{} is a database script: {why}", path.display())))
-        }
-        _ => Ok(()),
+    let mut overrides = settings
+        .iter()
+        .map(|assignment| parse_assignment(assignment).map_err(TesseraError::Option))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(workers) = parallelism {
+        overrides.push(("parallelism".into(), workers.to_string()));
     }
-}
-
-/// Compiles a script and applies the settings given on the command line; a script without
-/// queries (empty, comments only, or only sources and settings) is refused.
-pub fn load_script(path: &std::path::Path, settings: &[String]) -> Result<Script, TesseraError> {
-    let script = Script::from_file_with(path, settings)?;
-    if script.queries.is_empty() {
-        return Err(TesseraError::Plan(format!(
-            "{} has no queries (SELECT ... FROM a source): nothing to run",
-            path.display()
-        )));
-    }
-    Ok(script)
+    let session = Session::open(SessionOptions {
+        db: db.map(std::path::Path::to_path_buf),
+        base_dir: path.parent().unwrap_or_else(|| std::path::Path::new(".")).to_path_buf(),
+        settings: overrides,
+        read,
+    })?;
+    Ok((session, text))
 }
 
 fn run(args: RunArgs) -> Result<(), TesseraError> {
-    if let Some(statements) = database_script(&args)? {
-        return shell::run_statements(&args, &statements);
-    }
-    let script = load_script(&args.script, &args.settings)?;
+    let (session, text) =
+        open_session(&args.script, args.db.as_deref(), &args.settings, args.parallelism, Some(args.read_options()))?;
+    let script = match session.prepare(&text)? {
+        Prepared::Streams(script) => script,
+        Prepared::Statements(statements) => return shell::run_statements(&args, session, &statements),
+    };
     let parallelism = parallelism(args.parallelism);
     let format = match args.format {
         Format::Csv => OutputFormat::Csv,
@@ -566,44 +534,26 @@ fn summary(stats: &RunStats, args: &RunArgs) -> String {
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum CompileTarget {
+enum Target {
     /// Flink SQL of a script of streams and window queries.
     Flink,
     /// Spark SQL of a database script: its tables, sampled views and estimates.
     Spark,
 }
 
-fn compile(target: CompileTarget, path: &std::path::Path, settings: &[String]) -> Result<(), TesseraError> {
-    match target {
-        CompileTarget::Flink => {
-            refuse_database_script(
-                path,
-                "--target flink compiles a script of streams; a database script compiles with --target spark",
-            )?;
-            let script = load_script(path, settings)?;
-            print!("{}", tessera::compile::flink::compile_flink(&script)?)
-        }
-        CompileTarget::Spark => {
-            if !settings.is_empty() {
-                return Err(TesseraError::Option("--target spark takes its settings from SET in the script".into()));
-            }
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| TesseraError::Option(format!("cannot read `{}`: {e}", path.display())))?;
-            let dir = path.parent().unwrap_or(std::path::Path::new("."));
-            print!("{}", tessera_db::compile_spark(&text, dir)?)
-        }
-    }
+fn compile(target: Target, path: &std::path::Path, settings: &[String]) -> Result<(), TesseraError> {
+    let (session, text) = open_session(path, None, settings, None, None)?;
+    let target = match target {
+        Target::Flink => CompileTarget::Flink,
+        Target::Spark => CompileTarget::Spark,
+    };
+    print!("{}", session.compile(&text, target)?);
     Ok(())
 }
 
 fn explain(path: &std::path::Path, format: ExplainFormat, settings: &[String]) -> Result<(), TesseraError> {
-    refuse_database_script(
-        path,
-        "tessera explain shows the plans of a script of streams; in a database script, EXPLAIN SELECT ... and \
-         EXPLAIN REFRESH MATERIALIZED VIEW ... show a query's plan and a refresh's (with tessera run or tessera sql)",
-    )?;
-    let script = load_script(path, settings)?;
-    let explained = tessera::explain::explain_json(&script);
+    let (session, text) = open_session(path, None, settings, None, None)?;
+    let explained = session.explain(&text)?;
     match format {
         ExplainFormat::Json => println!("{}", serde_json::to_string_pretty(&explained).expect("json")),
         ExplainFormat::Dot => print!("{}", tessera::explain::explain_dot(&explained)),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use tessera::TesseraError;
-use tessera_db::{Database, Outcome};
+use tessera_db::{Outcome, Session, SessionOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct SqlArgs {
@@ -35,10 +35,7 @@ pub enum RowFormat {
 }
 
 pub fn sql(args: &SqlArgs) -> Result<(), TesseraError> {
-    let mut db = match &args.db {
-        Some(dir) => Database::open(dir)?,
-        None => Database::in_memory()?,
-    };
+    let mut db = Session::open(SessionOptions { db: args.db.clone(), ..SessionOptions::default() })?;
     if let Some(command) = &args.command {
         return run_each(&mut db, command, args);
     }
@@ -56,8 +53,8 @@ pub fn sql(args: &SqlArgs) -> Result<(), TesseraError> {
 }
 
 /// Runs the statements of `text` in order, the first failure stopping them.
-fn run_each(db: &mut Database, text: &str, args: &SqlArgs) -> Result<(), TesseraError> {
-    for statement in tessera_db::parse(text)? {
+fn run_each(db: &mut Session, text: &str, args: &SqlArgs) -> Result<(), TesseraError> {
+    for statement in db.parse(text)? {
         let started = Instant::now();
         let outcome = execute(db, &statement)?;
         if args.timer {
@@ -68,7 +65,7 @@ fn run_each(db: &mut Database, text: &str, args: &SqlArgs) -> Result<(), Tessera
     Ok(())
 }
 
-fn interactive(db: &mut Database, format: RowFormat) -> Result<(), TesseraError> {
+fn interactive(db: &mut Session, format: RowFormat) -> Result<(), TesseraError> {
     let mut editor =
         rustyline::DefaultEditor::new().map_err(|e| TesseraError::Option(format!("no line editor: {e}")))?;
     let history = std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".tessera_history"));
@@ -134,8 +131,8 @@ fn interactive(db: &mut Database, format: RowFormat) -> Result<(), TesseraError>
 }
 
 /// Runs the statements of `text`, printing what each gives.
-fn run_text(db: &mut Database, text: &str, format: RowFormat) -> Result<(), TesseraError> {
-    tessera_db::parse(text)?.iter().try_for_each(|statement| print_outcome(&execute(db, statement)?, format))
+fn run_text(db: &mut Session, text: &str, format: RowFormat) -> Result<(), TesseraError> {
+    db.parse(text)?.iter().try_for_each(|statement| print_outcome(&execute(db, statement)?, format))
 }
 
 /// What the shell's commands do (`\?`).
@@ -182,9 +179,9 @@ fn command(line: &str) -> Option<Command> {
 
 /// Runs `statement`, telling on stderr of the malformed rows it skipped and the late events its
 /// window queries did not aggregate.
-fn execute(db: &mut Database, statement: &tessera_db::Statement) -> Result<Outcome, TesseraError> {
+fn execute(db: &mut Session, statement: &tessera_db::Statement) -> Result<Outcome, TesseraError> {
     let before = db.read_totals();
-    let outcome = db.execute_statement(statement)?;
+    let outcome = db.execute(statement)?;
     let after = db.read_totals();
     let plural = |n: u64| if n == 1 { "" } else { "s" };
     if let (Some(file), skipped @ 1..) = (&after.dead_letter, after.skipped_rows - before.skipped_rows) {
@@ -225,25 +222,13 @@ fn print_outcome(outcome: &Outcome, format: RowFormat) -> Result<(), TesseraErro
 /// JSON lines to `--output` or stdout, what other statements changed to stderr (unless
 /// `--quiet`); the first failure stops the script. Every option is honoured or refused with the
 /// reason, and no output may be a file the script reads or a file of the database.
-pub fn run_statements(args: &crate::RunArgs, statements: &[tessera_db::Statement]) -> Result<(), TesseraError> {
+pub fn run_statements(
+    args: &crate::RunArgs,
+    mut session: Session,
+    statements: &[tessera_db::Statement],
+) -> Result<(), TesseraError> {
     refuse_stream_options(args)?;
-    let base_dir = args.script.parent().unwrap_or_else(|| std::path::Path::new("."));
-    refuse_clobbering(args, statements, base_dir)?;
-    let mut database = match &args.db {
-        Some(dir) => Database::open(dir)?,
-        None => Database::in_memory()?,
-    };
-    let mut overrides = args
-        .settings
-        .iter()
-        .map(|a| tessera::settings::parse_assignment(a).map_err(TesseraError::Option))
-        .collect::<Result<Vec<_>, _>>()?;
-    if let Some(workers) = args.parallelism {
-        overrides.push(("parallelism".into(), workers.to_string()));
-    }
-    database.override_settings(&overrides)?;
-    database.set_read_options(args.read_options());
-    database.set_base_dir(base_dir);
+    refuse_clobbering(args, statements, session.base_dir())?;
     let out: Box<dyn std::io::Write> = match &args.output {
         Some(path) => Box::new(
             std::fs::File::create(path)
@@ -255,7 +240,7 @@ pub fn run_statements(args: &crate::RunArgs, statements: &[tessera_db::Statement
     let mut out = std::io::BufWriter::new(out);
     let mut rows_out = 0;
     for statement in statements {
-        match execute(&mut database, statement)? {
+        match execute(&mut session, statement)? {
             Outcome::Rows { schema, batches } => {
                 rows_out += batches.iter().map(|b| b.num_rows()).sum::<usize>();
                 match args.format {
@@ -270,7 +255,7 @@ pub fn run_statements(args: &crate::RunArgs, statements: &[tessera_db::Statement
         }
     }
     std::io::Write::flush(&mut out).map_err(|e| TesseraError::io("cannot write results", e))?;
-    let totals = database.read_totals();
+    let totals = session.read_totals();
     let elapsed = started.elapsed();
     if let Some(path) = &args.stats_json {
         let stats = tessera::engine::RunStats {
@@ -336,7 +321,9 @@ fn refuse_clobbering(
     use tessera::connectors::file_identity::{self, FileUse};
     let mut inputs = vec![FileUse::new("the script", &args.script)];
     for statement in statements {
-        inputs.extend(statement.files_read(base_dir).into_iter().map(|(role, path)| FileUse::new(role, path)));
+        inputs.extend(
+            tessera_db::files_read(statement, base_dir).into_iter().map(|(role, path)| FileUse::new(role, path)),
+        );
     }
     let mut outputs: Vec<FileUse> = args.output.iter().map(|path| FileUse::new("--output", path)).collect();
     outputs.extend(args.stats_json.iter().map(|path| FileUse::new("--stats-json", path)));

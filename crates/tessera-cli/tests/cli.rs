@@ -838,7 +838,7 @@ fn scripts_without_queries_are_refused() {
         std::fs::write(dir.path().join("none.sql"), script).unwrap();
         for command in ["run", "explain"] {
             let out = tessera(&[command, "none.sql"], dir.path());
-            assert_refused(&out, "none.sql has no queries (SELECT ... FROM a source): nothing to run", command);
+            assert_refused(&out, "the script has no queries (SELECT ... FROM a source): nothing to run", command);
         }
     }
 }

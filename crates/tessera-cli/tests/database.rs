@@ -298,7 +298,7 @@ fn commands_for_scripts_of_streams_say_what_does_it_for_a_database_script() {
     ] {
         let out = tessera(args, dir.path());
         assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert!(text(&out.stderr).contains("t.sql is a database script: "), "{args:?}");
+        assert!(text(&out.stderr).contains("this is a database script: "), "{args:?}");
         assert!(text(&out.stderr).contains(says), "{args:?}: {}", text(&out.stderr));
     }
 }

@@ -16,6 +16,7 @@ mod file;
 mod key_index;
 mod maintain;
 mod sample;
+pub mod session;
 mod spark;
 mod spark_hash;
 mod statement;
@@ -36,10 +37,12 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 use datafusion_sql::sqlparser::parser::Parser;
+pub use session::{CompileTarget, Prepared, Session, SessionOptions};
 pub use spark::compile_spark;
-pub use statement::{parse, Statement};
+pub use statement::files_read;
 pub use streams::DataFusionBatchSql;
 pub use tessera::settings::{Freshness, Settings};
+pub use tessera::sql::{Statement, StatementKind};
 use views::changes_needed_after;
 pub use views::View;
 
@@ -174,17 +177,17 @@ impl Database {
     /// that answer from what is stored, EXPLAIN, SET, CREATE SOURCE). Queries with another
     /// freshness than `stale` refresh views or clean samples.
     fn may_write(&self, statement: &Statement) -> bool {
-        match statement {
-            Statement::Sql { statement, .. } => match statement.as_ref() {
-                ast::Statement::Query(_) => self.settings.freshness != Freshness::Stale,
+        match &statement.kind {
+            StatementKind::Query { .. } => self.settings.freshness != Freshness::Stale,
+            StatementKind::Other(statement) => !matches!(
+                statement.as_ref(),
                 ast::Statement::Explain { .. }
-                | ast::Statement::ShowTables { .. }
-                | ast::Statement::ExplainTable { .. }
-                | ast::Statement::ShowVariable { .. } => false,
-                _ => true,
-            },
-            Statement::ExplainRefresh { .. } | Statement::Source { .. } | Statement::Set { .. } => false,
-            Statement::Copy { .. } | Statement::Refresh { .. } => true,
+                    | ast::Statement::ShowTables { .. }
+                    | ast::Statement::ExplainTable { .. }
+                    | ast::Statement::ShowVariable { .. }
+            ),
+            StatementKind::ExplainRefresh { .. } | StatementKind::CreateSource(_) | StatementKind::Set { .. } => false,
+            StatementKind::Copy { .. } | StatementKind::Refresh { .. } => true,
         }
     }
 
@@ -254,7 +257,7 @@ impl Database {
 
     /// Runs every statement of `sql` in order; the outcome of each.
     pub fn execute(&mut self, sql: &str) -> Result<Vec<Outcome>> {
-        parse(sql)?.iter().map(|s| self.execute_statement(s)).collect()
+        tessera::sql::parse_script(sql, &self.base_dir)?.iter().map(|s| self.execute_statement(s)).collect()
     }
 
     /// Runs `statement` on the last committed state. One process writes a database folder at a
@@ -265,16 +268,21 @@ impl Database {
         if locked_now || !self.storage.writes() {
             self.catch_up()?;
         }
-        match statement {
-            Statement::Sql { statement, script } => {
-                self.execute_sql(statement, script).map_err(|e| tessera::sql::ScriptText::new(script).locate(e))
+        let script = &statement.script;
+        let located = |e| tessera::sql::ScriptText::new(script).locate(e);
+        match &statement.kind {
+            StatementKind::Other(other) => self.execute_sql(other, script).map_err(located),
+            StatementKind::Query { query, emit_written, .. } => {
+                self.execute_query(query, statement, *emit_written).map_err(located)
             }
-            Statement::Copy { table, path, options } => self.copy(table, path, options),
-            Statement::Refresh { view, sample } => self.refresh(view, *sample),
-            Statement::ExplainRefresh { view } => self.explain_refresh(view),
-            Statement::Source { name, text, start, script } => self.create_source(name, text, *start, script),
-            Statement::Set { name, value, span, script } => {
-                let error = |m| tessera::sql::ScriptText::new(script).at_span(m, *span);
+            StatementKind::Copy { table, path, options } => self.copy(table, path, options),
+            StatementKind::Refresh { view, sample } => self.refresh(view, *sample),
+            StatementKind::ExplainRefresh { view } => self.explain_refresh(view),
+            StatementKind::CreateSource(source) => {
+                self.create_source(&source.name, statement.text(), statement.start, script)
+            }
+            StatementKind::Set { name, value } => {
+                let error = |m| tessera::sql::ScriptText::new(script).error(m, statement.location());
                 match self.overridden.contains(name) {
                     true => Settings::default().set(name, value).map_err(error)?,
                     false => self.settings.set(name, value).map_err(error)?,
@@ -284,28 +292,42 @@ impl Database {
         }
     }
 
+    /// Runs query `statement`: over streams on the streaming engine, from a sample's estimate,
+    /// or by DataFusion over the tables and views.
+    fn execute_query(&mut self, query: &ast::Query, statement: &Statement, emit_written: bool) -> Result<Outcome> {
+        if self.reads_a_stream(query) {
+            let script = self.compile_stream(statement.text(), statement.start, &statement.script)?;
+            let (schema, batches) = self.run_stream(&script)?;
+            return Ok(Outcome::Rows { schema, batches });
+        }
+        if emit_written {
+            return Err(TesseraError::Plan(
+                "EMIT is for queries over streams: this one reads tables and views, whose rows it returns once".into(),
+            ));
+        }
+        if self.settings.freshness == Freshness::Exact {
+            self.refresh_views_read_by(query)?;
+        }
+        if self.estimates(query)? {
+            let (schema, batches, _) = self.estimate(query)?;
+            return Ok(Outcome::Rows { schema, batches });
+        }
+        let (schema, batches) = self.query_with_columns(query, Some(&statement.script))?;
+        Ok(Outcome::Rows { schema, batches })
+    }
+
     /// Runs `statement` of `script`.
     fn execute_sql(&mut self, statement: &ast::Statement, script: &str) -> Result<Outcome> {
         match statement {
-            ast::Statement::Query(query) => {
-                if self.settings.freshness == Freshness::Exact {
-                    self.refresh_views_read_by(query)?;
-                }
-                if self.estimates(query)? {
-                    let (schema, batches, _) = self.estimate(query)?;
-                    return Ok(Outcome::Rows { schema, batches });
-                }
-                let (schema, batches) = self.query_with_columns(query, Some(script))?;
-                Ok(Outcome::Rows { schema, batches })
-            }
             ast::Statement::Explain { statement: explained, .. } => {
                 let ast::Statement::Query(query) = explained.as_ref() else {
                     return Err(TesseraError::Plan(format!("EXPLAIN of `{explained}`: queries are explained")));
                 };
                 if self.reads_a_stream(query) {
-                    return Err(TesseraError::Plan(
-                        "a query over streams is explained by `tessera explain` of a script of streams".into(),
-                    ));
+                    // The plan `tessera explain` prints, a row per line.
+                    let script = self.compile_stream_query(query, Some(script))?;
+                    let text = tessera::explain::explain_text(&tessera::explain::explain_json(&script));
+                    return describe::text_rows(&["plan"], text.lines().map(|line| vec![line.to_string()]).collect());
                 }
                 if self.estimates(query)? {
                     return self.explain_estimate(query);

@@ -32,7 +32,7 @@ use tessera::sql::walk;
 
 use crate::estimate::Settings;
 use crate::sample::{Indexed, OutlierOptions};
-use crate::{maintain, Database, Statement};
+use crate::{maintain, Database, Statement, StatementKind};
 
 mod estimate;
 
@@ -129,8 +129,9 @@ impl SparkIndex {
     }
 }
 
-/// The Spark SQL of the database script `sql` (relative file paths resolved from `dir`).
-pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
+/// The Spark SQL of a database script's `statements` (relative file paths resolved from
+/// `dir`).
+pub fn compile_spark(statements: &[Statement], dir: &Path) -> Result<String> {
     // Planned over empty tables of the same columns, for the views' samples.
     let mut planner = Database::in_memory()?;
     let mut out = String::from("-- Spark SQL compiled by tessera: tables are files, each version a temporary view.\n");
@@ -139,9 +140,9 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
     let mut views: HashMap<String, SparkView> = HashMap::new();
     let mut settings = Settings::default();
     let mut statement_number = 0usize;
-    for statement in crate::parse(sql)? {
-        match &statement {
-            Statement::Sql { statement: sql_statement, .. } => match sql_statement.as_ref() {
+    for statement in statements {
+        match &statement.kind {
+            StatementKind::Other(sql_statement) => match sql_statement.as_ref() {
                 ast::Statement::CreateTable(create) => {
                     let name = create.name.to_string().to_lowercase();
                     let mut table_columns = Vec::new();
@@ -154,10 +155,7 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                         _ => Vec::new(),
                     };
                     bare.table_options = ast::CreateTableOptions::None;
-                    planner.execute_statement(&Statement::Sql {
-                        statement: Box::new(ast::Statement::CreateTable(bare)),
-                        script: sql.into(),
-                    })?;
+                    planner.execute(&bare.to_string())?;
                     let key = planner.table_key(&name);
                     let path = options
                         .iter()
@@ -184,7 +182,7 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                     columns.insert(name, (table_columns, key));
                 }
                 ast::Statement::CreateView(create) if create.materialized => {
-                    planner.execute_statement(&statement)?;
+                    planner.execute_statement(statement)?;
                     let name = create.name.to_string().to_lowercase();
                     let view = planner.view(&name).expect("the view was created");
                     statement_number += 1;
@@ -297,13 +295,13 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                     let explained = first_words(&sql_statement.to_string());
                     writeln!(out, "-- {explained} ...: tessera's plan, not Spark's").expect("a string")
                 }
-                ast::Statement::Query(query) => {
-                    let estimate = compile_query(query, &views, &versions, &settings)?;
-                    writeln!(out, "{estimate};").expect("a string");
-                }
                 other => return Err(unsupported(format!("`{}`", first_words(&other.to_string())))),
             },
-            Statement::Copy { table, path, options } => {
+            StatementKind::Query { query, .. } => {
+                let estimate = compile_query(query, &views, &versions, &settings)?;
+                writeln!(out, "{estimate};").expect("a string");
+            }
+            StatementKind::Copy { table, path, options } => {
                 let name = table.to_string().to_lowercase();
                 let (table_columns, key) = table_of(&columns, &name)?;
                 let version = versions[&name];
@@ -342,7 +340,7 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                 };
                 write_version(&mut out, &name, &mut versions, &views, [&kept, &inserted, &removed]);
             }
-            Statement::Refresh { view, sample: false } => {
+            StatementKind::Refresh { view, sample: false } => {
                 let name = view.to_string().to_lowercase();
                 let spark = views
                     .get_mut(&name)
@@ -361,16 +359,16 @@ pub fn compile_spark(sql: &str, dir: &Path) -> Result<String> {
                 }
             }
             // Spark's samples are always clean: nothing to do.
-            Statement::Refresh { sample: true, .. } => {}
-            Statement::Set { name, value, .. } => settings.set(name, value).map_err(TesseraError::Plan)?,
-            Statement::Source { .. } => {
+            StatementKind::Refresh { sample: true, .. } => {}
+            StatementKind::Set { name, value } => settings.set(name, value).map_err(TesseraError::Plan)?,
+            StatementKind::CreateSource(_) => {
                 return Err(unsupported(
                     "streams: it compiles database scripts; a script of streams and window queries \
                      compiles with --target flink",
                 ))
             }
             // How tessera would refresh: nothing for Spark, which recomputes.
-            Statement::ExplainRefresh { view } => {
+            StatementKind::ExplainRefresh { view } => {
                 writeln!(out, "-- EXPLAIN REFRESH MATERIALIZED VIEW {view}: Spark recomputes the view")
                     .expect("a string")
             }

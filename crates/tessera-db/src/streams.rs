@@ -14,7 +14,9 @@ use datafusion_sql::sqlparser::ast;
 use datafusion_sql::sqlparser::tokenizer::Location;
 use tessera::error::{Result, TesseraError};
 
-use crate::{statement, Database, Outcome};
+use tessera::sql::offset;
+
+use crate::{Database, Outcome};
 
 impl Database {
     /// `CREATE SOURCE`: checked by compiling it after the sources before it.
@@ -66,25 +68,39 @@ impl Database {
         found
     }
 
+    /// Window query `query` (of `script`) over the script's streams, compiled.
+    pub(crate) fn compile_stream_query(
+        &self,
+        query: &ast::Query,
+        script: Option<&str>,
+    ) -> Result<tessera::engine::Script> {
+        use datafusion_sql::sqlparser::ast::Spanned;
+        let span = query.span();
+        match script {
+            Some(script) if span.start.line > 0 => {
+                let text = &script[offset(script, span.start)..offset(script, span.end)];
+                self.compile_stream(text, span.start, script)
+            }
+            _ => {
+                let text = query.to_string();
+                self.compile_stream(&text, Location { line: 1, column: 1 }, &text)
+            }
+        }
+    }
+
     /// The rows of window query `query` (of `script`) over the script's streams, run by the
     /// streaming engine to the end of its input.
     pub(crate) fn stream_query(
         &self,
         query: &ast::Query,
         script: Option<&str>,
-    ) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
-        use datafusion_sql::sqlparser::ast::Spanned;
-        let span = query.span();
-        let script = match script {
-            Some(script) if span.start.line > 0 => {
-                let text = &script[statement::offset(script, span.start)..statement::offset(script, span.end)];
-                self.compile_stream(text, span.start, script)?
-            }
-            _ => {
-                let text = query.to_string();
-                self.compile_stream(&text, Location { line: 1, column: 1 }, &text)?
-            }
-        };
+    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        self.run_stream(&self.compile_stream_query(query, script)?)
+    }
+
+    /// The rows of the one query of `script`, run by the streaming engine to the end of its
+    /// input.
+    pub(crate) fn run_stream(&self, script: &tessera::engine::Script) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let options = tessera::engine::RunOptions {
             parallelism: tessera::exec::pipeline::Parallelism::Auto(tessera::exec::cores()),
             read: self.read.clone(),
@@ -92,7 +108,7 @@ impl Database {
             ..tessera::engine::RunOptions::default()
         };
         let mut sink = tessera::connectors::sink::MemorySink::default();
-        let stats = tessera::engine::run_script(&script, &options, &mut sink)?;
+        let stats = tessera::engine::run_script(script, &options, &mut sink)?;
         self.count_read(stats.events_in, stats.late_events, stats.bad_rows, &self.read.dead_letter_path);
         let schema = script
             .queries

@@ -659,7 +659,7 @@ fn a_window_query_fills_a_table_that_a_view_reads() {
     let totals = db.read_totals();
     assert_eq!((totals.events, totals.late_events, totals.skipped_rows), (18, 1, 0));
     for taken in [
-        "CREATE SOURCE readings (a BIGINT) WITH (connector = 'file', path = 'x.csv')",
+        "CREATE SOURCE readings (a BIGINT, WATERMARK FOR a AS a) WITH (connector = 'file', path = 'x.csv')",
         "CREATE TABLE readings (a BIGINT)",
     ] {
         let err = db.execute(taken).unwrap_err();

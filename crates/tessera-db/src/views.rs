@@ -21,8 +21,8 @@ use tessera::error::{Result, TesseraError};
 use crate::sample::{Indexed, OutlierOptions, SampleOptions, Sampling};
 use crate::table::{self, Edit, Table};
 use crate::{
-    key_value, maintain, mem_table, object_name, parse_one, register, register_batches, sample, statement, storage,
-    Database, Outcome, Statement,
+    key_value, maintain, mem_table, object_name, parse_one, register, register_batches, sample, storage, Database,
+    Outcome, StatementKind,
 };
 
 mod samples;
@@ -247,11 +247,8 @@ impl Database {
         let mut pending: Vec<(String, ast::Query)> = Vec::new();
         for (key, entry) in &self.manifest.views {
             let damaged = || TesseraError::Option(format!("the view `{key}` is damaged: its query is not one"));
-            let query = match statement::parse(&entry.query)?.pop() {
-                Some(Statement::Sql { statement, .. }) => match *statement {
-                    ast::Statement::Query(query) => *query,
-                    _ => return Err(damaged()),
-                },
+            let query = match tessera::sql::parse_script(&entry.query, &self.base_dir)?.pop().map(|s| s.kind) {
+                Some(StatementKind::Query { query, .. }) => *query,
                 _ => return Err(damaged()),
             };
             pending.push((key.clone(), query));

@@ -14,7 +14,7 @@ use crate::optimizer::{window_groups, WindowGroup};
 use crate::physical::PhysicalPlan;
 use crate::plan::{BranchPlan, QueryPlan};
 use crate::settings::Settings;
-use crate::sql::{binder::bind_query, parse_script_here, ScriptText, Statement};
+use crate::sql::{binder::bind_query, parse_script_here, ScriptText, Statement, StatementKind};
 use crate::state::checkpoint::{fnv64, CheckpointConfig, Checkpointer};
 use crate::state::store::StateStore;
 use crate::window::WindowSpec;
@@ -92,37 +92,42 @@ impl Script {
         settings: Settings,
         overrides: &[(String, String)],
     ) -> Result<Script> {
-        crate::exec::on_deep_stack("tessera-plan", || Script::compile_here(text, base_dir, settings, overrides))
+        crate::exec::on_deep_stack("tessera-plan", || {
+            Script::plan_here(&parse_script_here(text, base_dir)?, settings, overrides)
+        })
     }
 
-    fn compile_here(
-        text: &str,
-        base_dir: &Path,
-        mut settings: Settings,
-        overrides: &[(String, String)],
-    ) -> Result<Script> {
-        let script_text = ScriptText::new(text);
+    /// The plan of a script's parsed `statements` (of streams: sources, settings and queries),
+    /// starting from a session's `settings`; the names of `overrides` win over the script's
+    /// `SET`s.
+    pub fn plan(statements: &[Statement], settings: Settings, overrides: &[(String, String)]) -> Result<Script> {
+        crate::exec::on_deep_stack("tessera-plan", || Script::plan_here(statements, settings, overrides))
+    }
+
+    fn plan_here(statements: &[Statement], mut settings: Settings, overrides: &[(String, String)]) -> Result<Script> {
         let mut catalog = Catalog::default();
         let mut queries: Vec<QueryPlan> = Vec::new();
-        for statement in parse_script_here(text, base_dir)? {
-            match statement {
-                Statement::CreateSource(source) => {
+        for statement in statements {
+            let script_text = ScriptText::new(&statement.script);
+            let location = statement.location();
+            match &statement.kind {
+                StatementKind::CreateSource(source) => {
                     let name = source.name.clone();
                     catalog
-                        .add_source(*source)
-                        .map_err(|_| script_text.error(format!("source `{name}` is already defined"), None))?;
+                        .add_source(source.as_ref().clone())
+                        .map_err(|_| script_text.error(format!("source `{name}` is already defined"), location))?;
                 }
-                Statement::Set { name, value, location } => {
+                StatementKind::Set { name, value } => {
                     let error = |m| script_text.error(m, location);
-                    if overrides.iter().any(|(overridden, _)| *overridden == name) {
+                    if overrides.iter().any(|(overridden, _)| overridden == name) {
                         // Checked, but the value given outside the script holds.
-                        Settings::default().set(&name, &value).map_err(error)?;
+                        Settings::default().set(name, value).map_err(error)?;
                     } else {
-                        settings.set(&name, &value).map_err(error)?;
+                        settings.set(name, value).map_err(error)?;
                     }
                 }
-                Statement::Query { query, emit, location } => {
-                    let plan = bind_query(&catalog, &script_text, &query, emit, &settings)?;
+                StatementKind::Query { query, emit, .. } => {
+                    let plan = bind_query(&catalog, &script_text, query, *emit, &settings)?;
                     // Stdin can be read once: by the queries of one source.
                     let reads_stdin =
                         |q: &QueryPlan| catalog.source(&q.source).is_some_and(|s| s.location == Location::Stdin);
@@ -141,6 +146,18 @@ impl Script {
                         ));
                     }
                     queries.push(plan);
+                }
+                StatementKind::Copy { .. }
+                | StatementKind::Refresh { .. }
+                | StatementKind::ExplainRefresh { .. }
+                | StatementKind::Other(_) => {
+                    return Err(script_text.error_with_help(
+                        "a script of streams has sources, settings and queries: this statement is for tables",
+                        location,
+                        Some(
+                            "run the script with `tessera run` or `tessera sql`, which run statements on tables".into(),
+                        ),
+                    ))
                 }
             }
         }

@@ -753,7 +753,7 @@ fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compil
         "{tables} {view} COPY log FROM 'changes.csv' WITH (op_column = 'op');
          SET freshness = 'svc_corr'; SELECT owner_id, SUM(visit_count) AS v FROM visit_view GROUP BY owner_id;"
     );
-    let spark = crate::compile_spark(&script, Path::new("/data")).unwrap();
+    let spark = spark_of(&script, Path::new("/data")).unwrap();
     assert!(spark.contains("USING csv OPTIONS (path '/data/video.csv', header 'true')"), "{spark}");
     assert!(spark.contains("LEFT ANTI JOIN log__file1 ON log__0.session_id = log__file1.session_id"), "{spark}");
     assert!(
@@ -767,7 +767,7 @@ fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compil
          UPDATE video SET duration = duration * 2 WHERE owner_id = 3; DELETE FROM log WHERE session_id > 10;
          SET freshness = 'svc_aqp'; SELECT COUNT(*) AS n FROM log;"
     );
-    let spark = crate::compile_spark(&script, Path::new("/data")).unwrap();
+    let spark = spark_of(&script, Path::new("/data")).unwrap();
     for version in [
         "VIEW log__1 AS SELECT * FROM log__0 UNION ALL SELECT CAST(__c1 AS BIGINT) AS session_id, CAST(__c0 AS BIGINT) AS \
          video_id FROM (VALUES (2, 1)) AS __given(__c0, __c1)",
@@ -783,7 +783,7 @@ fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compil
         "{tables} {indexed} COPY video FROM 'changes.csv' WITH (op_column = 'op');
          SET freshness = 'svc_aqp'; SELECT SUM(duration) AS d FROM visit_view;"
     );
-    let spark = crate::compile_spark(&script, Path::new("/data")).unwrap();
+    let spark = spark_of(&script, Path::new("/data")).unwrap();
     for picked in [
         "VIEW visit_view__obase1 AS SELECT * FROM (SELECT xxhash64(CAST(7 AS INT), CAST(video_id AS BIGINT)) AS __hash, \
          CAST(duration AS DOUBLE) AS __value FROM video__0 WHERE duration IS NOT NULL) ORDER BY __value DESC, __hash ASC LIMIT 5",
@@ -814,7 +814,13 @@ fn spark_sql_hashes_the_sample_as_tessera_does_and_refuses_what_it_cannot_compil
             "`plain`, which is not a sampled view",
         ),
     ] {
-        let err = crate::compile_spark(&format!("{tables} {view} {statements}"), Path::new(".")).unwrap_err();
+        let err = spark_of(&format!("{tables} {view} {statements}"), Path::new(".")).unwrap_err();
         assert!(err.to_string().contains(message), "{statements}: {err}");
     }
+}
+
+/// The Spark SQL of database script `text` (paths under `dir`), compiled by a session.
+fn spark_of(text: &str, dir: &Path) -> tessera::error::Result<String> {
+    let session = crate::Session::open(crate::SessionOptions { base_dir: dir.into(), ..Default::default() })?;
+    session.compile(text, crate::CompileTarget::Spark)
 }

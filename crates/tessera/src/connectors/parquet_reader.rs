@@ -742,7 +742,7 @@ mod tests {
         )
         .expect("source")
         .remove(0);
-        let crate::sql::Statement::CreateSource(source) = source else { panic!("a source") };
+        let crate::sql::StatementKind::CreateSource(source) = source.kind else { panic!("a source") };
         let options = ReadOptions { batch_size: 256, ..options };
         let mut reader = ParquetReader::new(source.input(), "x.parquet".into(), input.clone(), None, &options)?;
         if let Some(row) = from {

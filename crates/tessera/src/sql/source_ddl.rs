@@ -245,12 +245,12 @@ pub fn arrow_type(sql: &ast::DataType) -> Option<DataType> {
 
 #[cfg(test)]
 mod tests {
-    use crate::sql::{parse_script, Statement};
+    use crate::sql::{parse_script, StatementKind};
     use std::path::Path;
 
     fn source(sql: &str) -> crate::Result<crate::catalog::SourceDef> {
-        match parse_script(sql, Path::new("/data"))?.remove(0) {
-            Statement::CreateSource(s) => Ok(*s),
+        match parse_script(sql, Path::new("/data"))?.remove(0).kind {
+            StatementKind::CreateSource(s) => Ok(*s),
             other => panic!("not a source: {other:?}"),
         }
     }

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use tessera::compile::flink::compile_flink;
 use tessera::connectors::{read_text, OnError, ReadOptions};
 use tessera::engine::Script;
-use tessera::sql::{parse_script, Statement};
+use tessera::sql::{parse_script, StatementKind};
 use tessera::TesseraError;
 
 fn cases() -> u32 {
@@ -249,7 +249,9 @@ proptest! {
 fn read_all(format: &str, bytes: Vec<u8>) {
     let script = SEED_SCRIPT.replace("path = 'e.csv'", &format!("path = 'e.{format}'"));
     let statements = parse_script(&script, Path::new(".")).expect("seed script parses");
-    let Statement::CreateSource(source) = &statements[0] else { panic!("first statement declares the source") };
+    let StatementKind::CreateSource(source) = &statements[0].kind else {
+        panic!("first statement declares the source")
+    };
     let dead_letter = tempfile::NamedTempFile::new().expect("temp file");
     for on_error in [OnError::Fail, OnError::Skip] {
         let options = ReadOptions {
@@ -305,7 +307,7 @@ proptest! {
         }
         let script = SEED_SCRIPT.replace("path = 'e.csv'", &format!("path = 'e.{format}'"));
         let statements = parse_script(&script, Path::new(".")).expect("seed script parses");
-        let Statement::CreateSource(source) = &statements[0] else { panic!("first statement declares the source") };
+        let StatementKind::CreateSource(source) = &statements[0].kind else { panic!("first statement declares the source") };
         let dead_letter = tempfile::NamedTempFile::new().expect("temp file");
         let options = ReadOptions {
             batch_size,
