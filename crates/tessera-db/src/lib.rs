@@ -271,9 +271,11 @@ impl Database {
         let script = &statement.script;
         let located = |e| tessera::sql::ScriptText::new(script).locate(e);
         match &statement.kind {
-            StatementKind::Other(other) => self.execute_sql(other, script).map_err(located),
+            StatementKind::Other(other) => {
+                self.execute_sql(other, script).map_err(|e| located(self.suggest_relation(e)))
+            }
             StatementKind::Query { query, emit_written, .. } => {
-                self.execute_query(query, statement, *emit_written).map_err(located)
+                self.execute_query(query, statement, *emit_written).map_err(|e| located(self.suggest_relation(e)))
             }
             StatementKind::Copy { table, path, options } => self.copy(table, path, options),
             StatementKind::Refresh { view, sample } => self.refresh(view, *sample),
@@ -290,6 +292,20 @@ impl Database {
                 Ok(Outcome::Done)
             }
         }
+    }
+
+    /// `error` with the closest name the database holds suggested, if it is about a relation
+    /// it does not hold.
+    fn suggest_relation(&self, error: TesseraError) -> TesseraError {
+        let TesseraError::Sql(mut diagnostic) = error else { return error };
+        let missing = diagnostic.message.strip_prefix("table '").and_then(|rest| rest.strip_suffix("' not found"));
+        if let Some(missing) = missing.filter(|_| diagnostic.help.is_none()) {
+            let names = self.tables.values().map(|t| t.name.as_str()).chain(self.views.keys().map(String::as_str));
+            let names = names.chain(self.sources.keys().map(String::as_str));
+            diagnostic.help =
+                tessera::sql::diagnostic::closest_name(missing, names).map(|n| format!("did you mean `{n}`?"));
+        }
+        TesseraError::Sql(diagnostic)
     }
 
     /// Runs query `statement`: over streams on the streaming engine, from a sample's estimate,
@@ -452,7 +468,7 @@ impl Database {
     }
 
     /// A DataFusion session with nothing registered.
-    fn plain_context(&self) -> SessionContext {
+    pub(crate) fn plain_context(&self) -> SessionContext {
         // Spans let the planner's errors point at the line and column of the script.
         let config = SessionConfig::new()
             .with_target_partitions(tessera::exec::cores().clamp(1, 2))
@@ -803,19 +819,36 @@ impl Database {
 
     /// The key of the existing table `name`.
     fn existing(&self, name: &ast::ObjectName) -> Result<String> {
+        self.existing_as(name, false)
+    }
+
+    /// The lower-case name of the view `name`, or an error saying what `name` is.
+    pub(crate) fn existing_view(&self, name: &ast::ObjectName) -> Result<String> {
+        self.existing_as(name, true)
+    }
+
+    /// The lower-case name of the table (or the view, `view`) `name`, or an error saying what
+    /// it is instead.
+    fn existing_as(&self, name: &ast::ObjectName, view: bool) -> Result<String> {
         let name = object_name(name)?;
         let key = name.to_lowercase();
-        if self.tables.contains_key(&key) {
+        let wanted = if view { "materialized view" } else { "table" };
+        if (view && self.views.contains_key(&key)) || (!view && self.tables.contains_key(&key)) {
             Ok(key)
         } else if self.views.contains_key(&key) {
             Err(TesseraError::Plan(format!(
                 "`{name}` is a materialized view, not a table: it changes by REFRESH MATERIALIZED VIEW, and goes by \
                  DROP MATERIALIZED VIEW"
             )))
+        } else if self.tables.contains_key(&key) {
+            Err(TesseraError::Plan(format!(
+                "`{name}` is a table, not a materialized view: it changes by INSERT, UPDATE, DELETE and COPY, and goes \
+                 by DROP TABLE"
+            )))
         } else if self.sources.contains_key(&key) {
-            Err(TesseraError::Plan(format!("`{name}` is a source (a stream), not a table")))
+            Err(TesseraError::Plan(format!("`{name}` is a source (a stream), not a {wanted}")))
         } else {
-            Err(TesseraError::Plan(format!("no table `{name}`")))
+            Err(TesseraError::Plan(format!("no {wanted} `{name}`")))
         }
     }
 }

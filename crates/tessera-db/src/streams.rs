@@ -56,13 +56,31 @@ impl Database {
         )
     }
 
-    /// Whether `query` reads a stream: a source of the script, or a window over one.
+    /// Whether `query` reads a stream: a source of the script, a window or temporal query over
+    /// one, or (where the script has sources) a relation that is neither a table, a view, a
+    /// table function nor one of the query's own (`WITH`), which the stream compiler then
+    /// names, closest source suggested.
     pub(crate) fn reads_a_stream(&self, query: &ast::Query) -> bool {
+        let own: Vec<String> = query
+            .with
+            .iter()
+            .flat_map(|with| with.cte_tables.iter().map(|cte| cte.alias.name.value.to_lowercase()))
+            .collect();
+        let functions = match self.sources.is_empty() {
+            true => Default::default(),
+            false => self.plain_context().state().table_functions().clone(),
+        };
         let mut found = false;
         let _ = tessera::sql::walk::relations(query, |name| {
-            let name = name.to_string().to_lowercase();
-            found |=
-                self.sources.contains_key(&name) || ["tumble", "hop", "session", "windows"].contains(&name.as_str());
+            let name = name.to_string().trim_matches('"').to_lowercase();
+            let unknown = !self.sources.is_empty()
+                && !name.contains('.')
+                && !self.exists(&name)
+                && !own.contains(&name)
+                && !functions.contains_key(&name);
+            found |= unknown
+                || self.sources.contains_key(&name)
+                || ["tumble", "hop", "session", "windows", "temporal"].contains(&name.as_str());
             std::ops::ControlFlow::<()>::Continue(())
         });
         found

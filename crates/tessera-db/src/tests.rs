@@ -710,5 +710,6 @@ fn malformed_rows_of_a_file_stop_the_statement_at_their_line_or_are_skipped_and_
     assert!(err.contains("COPY has no option `on_eror`"), "{err}");
 }
 
+mod slt;
 mod svc;
 mod trust;

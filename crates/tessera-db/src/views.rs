@@ -463,23 +463,16 @@ impl Database {
     /// `REFRESH MATERIALIZED VIEW name [SAMPLE]`: the view brought up to date from the tables as
     /// they are, or only its sample (an error if it has none).
     pub(crate) fn refresh(&mut self, name: &ast::ObjectName, sample: bool) -> Result<Outcome> {
-        let key = object_name(name)?.to_lowercase();
-        let refreshed = if sample {
-            match self.views.get(&key) {
-                Some(view) if view.sample.is_none() => {
-                    return Err(TesseraError::Plan(format!(
-                        "materialized view `{name}` has no sample: create it WITH (sample = m)"
-                    )))
-                }
-                _ => self.clean_sample(&key).map(|rows| Outcome::Changed { rows }),
-            }
-        } else {
-            self.refresh_view(&key)
-        };
-        refreshed.map_err(|e| match e {
-            TesseraError::Internal(m) if m == "no view" => TesseraError::Plan(format!("no materialized view `{name}`")),
-            other => other,
-        })
+        let key = self.existing_view(name)?;
+        if !sample {
+            return self.refresh_view(&key);
+        }
+        match self.views.get(&key) {
+            Some(view) if view.sample.is_none() => Err(TesseraError::Plan(format!(
+                "materialized view `{name}` has no sample: create it WITH (sample = m)"
+            ))),
+            _ => self.clean_sample(&key).map(|rows| Outcome::Changed { rows }),
+        }
     }
 
     /// Refreshes the views `query` reads (`SET freshness = 'exact'`).
@@ -685,11 +678,11 @@ impl Database {
     pub(crate) fn drop_views(&mut self, names: &[ast::ObjectName], if_exists: bool) -> Result<Outcome> {
         let mut keys = Vec::new();
         for name in names {
-            let key = object_name(name)?.to_lowercase();
-            if self.views.contains_key(&key) {
-                keys.push(key);
-            } else if !if_exists {
-                return Err(TesseraError::Plan(format!("no materialized view `{name}`")));
+            match self.existing_view(name) {
+                Ok(key) => keys.push(key),
+                // IF EXISTS passes over a name that is nothing, not over a table or a source.
+                Err(_) if if_exists && !self.exists(&object_name(name)?.to_lowercase()) => {}
+                Err(e) => return Err(e),
             }
         }
         self.refuse_dropping_what_views_read(&keys)?;

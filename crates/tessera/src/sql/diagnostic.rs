@@ -33,6 +33,14 @@ impl<'a> ScriptText<'a> {
         self.error_with_help(message, location, None)
     }
 
+    /// Just after the script's last character that is not white space.
+    fn end(&self) -> Location {
+        let text = self.text.trim_end();
+        let line = text.lines().count().max(1) as u64;
+        let last = text.rsplit('\n').next().unwrap_or("");
+        Location { line, column: last.chars().count() as u64 + 1 }
+    }
+
     pub fn error_with_help(
         &self,
         message: impl Into<String>,
@@ -77,6 +85,12 @@ impl<'a> ScriptText<'a> {
         let help = misspelt_keyword(&message).map(|keyword| format!("did you mean `{keyword}`?"));
         match split_position(&message) {
             Some((text, location)) => self.error_with_help(text, Some(location), help),
+            // sqlparser gives no position when the statement ends too early: that is the end
+            // of the text.
+            None if message.ends_with("found: EOF") => {
+                let end = self.end();
+                self.error_with_help(message.replace("found: EOF", "found the end of the statement"), Some(end), help)
+            }
             None => self.error_with_help(message, None, help),
         }
     }
@@ -126,7 +140,7 @@ const KEYWORDS: [&str; 36] = [
 fn misspelt_keyword(message: &str) -> Option<&'static str> {
     let found = message.split("found: ").nth(1)?;
     let word: String = found.chars().take_while(|c| c.is_ascii_alphabetic()).collect();
-    if word.len() < 3 || KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(&word)) {
+    if word.len() < 3 || word == "EOF" || KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(&word)) {
         return None;
     }
     let closest = closest_name(&word, KEYWORDS)?;

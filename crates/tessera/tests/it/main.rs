@@ -7,7 +7,6 @@ mod harness;
 mod properties;
 mod recovery;
 mod reference;
-mod slt;
 mod store_costs;
 mod synopsis;
 mod temporal_reference;
