@@ -34,6 +34,7 @@ outlier index); --only-breakeven runs the break-even rounds alone (their errors 
 """
 
 import argparse
+import math
 import os
 import random
 import re
@@ -198,11 +199,14 @@ def run(binary, work, base, lineitem_table, con, fraction, qs, label):
                     errors[m].append(e)
                     if m == "svc_corr":
                         detail["svc_corr"].append(e)
-                if m in covered and got and got[1] is not None and value is not None:
-                    covered[m][0] += got[1] <= value <= got[2]
+                # A bound that is NULL is no bound (the far side of MIN and MAX).
+                if m in covered and got and (got[1], got[2]) != (None, None) and value is not None:
+                    low = -math.inf if got[1] is None else got[1]
+                    high = math.inf if got[2] is None else got[2]
+                    covered[m][0] += low <= value <= high
                     covered[m][1] += 1
                     if m == "svc_corr":
-                        detail["covered"][0] += got[1] <= value <= got[2]
+                        detail["covered"][0] += low <= value <= high
                         detail["covered"][1] += 1
     report_aggregates(label, by_aggregate)
     shutil.rmtree(os.path.join(work, db))

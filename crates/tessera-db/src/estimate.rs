@@ -215,17 +215,28 @@ impl Database {
             samples.push(self.sample_rows(&converter, &shape, aggregate, predicates, input, &sample.sampling)?);
         }
         let confidence = self.settings.confidence;
-        let estimator = Estimator { kinds: &shape.kinds, confidence, clean: &samples[0], stale: &samples[1] };
+        let whole = sample.sampling.options.ratio >= 1.0;
+        let estimator = Estimator { kinds: &shape.kinds, confidence, whole, clean: &samples[0], stale: &samples[1] };
         let corr = estimator.corr(&stale);
         let aqp = estimator.aqp_per_group(stale.keys());
         let chosen = match self.settings.freshness {
             Freshness::Auto => {
                 let (corr_score, aqp_score) = (relative_variance(&corr, &aqp), relative_variance(&aqp, &aqp));
-                let freshness = if corr_score <= aqp_score { Freshness::SvcCorr } else { Freshness::SvcAqp };
-                let why = format!(
-                    "auto chose {}: summed relative variance {corr_score:.3e} with the correction, {aqp_score:.3e} from the clean sample alone",
-                    freshness.name()
-                );
+                // Without a variance to tell them apart (MIN, MAX and quantiles have none), the
+                // clean sample's values, which assume nothing of the changes not sampled.
+                let freshness = if corr_score < aqp_score { Freshness::SvcCorr } else { Freshness::SvcAqp };
+                let why = match corr_score == aqp_score {
+                    true => format!(
+                        "auto chose {}: no variance tells the estimators apart (MIN, MAX and quantiles have none), so \
+                         the clean sample's values",
+                        freshness.name()
+                    ),
+                    false => format!(
+                        "auto chose {}: summed relative variance {corr_score:.3e} with the correction, {aqp_score:.3e} \
+                         from the clean sample alone",
+                        freshness.name()
+                    ),
+                };
                 Chosen { freshness, why }
             }
             freshness => Chosen { freshness, why: format!("freshness = '{}'", freshness.name()) },
@@ -261,7 +272,7 @@ impl Database {
                 format!(
                     "{:.0}% confidence: CLT over the sampled keys, Bernoulli sampling of ratio {} (SUM and COUNT as \
                      Horvitz-Thompson sums, AVG linearized); quantiles by the bootstrap, 400 resamples; MIN and MAX \
-                     from the extreme seen to Cantelli's bound on the rows not sampled",
+                     bounded by the extreme seen (a fresh value) on one side, by nothing on the other (NULL)",
                     self.settings.confidence * 100.0,
                     options.ratio
                 ),
@@ -546,9 +557,10 @@ fn answer_batch(
                 fields.push(Field::new(name, DataType::Float64, true));
                 columns.push(column(&|e| e.value));
                 fields.push(Field::new(format!("{name}_ci_low"), DataType::Float64, true));
-                columns.push(column(&|e| bounds(e).map(|b| b.0)));
+                // A side nothing bounds (MIN's low, MAX's high) is NULL.
+                columns.push(column(&|e| bounds(e).map(|b| b.0).filter(|b| b.is_finite())));
                 fields.push(Field::new(format!("{name}_ci_high"), DataType::Float64, true));
-                columns.push(column(&|e| bounds(e).map(|b| b.1)));
+                columns.push(column(&|e| bounds(e).map(|b| b.1).filter(|b| b.is_finite())));
             }
         }
     }

@@ -269,27 +269,22 @@ fn bootstrapped(value: f64, mut replicates: Vec<f64>, confidence: f64, shift: f6
 }
 
 /// The bounds of MAX (`max`, or MIN when false) over the fresh rows that count, of which
-/// `values` (sample and outliers) are seen: the extreme seen is a bound that always holds; the
-/// other is Cantelli's inequality over the rows not seen, each a draw of the sampled values'
-/// mean `mu` and variance `s^2`: with `u` such rows, estimated as the sampled rows' weights
-/// less one each, P(some row beyond `mu + e`) <= u * s^2 / (s^2 + e^2), which is `1 -
-/// confidence` at `e = s * sqrt(u / (1 - confidence) - 1)`. `None` with fewer than two
-/// sampled values.
-fn extreme_bounds(values: &[Weighted], max: bool, confidence: f64) -> Option<(f64, f64)> {
+/// `values` (sample and outliers) are seen: the extreme seen is a bound that always holds (it
+/// is a fresh value). Where rows are not seen (a sampled row stands for more than itself),
+/// nothing a sample holds bounds the other side (a value beyond every sampled one may be among
+/// them), so that side is infinite, written NULL; the paper's Cantelli bound, a union bound over
+/// the `u` rows not sampled, is `s * sqrt(u / (1 - confidence))` from the sample's mean:
+/// hundreds of standard deviations for a view of thousands of rows, far wider than the data.
+/// Where every row is seen (a `whole` sample), the extreme seen is the answer.
+fn extreme_bounds(values: &[Weighted], max: bool, whole: bool) -> (f64, f64) {
     let sign = if max { 1.0 } else { -1.0 };
-    let seen = values.iter().map(|v| sign * v.value).fold(f64::NEG_INFINITY, f64::max);
-    let sampled: Vec<f64> = values.iter().filter(|v| v.sampled).map(|v| sign * v.value).collect();
-    if sampled.len() < 2 {
-        return None;
+    let seen = sign * values.iter().map(|v| sign * v.value).fold(f64::NEG_INFINITY, f64::max);
+    let far = if whole { seen } else { sign * f64::INFINITY };
+    if max {
+        (seen, far)
+    } else {
+        (far, seen)
     }
-    let n = sampled.len() as f64;
-    let mu = sampled.iter().sum::<f64>() / n;
-    let s2 = sampled.iter().map(|x| (x - mu).powi(2)).sum::<f64>() / (n - 1.0);
-    let unseen: f64 = values.iter().filter(|v| v.sampled).map(|v| v.weight - 1.0).sum();
-    let alpha = 1.0 - confidence;
-    let e = if unseen / alpha > 1.0 { (s2 * (unseen / alpha - 1.0)).sqrt() } else { 0.0 };
-    let far = seen.max(mu + e);
-    Some(if max { (seen, far) } else { (-far, -seen) })
 }
 
 /// The estimators of Stale View Cleaning, Section 5, for Bernoulli sampling of ratio `m` (a
@@ -307,6 +302,8 @@ fn extreme_bounds(values: &[Weighted], max: bool, confidence: f64) -> Option<(f6
 pub(crate) struct Estimator<'a> {
     pub kinds: &'a [Kind],
     pub confidence: f64,
+    /// Whether the sample holds every row of the view (ratio 1).
+    pub whole: bool,
     pub clean: &'a SampleRows,
     pub stale: &'a SampleRows,
 }
@@ -361,11 +358,8 @@ impl Estimator<'_> {
                 }
                 Kind::Min | Kind::Max if !s.values[j].is_empty() => {
                     let max = self.kinds[j] == Kind::Max;
-                    let bounds = extreme_bounds(&s.values[j], max, self.confidence);
-                    let seen = s.values[j].iter().map(|v| v.value);
-                    let value =
-                        if max { seen.fold(f64::NEG_INFINITY, f64::max) } else { seen.fold(f64::INFINITY, f64::min) };
-                    Estimate { value: Some(value), variance: None, interval: bounds }
+                    let (low, high) = extreme_bounds(&s.values[j], max, self.whole);
+                    Estimate { value: Some(if max { low } else { high }), variance: None, interval: Some((low, high)) }
                 }
                 _ => ABSENT,
             })

@@ -290,13 +290,7 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: &Se
              SUM(__v * __y{j}) AS __vy{j}, SUM(__v * __c{j}) AS __vc{j}"
         ));
         if extreme(a) {
-            // The bound over the rows not seen is drawn from the sampled rows alone.
-            let sampled_x = format!("CASE WHEN NOT __whole THEN __x{j} END");
-            sums.push(format!(
-                "{0}(__x{j}) AS __e{j}, COUNT({sampled_x}) AS __xn{j}, AVG({sampled_x}) AS __xm{j}, \
-                 VAR_SAMP({sampled_x}) AS __xv{j}",
-                a.kind
-            ));
+            sums.push(format!("{0}(__x{j}) AS __e{j}", a.kind));
         }
     }
     let sums = |from: &str| format!("SELECT {} FROM {from} GROUP BY {}", sums.join(", "), g.join(", "));
@@ -394,7 +388,6 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: &Se
     joined.extend(quantile_tables.iter().map(|(a, t)| (a.as_str(), t.as_str())));
     // Per aggregate: both estimators' estimates.
     let evidence = "COALESCE(C.__n, 0) + COALESCE(D.__n, 0) = 0";
-    let alpha = 1.0 - settings.confidence;
     let mut columns: Vec<String> = (0..g.len()).map(|i| format!("G.__g{i}")).collect();
     for (j, a) in q.aggregates.iter().enumerate() {
         let aqp_variance = format!("C.__q{j}");
@@ -418,22 +411,12 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: &Se
                 high: format!("QA{j}.__high"),
             },
             _ => {
-                // The clean sample's extreme, bounded by Cantelli's inequality over the rows not
-                // sampled (each sampled one stands for 1/m).
-                let (seen, sign) = (format!("C.__e{j}"), if a.kind == "max" { "" } else { "-" });
-                let unseen = format!("(C.__xn{j} * {:?})", 1.0 / m - 1.0);
-                let reach = format!(
-                    "CASE WHEN {unseen} / {alpha:?} > 1 THEN SQRT(C.__xv{j} * ({unseen} / {alpha:?} - 1)) ELSE CAST(0 AS DOUBLE) END"
-                );
-                let far = format!("{sign}GREATEST({sign}{seen}, {sign}C.__xm{j} + {reach})");
-                let bounded = format!("C.__xn{j} >= 2");
+                // The clean sample's extreme: a bound on one side; nothing bounds the other
+                // unless the sample is the whole view.
+                let seen = format!("C.__e{j}");
+                let far = if m >= 1.0 { seen.clone() } else { "CAST(NULL AS DOUBLE)".to_string() };
                 let (low, high) = if a.kind == "max" { (seen.clone(), far) } else { (far, seen.clone()) };
-                EstimateSql {
-                    value: seen,
-                    variance: "CAST(NULL AS DOUBLE)".into(),
-                    low: format!("CASE WHEN {bounded} THEN {low} END"),
-                    high: format!("CASE WHEN {bounded} THEN {high} END"),
-                }
+                EstimateSql { value: seen, variance: "CAST(NULL AS DOUBLE)".into(), low, high }
             }
         };
         let corr_variance = format!("COALESCE(X.__sq{j}, 0)");
@@ -516,7 +499,8 @@ fn estimate_sql(q: &SparkQuery, versions: &HashMap<String, usize>, settings: &Se
     let chosen = |part: &str, j: usize| match settings.freshness {
         Freshness::SvcAqp => format!("E.__a{part}{j}"),
         Freshness::SvcCorr => format!("E.__c{part}{j}"),
-        _ => format!("CASE WHEN S.__corr <= S.__aqp THEN E.__c{part}{j} ELSE E.__a{part}{j} END"),
+        // Ties (no variance tells them apart) go to the clean sample's values.
+        _ => format!("CASE WHEN S.__corr < S.__aqp THEN E.__c{part}{j} ELSE E.__a{part}{j} END"),
     };
     let mut selected = Vec::new();
     for output in &q.outputs {
