@@ -1,8 +1,9 @@
 //! Values entering a table take their column's type by checked conversion: a value that does
 //! not fit (out of the type's range, text that is not one of its values, an impossible date, a
 //! number with a fraction for an integer column, a number for a TIMESTAMP column of a table
-//! without a `time_unit`) is refused with the value, the column and the row, as PostgreSQL and
-//! DuckDB refuse it; nothing is stored as NULL or cut short in its place.
+//! without a `time_unit`, a timestamp finer than the column holds) is refused with the value,
+//! the column and the row, as PostgreSQL and DuckDB refuse it; nothing is stored as NULL or cut
+//! short in its place.
 
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::compute::CastOptions;
@@ -75,6 +76,21 @@ pub fn checked_cast(given: &ArrayRef, to: &DataType, time_unit: Option<TimeUnit>
             });
         }
     }
+    // A timestamp finer than the column's unit would be cut to it: one that does not come back
+    // from its conversion had a fraction of the unit.
+    if let (DataType::Timestamp(given_unit, _), DataType::Timestamp(unit, _)) = (from, to) {
+        if finer(given_unit, unit) {
+            let back = cast(&converted, from)?;
+            let same =
+                arrow::compute::kernels::cmp::eq(given, &back).map_err(|e| Misfit { row: 0, reason: e.to_string() })?;
+            if let Some(row) = (0..given.len()).find(|&r| given.is_valid(r) && !same.value(r)) {
+                return Err(Misfit {
+                    row,
+                    reason: format!("{} is finer than the {unit:?}s {to_name} holds", shown(given, row)),
+                });
+            }
+        }
+    }
     // Numbers too large for a float become infinite.
     if to.is_floating() && from.is_numeric() {
         let stored = cast(&converted, &DataType::Float64)?;
@@ -87,6 +103,18 @@ pub fn checked_cast(given: &ArrayRef, to: &DataType, time_unit: Option<TimeUnit>
         }
     }
     Ok(converted)
+}
+
+/// Whether time unit `a` is finer than `b`.
+fn finer(a: &arrow::datatypes::TimeUnit, b: &arrow::datatypes::TimeUnit) -> bool {
+    use arrow::datatypes::TimeUnit as U;
+    let rank = |u: &U| match u {
+        U::Second => 0,
+        U::Millisecond => 1,
+        U::Microsecond => 2,
+        U::Nanosecond => 3,
+    };
+    rank(a) > rank(b)
 }
 
 /// A conversion that makes NULL of what it cannot convert (the callers check).

@@ -48,7 +48,8 @@ impl Database {
     pub(crate) fn describe(&self, name: &ast::ObjectName) -> Result<Outcome> {
         let name = crate::object_name(name)?;
         let key = name.to_lowercase();
-        let (schema, key_columns) = if let Some(table) = self.tables.get(&key) {
+        let table = self.tables.get(&key);
+        let (schema, key_columns) = if let Some(table) = table {
             let hidden = table.key_names().iter().any(|k| k == crate::table::ROW_ID);
             (Arc::clone(&table.schema), if hidden { Vec::new() } else { table.key_names() })
         } else if self.views.contains_key(&key) {
@@ -69,7 +70,7 @@ impl Database {
                 let in_key = key_columns.iter().any(|k| k.eq_ignore_ascii_case(f.name()));
                 vec![
                     f.name().clone(),
-                    sql_type_name(f.data_type()),
+                    table.map_or_else(|| sql_type_name(f.data_type()), |t| t.type_name(f)),
                     if f.is_nullable() { "YES" } else { "NO" }.into(),
                     if in_key { "PRI" } else { "" }.into(),
                 ]

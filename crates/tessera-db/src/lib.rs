@@ -262,9 +262,11 @@ impl Database {
 
     /// Runs `statement` on the last committed state. One process writes a database folder at a
     /// time: a statement that may write takes the folder's lock (kept by the session from then
-    /// on), and is refused with the holder named while another process has it.
+    /// on), and is refused with the holder named while another process has it (after waiting
+    /// `SET lock_wait_ms` for it).
     pub fn execute_statement(&mut self, statement: &Statement) -> Result<Outcome> {
-        let locked_now = self.may_write(statement) && self.storage.lock_for_writing()?;
+        let wait = std::time::Duration::from_millis(self.settings.lock_wait_ms);
+        let locked_now = self.may_write(statement) && self.storage.lock_for_writing(wait)?;
         if locked_now || !self.storage.writes() {
             self.catch_up()?;
         }
@@ -502,7 +504,11 @@ impl Database {
         let Some((name, key)) = self.new_name(&create.name, create.if_not_exists)? else { return Ok(Outcome::Done) };
         let mut primary_key = Vec::new();
         let mut fields = Vec::new();
+        let mut max_lengths = std::collections::BTreeMap::new();
         for column in &create.columns {
+            if let Some(length) = declared_length(&column.data_type) {
+                max_lengths.insert(column.name.value.clone(), length);
+            }
             let data_type = column_type(&column.data_type).ok_or_else(|| {
                 TesseraError::Plan(format!(
                     "column `{}`: type {} is not supported",
@@ -550,6 +556,7 @@ impl Database {
             )));
         }
         let mut table = Table::new(&name, fields, &primary_key)?;
+        table.max_lengths = max_lengths;
         let options = match &create.table_options {
             ast::CreateTableOptions::With(options) => options.as_slice(),
             ast::CreateTableOptions::None => &[],
@@ -869,6 +876,22 @@ fn column_type(sql: &ast::DataType) -> Option<arrow::datatypes::DataType> {
             Some(arrow::datatypes::DataType::Decimal128(precision, scale))
         }
         other => tessera::sql::arrow_type(other),
+    }
+}
+
+/// The length `n` of a text type declared `VARCHAR(n)`, `CHAR(n)` and the like.
+fn declared_length(sql: &ast::DataType) -> Option<u64> {
+    use ast::DataType as S;
+    match sql {
+        S::Varchar(length)
+        | S::Char(length)
+        | S::Character(length)
+        | S::CharVarying(length)
+        | S::CharacterVarying(length) => match length {
+            Some(ast::CharacterLength::IntegerLength { length, .. }) => Some(*length),
+            _ => None,
+        },
+        _ => None,
     }
 }
 

@@ -112,6 +112,9 @@ pub struct TableEntry {
     /// What a number given for a TIMESTAMP column counts (`s`, `ms`, `us`, `ns`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_unit: Option<String>,
+    /// The most characters of each text column declared with a length.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub max_lengths: std::collections::BTreeMap<String, u64>,
     pub segments: Vec<SegmentEntry>,
     /// What each statement changed, oldest first (see [`super::table::ChangeSet`]).
     pub changes: Vec<ChangeEntry>,
@@ -177,7 +180,7 @@ impl Storage {
             }
             // A new database: whoever creates it writes it.
             let mut storage = Storage::Folder { dir: dir.to_path_buf(), lock: WriterLock::open(dir)? };
-            storage.lock_for_writing()?;
+            storage.lock_for_writing(std::time::Duration::ZERO)?;
             fs::create_dir_all(dir.join(DATA)).map_err(io("cannot create"))?;
             let manifest = new_manifest();
             storage.write_manifest(&manifest)?;
@@ -204,17 +207,28 @@ impl Storage {
     /// Takes the folder's lock for writing, kept until the process ends; refused with the
     /// holder named if another process has it. Whether it was taken now (the manifest may have
     /// changed since it was read).
-    pub fn lock_for_writing(&mut self) -> Result<bool> {
+    pub fn lock_for_writing(&mut self, wait: std::time::Duration) -> Result<bool> {
         let Storage::Folder { dir, lock } = self else { return Ok(false) };
         if lock.held {
             return Ok(false);
         }
-        if lock.try_acquire()? {
-            return Ok(true);
+        let until = std::time::Instant::now() + wait;
+        loop {
+            if lock.try_acquire()? {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        let waited = match wait.is_zero() {
+            true => String::new(),
+            false => format!(" (waited {} ms: SET lock_wait_ms)", wait.as_millis()),
+        };
         Err(TesseraError::Database(format!(
-            "the database in {} is being written by another process ({}): one process writes a database at a \
-             time, and this one can read it until that one ends",
+            "the database in {} is being written by another process ({}){waited}: one process writes a database \
+             at a time, and this one can read it until that one ends",
             dir.display(),
             lock.holder()
         )))
@@ -375,7 +389,7 @@ pub fn recover(dir: &Path) -> Result<String> {
         return Err(TesseraError::Option(format!("{} holds no tessera database", dir.display())));
     }
     let mut storage = Storage::Folder { dir: dir.to_path_buf(), lock: WriterLock::open(dir)? };
-    storage.lock_for_writing()?;
+    storage.lock_for_writing(std::time::Duration::ZERO)?;
     let problem = match storage.read_manifest() {
         Ok(manifest) => {
             return Ok(format!(

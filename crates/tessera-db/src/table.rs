@@ -6,9 +6,10 @@
 //! A statement's edit is checked first ([`Table::check`]: nothing changes when a key is
 //! violated), its files written next, and only then applied in memory.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray, UInt32Array};
 use arrow::compute::{filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -36,6 +37,9 @@ pub struct Table {
     /// What a number given for a TIMESTAMP column counts (`WITH (time_unit = ...)`); without
     /// one, numbers are refused there.
     pub time_unit: Option<TimeUnit>,
+    /// The most characters a text column declared `VARCHAR(n)` or `CHAR(n)` holds, by column
+    /// name.
+    pub max_lengths: BTreeMap<String, u64>,
     segments: Vec<Segment>,
     /// Key to (segment, row), for declared primary keys.
     index: KeyIndex,
@@ -103,6 +107,7 @@ impl Table {
             hidden_row_id,
             next_row_id: 0,
             time_unit: None,
+            max_lengths: BTreeMap::new(),
             segments: Vec::new(),
             index: KeyIndex::default(),
             changes: Vec::new(),
@@ -123,6 +128,7 @@ impl Table {
             hidden_row_id: self.hidden_row_id,
             next_row_id: self.next_row_id,
             time_unit: self.time_unit.map(|unit| unit.suffix().to_string()),
+            max_lengths: self.max_lengths.clone(),
             segments: self
                 .segments
                 .iter()
@@ -158,6 +164,10 @@ impl Table {
             return Err(damaged("its columns do not match its key".into()));
         }
         table.next_row_id = entry.next_row_id;
+        if let Some(column) = entry.max_lengths.keys().find(|c| table.schema.field_with_name(c).is_err()) {
+            return Err(damaged(format!("a length for `{column}`, which it does not have")));
+        }
+        table.max_lengths = entry.max_lengths.clone();
         table.time_unit = match &entry.time_unit {
             Some(unit) => Some(TimeUnit::parse(unit).ok_or_else(|| damaged(format!("its time_unit `{unit}`")))?),
             None => None,
@@ -299,6 +309,22 @@ impl Table {
         self.segments.iter().map(|s| s.rows.num_rows() - s.deleted_count).sum()
     }
 
+    /// The first row of text `column` (of column `name`) longer than the column holds.
+    fn too_long(&self, name: &str, column: &ArrayRef) -> Option<usize> {
+        let most = *self.max_lengths.get(name)? as usize;
+        let text = column.as_string_opt::<i32>()?;
+        (0..text.len())
+            .find(|&r| text.is_valid(r) && text.value(r).len() > most && text.value(r).chars().count() > most)
+    }
+
+    /// The SQL type of `field`, a column of the table, with its length where it has one.
+    pub fn type_name(&self, field: &Field) -> String {
+        match self.max_lengths.get(field.name()) {
+            Some(length) => format!("VARCHAR({length})"),
+            None => sql_type_name(field.data_type()),
+        }
+    }
+
     pub fn changes(&self) -> &[ChangeSet] {
         &self.changes
     }
@@ -314,11 +340,23 @@ impl Table {
                     "column `{}` of `{}` is {}: {} (row {} of the rows given); nothing of the statement was applied",
                     field.name(),
                     self.name,
-                    sql_type_name(field.data_type()),
+                    self.type_name(field),
                     misfit.reason,
                     misfit.row + 1
                 ))
             })?;
+            if let Some(row) = self.too_long(field.name(), &column) {
+                return Err(TesseraError::Execution(format!(
+                    "column `{}` of `{}` is {}: '{}' has {} characters (row {} of the rows given); nothing of the \
+                     statement was applied",
+                    field.name(),
+                    self.name,
+                    self.type_name(field),
+                    column.as_string::<i32>().value(row).replace('\'', "''"),
+                    column.as_string::<i32>().value(row).chars().count(),
+                    row + 1
+                )));
+            }
             if !field.is_nullable() && column.null_count() > 0 {
                 let row = (0..column.len()).find(|&r| column.is_null(r)).unwrap_or(0);
                 return Err(TesseraError::Execution(format!(

@@ -17,6 +17,8 @@ pub const ETA_RANGE: (f64, f64) = (1e-6, 1e9);
 pub const MAX_KEYS: u64 = 1_000_000_000_000;
 /// The longest `SET input_flush_ms`: a minute.
 pub const MAX_INPUT_FLUSH_MS: u64 = 60_000;
+/// The longest `SET lock_wait_ms`: an hour.
+pub const MAX_LOCK_WAIT_MS: u64 = 3_600_000;
 
 /// A setting as users see it.
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +93,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         applies_to: "estimates over materialized views",
         doc: "the probability an estimate's interval covers the fresh answer",
     },
+    SettingDoc {
+        name: "lock_wait_ms",
+        values: "0 to 3600000",
+        applies_to: "statements that write a database folder",
+        doc: "how long a statement waits while another process writes the database before it is refused; 0: refused at once",
+    },
 ];
 
 /// How a query over materialized views is answered (`SET freshness`).
@@ -153,6 +161,9 @@ pub struct Settings {
     pub freshness: Freshness,
     /// The probability the intervals of estimates cover the fresh answer.
     pub confidence: f64,
+    /// How long a statement that writes a database folder waits for another process's write
+    /// lock before it is refused (`SET lock_wait_ms`).
+    pub lock_wait_ms: u64,
 }
 
 impl Default for Settings {
@@ -168,6 +179,7 @@ impl Default for Settings {
             temporal_strategy: TemporalStrategy::Synopsis,
             freshness: Freshness::Stale,
             confidence: 0.95,
+            lock_wait_ms: 0,
         }
     }
 }
@@ -227,6 +239,7 @@ impl Settings {
                 Ok(c) if c > 0.0 && c < 1.0 => self.confidence = c,
                 _ => return Err(format!("confidence `{value}` is not a probability strictly between 0 and 1")),
             },
+            "lock_wait_ms" => self.lock_wait_ms = parse_between(value, 0, MAX_LOCK_WAIT_MS).map_err(named)?,
             _ => {
                 let names: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
                 let hint = crate::sql::diagnostic::closest_name(name, names.iter().copied())
@@ -254,6 +267,7 @@ impl Settings {
             .to_string(),
             "freshness" => self.freshness.name().to_string(),
             "confidence" => self.confidence.to_string(),
+            "lock_wait_ms" => self.lock_wait_ms.to_string(),
             _ => return None,
         })
     }
@@ -261,7 +275,7 @@ impl Settings {
     /// What runs on the streaming engine depends on: the settings of streams and windows, not
     /// those of views (a checkpoint's fingerprint).
     pub fn of_streams(&self) -> String {
-        let streams = SETTINGS.iter().filter(|s| !["freshness", "confidence"].contains(&s.name));
+        let streams = SETTINGS.iter().filter(|s| !["freshness", "confidence", "lock_wait_ms"].contains(&s.name));
         streams.map(|s| format!("{}={}", s.name, self.get(s.name).unwrap_or_default())).collect::<Vec<_>>().join(" ")
     }
 }

@@ -152,6 +152,29 @@ fn a_second_process_cannot_write_while_one_does_and_reads_what_it_committed() {
 }
 
 #[test]
+fn a_writer_waits_for_the_lock_as_long_as_lock_wait_ms_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut writer = Database::open(&path).unwrap();
+    writer.execute("CREATE TABLE t (id BIGINT PRIMARY KEY)").unwrap();
+    let mut other = Database::open(&path).unwrap();
+    other.execute("SET lock_wait_ms = 100").unwrap();
+    let started = std::time::Instant::now();
+    let err = error(&mut other, "INSERT INTO t VALUES (2)");
+    assert!(err.contains("(waited 100 ms: SET lock_wait_ms)"), "{err}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(100), "it waited");
+    // Waiting long enough, the statement runs once the writer ends, on what it committed.
+    other.execute("SET lock_wait_ms = 60000").unwrap();
+    let ends = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        writer.execute("INSERT INTO t VALUES (1)").unwrap();
+    });
+    other.execute("INSERT INTO t VALUES (2)").unwrap();
+    ends.join().unwrap();
+    assert_eq!(query(&mut other, "SELECT id FROM t ORDER BY id"), ["1", "2"]);
+}
+
+#[test]
 fn a_damaged_data_file_is_named_and_a_damaged_manifest_is_recovered_from_the_previous() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
