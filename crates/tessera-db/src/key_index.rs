@@ -16,11 +16,6 @@ pub struct KeyIndex {
 }
 
 impl KeyIndex {
-    pub fn clear(&mut self) {
-        self.positions.clear();
-        self.keys.clear();
-    }
-
     /// The position of the row holding `key` (in the row format).
     pub fn get(&self, key: &[u8]) -> Option<(u32, u32)> {
         let hash = self.hasher.hash_one(key);

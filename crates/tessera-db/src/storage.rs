@@ -295,17 +295,22 @@ impl Storage {
 
     /// The rows of file `name`, as `schema` says they are.
     pub fn read(&self, name: &str, schema: &SchemaRef) -> Result<RecordBatch> {
-        let batch = match self {
-            Storage::Memory { files, .. } => files.get(name).cloned(),
-            Storage::Folder { dir, .. } => Some(read_file(&dir.join(DATA).join(name), schema)?),
-        };
-        let batch = batch.ok_or_else(|| TesseraError::Internal(format!("no database file {name}")))?;
-        if batch.schema().fields() != schema.fields() {
-            return Err(TesseraError::Database(format!(
-                "the database file {name} does not hold the columns its table has"
-            )));
+        match self {
+            Storage::Memory { files, .. } => {
+                let batch = files.get(name).cloned();
+                holding(name, batch.ok_or_else(|| TesseraError::Internal(format!("no database file {name}")))?, schema)
+            }
+            Storage::Folder { dir, .. } => FolderReader { dir: Arc::new(dir.clone()) }.read(name, schema),
         }
-        Ok(batch)
+    }
+
+    /// What reads the folder's data files later, when rows are first needed (`None` in
+    /// memory, where every file is held).
+    pub fn reader(&self) -> Option<FolderReader> {
+        match self {
+            Storage::Memory { .. } => None,
+            Storage::Folder { dir, .. } => Some(FolderReader { dir: Arc::new(dir.clone()) }),
+        }
     }
 
     /// Replaces the manifest `previous` by `manifest` (atomically in a folder, `previous` kept
@@ -527,6 +532,30 @@ fn verified_bytes(path: &Path) -> Result<Vec<u8>> {
 }
 
 /// The rows of data file `path`, checked against its checksum.
+/// Reads the data files of a database folder: what a table reads a segment's rows with the
+/// first time a statement needs them. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct FolderReader {
+    dir: Arc<PathBuf>,
+}
+
+impl FolderReader {
+    /// The rows of data file `name`, checked against its checksum and `schema`.
+    pub fn read(&self, name: &str, schema: &SchemaRef) -> Result<RecordBatch> {
+        holding(name, read_file(&self.dir.join(DATA).join(name), schema)?, schema)
+    }
+}
+
+/// `batch`, read from file `name`, if it has the columns of `schema`.
+fn holding(name: &str, batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    if batch.schema().fields() != schema.fields() {
+        return Err(TesseraError::Database(format!(
+            "the database file {name} does not hold the columns its table has"
+        )));
+    }
+    Ok(batch)
+}
+
 fn read_file(path: &Path, schema: &SchemaRef) -> Result<RecordBatch> {
     let bytes = verified_bytes(path)?;
     let damaged =

@@ -1,13 +1,16 @@
-//! A table in memory: its rows in segments (the rows one statement inserted, and which of them
-//! were deleted since), an index from each primary key to its row, and what each statement
-//! changed (the change relation incremental maintenance reads). A table without a declared
-//! primary key gets a hidden row id as its key, numbered in insertion order.
+//! A table: its rows in segments (the rows one statement inserted, and which of them were
+//! deleted since), an index from each primary key to its row, and what each statement changed
+//! (the change relation incremental maintenance reads). A table without a declared primary key
+//! gets a hidden row id as its key, numbered in insertion order. A table loaded from a folder
+//! holds its segments' file names and counts only: a segment's rows are read (and kept) the
+//! first time a statement needs them, and the key index is built the first time a statement
+//! checks keys, so opening a database reads its manifest and deletion files, not its rows.
 //!
 //! A statement's edit is checked first ([`Table::check`]: nothing changes when a key is
 //! violated), its files written next, and only then applied in memory.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray, UInt32Array};
 use arrow::compute::{filter_record_batch, take_record_batch};
@@ -17,7 +20,7 @@ use hashbrown::HashMap;
 
 use crate::convert::checked_cast;
 use crate::key_index::KeyIndex;
-use crate::storage::{ChangeEntry, Manifest, SegmentEntry, Storage, TableEntry};
+use crate::storage::{ChangeEntry, FolderReader, Manifest, SegmentEntry, Storage, TableEntry};
 use tessera::catalog::{sql_type_name, TimeUnit};
 use tessera::error::{Result, TesseraError};
 
@@ -41,17 +44,64 @@ pub struct Table {
     /// name.
     pub max_lengths: BTreeMap<String, u64>,
     segments: Vec<Segment>,
-    /// Key to (segment, row), for declared primary keys.
-    index: KeyIndex,
+    /// Key to (segment, row), for declared primary keys: built when first needed.
+    index: OnceLock<KeyIndex>,
     changes: Vec<ChangeSet>,
 }
 
 struct Segment {
-    rows: RecordBatch,
+    rows: FileRows,
     deleted: Vec<bool>,
     deleted_count: usize,
-    file: String,
     deleted_file: Option<String>,
+}
+
+/// The rows of a data file: held, or read the first time they are needed and then kept
+/// (shared by the segment and the change set of the statement that wrote them).
+#[derive(Clone)]
+pub struct FileRows {
+    file: String,
+    count: usize,
+    schema: SchemaRef,
+    held: Arc<OnceLock<RecordBatch>>,
+    reader: Option<FolderReader>,
+}
+
+impl FileRows {
+    /// Rows held already, written to `file`.
+    fn held(rows: RecordBatch, file: String) -> Self {
+        let count = rows.num_rows();
+        let schema = rows.schema();
+        FileRows { file, count, schema, held: Arc::new(OnceLock::from(rows)), reader: None }
+    }
+
+    /// The `count` rows of `file`, read by `reader` when first needed.
+    fn on_disk(file: String, count: usize, schema: SchemaRef, reader: FolderReader) -> Self {
+        FileRows { file, count, schema, held: Arc::new(OnceLock::new()), reader: Some(reader) }
+    }
+
+    pub fn num_rows(&self) -> usize {
+        self.count
+    }
+
+    /// The rows, read now if they are not held.
+    pub fn batch(&self) -> Result<RecordBatch> {
+        if let Some(rows) = self.held.get() {
+            return Ok(rows.clone());
+        }
+        let reader =
+            self.reader.as_ref().ok_or_else(|| TesseraError::Internal(format!("no rows for {}", self.file)))?;
+        let rows = reader.read(&self.file, &self.schema)?;
+        if rows.num_rows() != self.count {
+            return Err(TesseraError::Database(format!(
+                "the database file {} holds {} rows where the manifest says {}",
+                self.file,
+                rows.num_rows(),
+                self.count
+            )));
+        }
+        Ok(self.held.get_or_init(|| rows).clone())
+    }
 }
 
 /// What one statement did to a table: the rows it inserted and the rows it deleted (an update
@@ -59,9 +109,8 @@ struct Segment {
 #[derive(Clone)]
 pub struct ChangeSet {
     pub sequence: u64,
-    pub inserted: Option<RecordBatch>,
-    pub deleted: Option<RecordBatch>,
-    files: (Option<String>, Option<String>),
+    pub inserted: Option<FileRows>,
+    pub deleted: Option<FileRows>,
 }
 
 /// A statement's edit of one table: rows deleted by position, then rows inserted.
@@ -109,7 +158,7 @@ impl Table {
             time_unit: None,
             max_lengths: BTreeMap::new(),
             segments: Vec::new(),
-            index: KeyIndex::default(),
+            index: OnceLock::new(),
             changes: Vec::new(),
         })
     }
@@ -133,7 +182,7 @@ impl Table {
                 .segments
                 .iter()
                 .map(|s| SegmentEntry {
-                    file: s.file.clone(),
+                    file: s.rows.file.clone(),
                     rows: s.rows.num_rows() as u64,
                     deleted: s.deleted_file.clone(),
                 })
@@ -141,7 +190,11 @@ impl Table {
             changes: self
                 .changes
                 .iter()
-                .map(|c| ChangeEntry { sequence: c.sequence, inserted: c.files.0.clone(), deleted: c.files.1.clone() })
+                .map(|c| ChangeEntry {
+                    sequence: c.sequence,
+                    inserted: c.inserted.as_ref().map(|r| r.file.clone()),
+                    deleted: c.deleted.as_ref().map(|r| r.file.clone()),
+                })
                 .collect(),
         }
     }
@@ -172,8 +225,16 @@ impl Table {
             Some(unit) => Some(TimeUnit::parse(unit).ok_or_else(|| damaged(format!("its time_unit `{unit}`")))?),
             None => None,
         };
+        // Rows are read when first needed; in memory every file is held now.
+        let rows_of = |file: &str, count: u64| -> Result<FileRows> {
+            let count = count as usize;
+            Ok(match storage.reader() {
+                Some(reader) => FileRows::on_disk(file.to_string(), count, Arc::clone(&table.stored), reader),
+                None => FileRows::held(storage.read(file, &table.stored)?, file.to_string()),
+            })
+        };
         for segment in &entry.segments {
-            let rows = storage.read(&segment.file, &table.stored)?;
+            let rows = rows_of(&segment.file, segment.rows)?;
             let mut deleted = vec![false; rows.num_rows()];
             if let Some(file) = &segment.deleted {
                 let positions = storage.read(file, &positions_schema())?;
@@ -185,48 +246,42 @@ impl Table {
                 }
             }
             let deleted_count = deleted.iter().filter(|&&d| d).count();
-            table.segments.push(Segment {
-                rows,
-                deleted,
-                deleted_count,
-                file: segment.file.clone(),
-                deleted_file: segment.deleted.clone(),
-            });
+            table.segments.push(Segment { rows, deleted, deleted_count, deleted_file: segment.deleted.clone() });
         }
         for change in &entry.changes {
-            // A change set's inserted rows are a segment's file: its rows are read already.
-            let read = |file: &Option<String>| {
-                file.as_ref()
-                    .map(|f| match table.segments.iter().find(|s| s.file == *f) {
-                        Some(segment) => Ok(segment.rows.clone()),
-                        None => storage.read(f, &table.stored),
-                    })
-                    .transpose()
+            // A change set's inserted rows are a segment's file: the segment's rows, shared.
+            let rows = |file: &Option<String>| -> Result<Option<FileRows>> {
+                let Some(file) = file else { return Ok(None) };
+                if let Some(segment) = table.segments.iter().find(|s| s.rows.file == *file) {
+                    return Ok(Some(segment.rows.clone()));
+                }
+                // A deleted-rows file: its count is read with it.
+                let held = storage.read(file, &table.stored)?;
+                Ok(Some(FileRows::held(held, file.clone())))
             };
             table.changes.push(ChangeSet {
                 sequence: change.sequence,
-                inserted: read(&change.inserted)?,
-                deleted: read(&change.deleted)?,
-                files: (change.inserted.clone(), change.deleted.clone()),
+                inserted: rows(&change.inserted)?,
+                deleted: rows(&change.deleted)?,
             });
         }
-        table.rebuild_index()?;
         Ok(table)
     }
 
-    fn rebuild_index(&mut self) -> Result<()> {
-        self.index.clear();
-        if self.hidden_row_id {
-            return Ok(());
+    /// The key index, built from every segment's keys the first time it is needed.
+    fn index(&self) -> Result<&KeyIndex> {
+        if let Some(index) = self.index.get() {
+            return Ok(index);
         }
+        let mut index = KeyIndex::default();
         let converter = self.key_converter()?;
         for segment in &self.segments {
-            let keys = converter.convert_columns(&self.key_columns(&segment.rows))?;
-            self.index.add_segment(keys, |r| !segment.deleted[r]).map_err(|_| {
+            let keys = converter.convert_columns(&self.key_columns(&segment.rows.batch()?))?;
+            index.add_segment(keys, |r| !segment.deleted[r]).map_err(|_| {
                 TesseraError::Option(format!("the table `{}` is damaged: a key is held twice", self.name))
             })?;
         }
-        Ok(())
+        Ok(self.index.get_or_init(|| index))
     }
 
     fn key_converter(&self) -> Result<RowConverter> {
@@ -245,13 +300,12 @@ impl Table {
         let declared = self.schema.fields().len();
         let mut batches = Vec::with_capacity(self.segments.len());
         for (s, segment) in self.segments.iter().enumerate() {
-            let mut columns: Vec<ArrayRef> = segment.rows.columns()[..declared].to_vec();
+            let rows = segment.rows.batch()?;
+            let mut columns: Vec<ArrayRef> = rows.columns()[..declared].to_vec();
             let mut fields: Vec<Field> = self.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
             if with_positions {
                 let base = (s as i64) << 32;
-                columns.push(Arc::new(Int64Array::from_iter_values(
-                    (0..segment.rows.num_rows() as i64).map(|r| base | r),
-                )));
+                columns.push(Arc::new(Int64Array::from_iter_values((0..rows.num_rows() as i64).map(|r| base | r))));
                 fields.push(Field::new(POSITION, DataType::Int64, false));
             }
             let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
@@ -272,10 +326,11 @@ impl Table {
     pub fn keyed_batches(&self) -> Result<Vec<RecordBatch>> {
         let mut batches = Vec::with_capacity(self.segments.len());
         for segment in &self.segments {
+            let rows = segment.rows.batch()?;
             let batch = if segment.deleted_count == 0 {
-                segment.rows.clone()
+                rows
             } else {
-                filter_record_batch(&segment.rows, &BooleanArray::from_iter(segment.deleted.iter().map(|d| Some(!d))))?
+                filter_record_batch(&rows, &BooleanArray::from_iter(segment.deleted.iter().map(|d| Some(!d))))?
             };
             if batch.num_rows() > 0 {
                 batches.push(batch);
@@ -391,11 +446,12 @@ impl Table {
         }
         let converter = self.key_converter()?;
         let keys = converter.convert_columns(&self.key_columns(inserted))?;
+        let index = self.index()?;
         let deleted: hashbrown::HashSet<(u32, u32)> = edit.deleted.iter().copied().collect();
         let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(inserted.num_rows());
         for row in 0..inserted.num_rows() {
             let key = keys.row(row);
-            let held = self.index.get(key.data()).is_some_and(|p| !deleted.contains(&p));
+            let held = index.get(key.data()).is_some_and(|p| !deleted.contains(&p));
             if held || seen.insert(key.data(), row).is_some() {
                 return Err(TesseraError::Execution(format!(
                     "duplicate primary key in `{}`: ({}) = ({}) is already in the table; nothing of the statement was applied",
@@ -424,6 +480,7 @@ impl Table {
             )));
         }
         let keys = self.key_converter()?.convert_columns(&self.key_columns(&rows))?;
+        let index = self.index()?;
         // Rows of the file inserted so far by key, and the table's rows deleted so far.
         let mut pending: HashMap<&[u8], usize> = HashMap::new();
         let mut deleted: Vec<(u32, u32)> = Vec::new();
@@ -432,7 +489,7 @@ impl Table {
             let key = keys.row(row);
             let op = if ops.is_valid(row) { ops.value(row).trim().to_ascii_lowercase() } else { String::new() };
             let held_by_file = pending.contains_key(key.data());
-            let held_by_table = self.index.get(key.data()).filter(|p| !gone.contains(p));
+            let held_by_table = index.get(key.data()).filter(|p| !gone.contains(p));
             let missing = || {
                 TesseraError::Execution(format!(
                     "row {} of the file ({op}) names a key of `{}` that no row holds; nothing of the statement was applied",
@@ -497,7 +554,7 @@ impl Table {
             let parts = by_segment
                 .iter()
                 .map(|(&s, rows)| {
-                    Ok(take_record_batch(&self.segments[s as usize].rows, &UInt32Array::from(rows.clone()))?)
+                    Ok(take_record_batch(&self.segments[s as usize].rows.batch()?, &UInt32Array::from(rows.clone()))?)
                 })
                 .collect::<Result<Vec<_>>>()?;
             Some(arrow::compute::concat_batches(&self.stored, &parts)?)
@@ -522,33 +579,39 @@ impl Table {
             }
             segment.deleted_file = Some(file);
         }
-        if !self.hidden_row_id {
+        // An index not built yet is built later from the segments as they are then.
+        let converter = self.key_converter()?;
+        if let Some(index) = self.index.get_mut().filter(|_| !self.hidden_row_id) {
             for &position in &edit.deleted {
-                self.index.remove(position);
+                index.remove(position);
             }
-        }
-        if let (Some(rows), Some(file)) = (&inserted, &new_segment) {
-            if !self.hidden_row_id {
-                let keys = self.key_converter()?.convert_columns(&self.key_columns(rows))?;
-                self.index.add_segment(keys, |_| true).map_err(|row| {
+            if let Some(rows) = &inserted {
+                let keys = converter
+                    .convert_columns(&self.key.iter().map(|&i| Arc::clone(rows.column(i))).collect::<Vec<_>>())?;
+                index.add_segment(keys, |_| true).map_err(|row| {
                     TesseraError::Internal(format!("row {row} of an edit of `{}` holds a key held already", self.name))
                 })?;
             }
-            self.segments.push(Segment {
-                rows: rows.clone(),
-                deleted: vec![false; rows.num_rows()],
-                deleted_count: 0,
-                file: file.clone(),
-                deleted_file: None,
-            });
         }
-        if inserted.is_some() || deleted_rows.is_some() {
-            self.changes.push(ChangeSet {
-                sequence,
-                inserted: inserted.clone(),
-                deleted: deleted_rows,
-                files: (new_segment, deleted_file),
-            });
+        let inserted = match (inserted, new_segment) {
+            (Some(rows), Some(file)) => {
+                let rows = FileRows::held(rows, file);
+                self.segments.push(Segment {
+                    deleted: vec![false; rows.num_rows()],
+                    rows: rows.clone(),
+                    deleted_count: 0,
+                    deleted_file: None,
+                });
+                Some(rows)
+            }
+            _ => None,
+        };
+        let deleted = match (deleted_rows, deleted_file) {
+            (Some(rows), Some(file)) => Some(FileRows::held(rows, file)),
+            _ => None,
+        };
+        if inserted.is_some() || deleted.is_some() {
+            self.changes.push(ChangeSet { sequence, inserted, deleted });
         }
         Ok(())
     }

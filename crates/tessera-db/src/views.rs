@@ -193,8 +193,10 @@ impl maintain::Relations for Sources<'_> {
                 })
                 .collect()
         };
-        let inserted = || self.changes(table).filter_map(|c| c.inserted.clone()).collect::<Vec<_>>();
-        let deleted = || self.changes(table).filter_map(|c| c.deleted.clone()).collect::<Vec<_>>();
+        let inserted =
+            || self.changes(table).filter_map(|c| c.inserted.as_ref().map(|r| r.batch())).collect::<Result<Vec<_>>>();
+        let deleted =
+            || self.changes(table).filter_map(|c| c.deleted.as_ref().map(|r| r.batch())).collect::<Result<Vec<_>>>();
         let rows = || if self.planning { Ok(Vec::new()) } else { table.keyed_batches().map_err(error) };
         let scan = |label: &str, schema, batches| {
             LogicalPlanBuilder::scan(
@@ -214,13 +216,13 @@ impl maintain::Relations for Sources<'_> {
             }
             Version::Old => {
                 let mut batches = with_count(rows()?, 1);
-                batches.extend(with_count(inserted(), -1));
-                batches.extend(with_count(deleted(), 1));
+                batches.extend(with_count(inserted().map_err(error)?, -1));
+                batches.extend(with_count(deleted().map_err(error)?, 1));
                 scan("old", Arc::clone(&counted), batches)?
             }
             Version::Delta => {
-                let mut batches = with_count(inserted(), 1);
-                batches.extend(with_count(deleted(), -1));
+                let mut batches = with_count(inserted().map_err(error)?, 1);
+                batches.extend(with_count(deleted().map_err(error)?, -1));
                 scan("delta", Arc::clone(&counted), batches)?
             }
         };

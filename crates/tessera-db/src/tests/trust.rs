@@ -181,32 +181,48 @@ fn a_damaged_data_file_is_named_and_a_damaged_manifest_is_recovered_from_the_pre
     let mut db = Database::open(&path).unwrap();
     db.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v DOUBLE); INSERT INTO t VALUES (1, 1.0), (2, 2.0);").unwrap();
     db.execute("INSERT INTO t VALUES (3, 3.0)").unwrap();
+    let data_files = |path: &std::path::Path| -> std::collections::BTreeSet<std::path::PathBuf> {
+        std::fs::read_dir(path.join("data")).unwrap().map(|e| e.unwrap().path()).collect()
+    };
+    let of_t = data_files(&path);
+    db.execute("CREATE TABLE other (id BIGINT PRIMARY KEY); INSERT INTO other VALUES (7);").unwrap();
     drop(db);
-    // Flipped bytes in the middle of a data file.
-    let data: Vec<_> = std::fs::read_dir(path.join("data")).unwrap().map(|e| e.unwrap().path()).collect();
-    let file = data.iter().max_by_key(|p| std::fs::metadata(p).unwrap().len()).unwrap().clone();
+    // Flipped bytes in the middle of a data file of `t`.
+    let file = of_t.iter().max_by_key(|p| std::fs::metadata(p).unwrap().len()).unwrap().clone();
     let original = std::fs::read(&file).unwrap();
     let mut flipped = original.clone();
     let middle = flipped.len() / 2;
     flipped[middle..middle + 8].iter_mut().for_each(|b| *b ^= 0xff);
     std::fs::write(&file, &flipped).unwrap();
-    let err = Database::open(&path).err().unwrap().to_string();
-    assert!(err.contains(&format!("{} is damaged: its contents do not match its checksum", file.display())), "{err}");
+    // Opening reads the manifest, not the rows: the other table is read and written as ever;
+    // whatever reads `t` names the damaged file.
+    let mut db = Database::open(&path).unwrap();
+    db.execute("INSERT INTO other VALUES (8)").unwrap();
+    assert_eq!(query(&mut db, "SELECT id FROM other"), ["7", "8"]);
+    for statement in ["SELECT * FROM t", "INSERT INTO t VALUES (4, 4.0)", "DELETE FROM t WHERE id = 1"] {
+        let err = error(&mut db, statement);
+        assert!(
+            err.contains(&format!("{} is damaged: its contents do not match its checksum", file.display())),
+            "{statement}: {err}"
+        );
+    }
+    drop(db);
     std::fs::write(&file, &original).unwrap();
 
     // A damaged manifest: named, with the way back.
     let manifest = path.join("MANIFEST");
     let text = std::fs::read_to_string(&manifest).unwrap();
-    assert!(text.contains("\"sequence\": 3"), "{text}");
-    std::fs::write(&manifest, text.replacen("\"sequence\": 3", "\"sequence\": 7", 1)).unwrap();
+    assert!(text.contains("\"sequence\": 6"), "{text}");
+    std::fs::write(&manifest, text.replacen("\"sequence\": 6", "\"sequence\": 9", 1)).unwrap();
     let err = Database::open(&path).err().unwrap().to_string();
     assert!(err.contains("is damaged (its contents do not match its checksum)"), "{err}");
-    assert!(err.contains("the previous manifest (sequence 2, before the last statement) is intact"), "{err}");
+    assert!(err.contains("the previous manifest (sequence 5, before the last statement) is intact"), "{err}");
     let said = storage::recover(&path).unwrap();
-    assert!(said.contains("back at sequence 2"), "{said}");
+    assert!(said.contains("back at sequence 5"), "{said}");
     let mut db = Database::open(&path).unwrap();
-    assert_eq!(query(&mut db, "SELECT id FROM t"), ["1", "2"], "as before the last statement");
-    assert!(path.join("MANIFEST.damaged-3").exists(), "the damaged manifest is kept");
+    assert_eq!(query(&mut db, "SELECT id FROM t"), ["1", "2", "3"]);
+    assert_eq!(query(&mut db, "SELECT id FROM other"), ["7"], "as before the last statement");
+    assert!(path.join("MANIFEST.damaged-6").exists(), "the damaged manifest is kept");
 }
 
 #[test]
