@@ -135,6 +135,10 @@ pub struct ChangeEntry {
     pub sequence: u64,
     pub inserted: Option<String>,
     pub deleted: Option<String>,
+    /// How many rows `deleted` holds (absent in manifests written before it was kept: the
+    /// file is then read at open to count them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_rows: Option<u64>,
 }
 
 /// Where the database is kept.

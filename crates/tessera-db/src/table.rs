@@ -194,6 +194,7 @@ impl Table {
                     sequence: c.sequence,
                     inserted: c.inserted.as_ref().map(|r| r.file.clone()),
                     deleted: c.deleted.as_ref().map(|r| r.file.clone()),
+                    deleted_rows: c.deleted.as_ref().map(|r| r.num_rows() as u64),
                 })
                 .collect(),
         }
@@ -250,20 +251,20 @@ impl Table {
         }
         for change in &entry.changes {
             // A change set's inserted rows are a segment's file: the segment's rows, shared.
-            let rows = |file: &Option<String>| -> Result<Option<FileRows>> {
-                let Some(file) = file else { return Ok(None) };
-                if let Some(segment) = table.segments.iter().find(|s| s.rows.file == *file) {
-                    return Ok(Some(segment.rows.clone()));
-                }
-                // A deleted-rows file: its count is read with it.
-                let held = storage.read(file, &table.stored)?;
-                Ok(Some(FileRows::held(held, file.clone())))
+            let inserted = match &change.inserted {
+                Some(file) => match table.segments.iter().find(|s| s.rows.file == *file) {
+                    Some(segment) => Some(segment.rows.clone()),
+                    None => Some(FileRows::held(storage.read(file, &table.stored)?, file.clone())),
+                },
+                None => None,
             };
-            table.changes.push(ChangeSet {
-                sequence: change.sequence,
-                inserted: rows(&change.inserted)?,
-                deleted: rows(&change.deleted)?,
-            });
+            // Its deleted rows are counted in the manifest (read here to count them where not).
+            let deleted = match (&change.deleted, change.deleted_rows) {
+                (Some(file), Some(count)) => Some(rows_of(file, count)?),
+                (Some(file), None) => Some(FileRows::held(storage.read(file, &table.stored)?, file.clone())),
+                (None, _) => None,
+            };
+            table.changes.push(ChangeSet { sequence: change.sequence, inserted, deleted });
         }
         Ok(table)
     }
