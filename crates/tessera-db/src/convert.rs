@@ -63,32 +63,27 @@ pub fn checked_cast(given: &ArrayRef, to: &DataType, time_unit: Option<TimeUnit>
         };
         return Err(Misfit { row, reason });
     }
-    // Integers hold no fractions: a number that does not come back from its conversion lost
-    // one (1.9 would be stored as 1).
-    if to.is_integer() && (from.is_floating() || matches!(from, DataType::Decimal128(..) | DataType::Decimal256(..))) {
+    // A value that does not come back from its conversion lost part of itself: a fraction,
+    // which integers do not hold (1.9 would be stored as 1), or a fraction of the unit of a
+    // timestamp column coarser than the value's.
+    let cut = match (from, to) {
+        (_, to)
+            if to.is_integer()
+                && (from.is_floating() || matches!(from, DataType::Decimal128(..) | DataType::Decimal256(..))) =>
+        {
+            Some(format!("is not a whole number, and {to_name} holds whole numbers"))
+        }
+        (DataType::Timestamp(given_unit, _), DataType::Timestamp(unit, _)) if finer(given_unit, unit) => {
+            Some(format!("is finer than the {unit:?}s {to_name} holds"))
+        }
+        _ => None,
+    };
+    if let Some(why) = cut {
         let back = cast(&converted, from)?;
         let same =
             arrow::compute::kernels::cmp::eq(given, &back).map_err(|e| Misfit { row: 0, reason: e.to_string() })?;
         if let Some(row) = (0..given.len()).find(|&r| given.is_valid(r) && !same.value(r)) {
-            return Err(Misfit {
-                row,
-                reason: format!("{} is not a whole number, and {to_name} holds whole numbers", shown(given, row)),
-            });
-        }
-    }
-    // A timestamp finer than the column's unit would be cut to it: one that does not come back
-    // from its conversion had a fraction of the unit.
-    if let (DataType::Timestamp(given_unit, _), DataType::Timestamp(unit, _)) = (from, to) {
-        if finer(given_unit, unit) {
-            let back = cast(&converted, from)?;
-            let same =
-                arrow::compute::kernels::cmp::eq(given, &back).map_err(|e| Misfit { row: 0, reason: e.to_string() })?;
-            if let Some(row) = (0..given.len()).find(|&r| given.is_valid(r) && !same.value(r)) {
-                return Err(Misfit {
-                    row,
-                    reason: format!("{} is finer than the {unit:?}s {to_name} holds", shown(given, row)),
-                });
-            }
+            return Err(Misfit { row, reason: format!("{} {why}", shown(given, row)) });
         }
     }
     // Numbers too large for a float become infinite.
