@@ -9,6 +9,7 @@
 //! reading files in `file.rs`.
 
 mod convert;
+mod datafile;
 mod describe;
 mod estimate;
 mod estimator;
@@ -16,6 +17,7 @@ mod file;
 mod key_index;
 mod maintain;
 mod sample;
+mod scan;
 pub mod session;
 mod spark;
 mod spark_hash;
@@ -423,10 +425,7 @@ impl Database {
                             // Users see its columns computed from the stored ones.
                             let stored = LogicalPlanBuilder::scan(
                                 format!("__stored_{key}"),
-                                provider_as_source(mem_table(
-                                    Arc::clone(&view.contents.schema),
-                                    view.contents.batches(false)?,
-                                )?),
+                                provider_as_source(Arc::new(view.contents.scan()?)),
                                 None,
                             )?
                             .build()?;
@@ -923,6 +922,10 @@ fn stored_field(field: &Field) -> Result<Field> {
 /// Registers the live rows of `table` as `name` (`with_positions`: and their positions, see
 /// [`Table::batches`]).
 fn register(ctx: &SessionContext, name: &str, table: &Table, with_positions: bool) -> Result<()> {
+    if !with_positions {
+        ctx.register_table(datafusion::common::TableReference::bare(name), Arc::new(table.scan()?))?;
+        return Ok(());
+    }
     let batches = table.batches(with_positions)?;
     let schema = match batches.first() {
         Some(batch) => batch.schema(),

@@ -1,4 +1,5 @@
-//! A database folder: immutable Arrow IPC files under `data/` and one `MANIFEST` (JSON) that
+//! A database folder: immutable data files under `data/` (Parquet, see [`crate::datafile`];
+//! databases of format 2 hold Arrow IPC files, read as they are) and one `MANIFEST` (JSON) that
 //! names the files every table consists of. A statement writes its new files and syncs them,
 //! then replaces the manifest atomically (writes `MANIFEST.tmp`, syncs it, keeps the manifest it
 //! replaces as `MANIFEST.prev`, renames the new one over `MANIFEST`, syncs the folder): killed
@@ -7,8 +8,8 @@
 //! two statements ago) are deleted by the writer when it opens the folder and after each
 //! statement.
 //!
-//! Every file carries a checksum (XXH64): a data file's is part of its name, the manifest's is
-//! stored beside its text; a file whose bytes do not match is an error that names it, never rows
+//! Every file carries checksums (XXH64): a data file's are part of its name and its footer, the
+//! manifest's is stored beside its text; a file whose bytes do not match is an error that names it, never rows
 //! read wrong. A damaged newest manifest can be replaced by the previous one (`recover`).
 //!
 //! One process writes a folder at a time: it holds an exclusive lock on `LOCK` (released by the
@@ -21,17 +22,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
-use std::hash::Hasher;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::reader::FileReader;
-use arrow::ipc::writer::FileWriter;
 use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
+use crate::datafile::{self, checksum};
 use tessera::error::{Result, TesseraError};
 
 const MANIFEST: &str = "MANIFEST";
@@ -39,8 +39,11 @@ const MANIFEST: &str = "MANIFEST";
 const PREVIOUS: &str = "MANIFEST.prev";
 const LOCK: &str = "LOCK";
 const DATA: &str = "data";
-/// The manifest's format; a folder in another is refused. Format 2 added checksums.
-const FORMAT: u32 = 2;
+/// The manifest's format; a folder in another is refused. Format 2 added checksums, format 3
+/// Parquet data files (a folder of format 2 is read, and written in format 3 from its next
+/// statement on).
+const FORMAT: u32 = 3;
+const READ_FORMATS: [u32; 2] = [2, FORMAT];
 /// What the manifest says it is, so that a `MANIFEST` of something else is told apart.
 const KIND: &str = "tessera database";
 
@@ -260,7 +263,7 @@ impl Storage {
                 TesseraError::Option(format!("{} is not a tessera database: its {MANIFEST} is not one", dir.display()))
             }
             Unusable::Format { format, version } => TesseraError::Option(format!(
-                "the database in {} is in format {format} (tessera {version}); this tessera ({}) reads format {FORMAT}",
+                "the database in {} is in format {format} (tessera {version}); this tessera ({}) reads formats {READ_FORMATS:?}",
                 dir.display(),
                 env!("CARGO_PKG_VERSION")
             )),
@@ -281,18 +284,7 @@ impl Storage {
             }
             Storage::Folder { dir, lock } => {
                 lock.ensure_held()?;
-                let mut bytes = Vec::new();
-                let mut writer = FileWriter::try_new(&mut bytes, &batch.schema())?;
-                writer.write(batch)?;
-                writer.finish()?;
-                drop(writer);
-                let name = format!("{number:08}-{:016x}.arrow", checksum(&bytes));
-                let path = dir.join(DATA).join(&name);
-                let error = |e| TesseraError::io(format!("cannot write {}", path.display()), e);
-                let mut file = File::create(&path).map_err(error)?;
-                file.write_all(&bytes).map_err(error)?;
-                file.sync_all().map_err(error)?;
-                Ok(name)
+                datafile::write(&dir.join(DATA), number, &batch.schema(), [batch])
             }
         }
     }
@@ -416,7 +408,7 @@ pub fn recover(dir: &Path) -> Result<String> {
     })?;
     for name in named_files(&previous) {
         let path = dir.join(DATA).join(name);
-        verified_bytes(&path).map_err(|e| {
+        read_file(&path).map_err(|e| {
             TesseraError::Database(format!("{problem}; the previous manifest names a file that is not intact: {e}"))
         })?;
     }
@@ -513,13 +505,7 @@ impl WriterLock {
 }
 
 /// The XXH64 of `bytes`: the checksum of every file of a database.
-fn checksum(bytes: &[u8]) -> u64 {
-    let mut hasher = twox_hash::XxHash64::with_seed(0);
-    hasher.write(bytes);
-    hasher.finish()
-}
-
-/// The bytes of data file `path`, checked against the checksum in its name.
+/// The bytes of Arrow IPC data file `path` (format 2), checked against the checksum in its name.
 fn verified_bytes(path: &Path) -> Result<Vec<u8>> {
     let damaged = |reason: String| TesseraError::Database(format!("the database file {} is {reason}", path.display()));
     let bytes = fs::read(path).map_err(|e| match e.kind() {
@@ -535,7 +521,6 @@ fn verified_bytes(path: &Path) -> Result<Vec<u8>> {
     }
 }
 
-/// The rows of data file `path`, checked against its checksum.
 /// Reads the data files of a database folder: what a table reads a segment's rows with the
 /// first time a statement needs them. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -544,9 +529,14 @@ pub struct FolderReader {
 }
 
 impl FolderReader {
+    /// The folder of the data files.
+    pub fn data(&self) -> PathBuf {
+        self.dir.join(DATA)
+    }
+
     /// The rows of data file `name`, checked against its checksum and `schema`.
     pub fn read(&self, name: &str, schema: &SchemaRef) -> Result<RecordBatch> {
-        holding(name, read_file(&self.dir.join(DATA).join(name), schema)?, schema)
+        holding(name, read_file(&self.dir.join(DATA).join(name))?, schema)
     }
 }
 
@@ -560,16 +550,19 @@ fn holding(name: &str, batch: RecordBatch, schema: &SchemaRef) -> Result<RecordB
     Ok(batch)
 }
 
-fn read_file(path: &Path, schema: &SchemaRef) -> Result<RecordBatch> {
+/// The rows of data file `path`, every byte checked: Parquet, or Arrow IPC in a database of
+/// format 2.
+fn read_file(path: &Path) -> Result<RecordBatch> {
+    if path.extension().is_some_and(|e| e == "parquet") {
+        return datafile::read(path);
+    }
     let bytes = verified_bytes(path)?;
     let damaged =
         |reason: String| TesseraError::Database(format!("the database file {} is damaged: {reason}", path.display()));
     let reader = FileReader::try_new(std::io::Cursor::new(bytes), None).map_err(|e| damaged(e.to_string()))?;
+    let schema = reader.schema();
     let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| damaged(e.to_string()))?;
-    Ok(match batches.first().map(|b| b.schema()) {
-        Some(file_schema) => arrow::compute::concat_batches(&file_schema, &batches)?,
-        None => RecordBatch::new_empty(Arc::clone(schema)),
-    })
+    Ok(arrow::compute::concat_batches(&schema, &batches)?)
 }
 
 /// The manifest as kept on disk: its JSON text inside an object that also holds the text's
@@ -582,7 +575,9 @@ struct Sealed<'a> {
 }
 
 fn seal(manifest: &Manifest) -> Result<String> {
-    let text = serde_json::to_string_pretty(manifest).map_err(|e| TesseraError::Internal(e.to_string()))?;
+    // Written in this tessera's format, whichever it was read in.
+    let manifest = Manifest { format: FORMAT, ..manifest.clone() };
+    let text = serde_json::to_string_pretty(&manifest).map_err(|e| TesseraError::Internal(e.to_string()))?;
     Ok(format!("{{\n\"checksum\": \"{:016x}\",\n\"manifest\": {text}\n}}\n", checksum(text.as_bytes())))
 }
 
@@ -627,7 +622,7 @@ fn parse_manifest(bytes: &[u8]) -> std::result::Result<Manifest, Unusable> {
             });
         }
     };
-    match (manifest.kind == KIND, manifest.format == FORMAT) {
+    match (manifest.kind == KIND, READ_FORMATS.contains(&manifest.format)) {
         (false, _) => Err(Unusable::Foreign),
         (true, false) => Err(Unusable::Format { format: manifest.format, version: manifest.tessera_version }),
         (true, true) => Ok(manifest),

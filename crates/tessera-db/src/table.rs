@@ -20,6 +20,7 @@ use hashbrown::HashMap;
 
 use crate::convert::checked_cast;
 use crate::key_index::KeyIndex;
+use crate::scan::{ScannedFile, TableScan};
 use crate::storage::{ChangeEntry, FolderReader, Manifest, SegmentEntry, Storage, TableEntry};
 use tessera::catalog::{sql_type_name, TimeUnit};
 use tessera::error::{Result, TesseraError};
@@ -320,6 +321,44 @@ impl Table {
             }
         }
         Ok(batches)
+    }
+
+    /// What a query reads the live rows with: files on disk not read by this process yet are
+    /// scanned (only what the query needs), other rows are held.
+    pub fn scan(&self) -> Result<TableScan> {
+        let declared = self.schema.fields().len();
+        let mut scan = TableScan {
+            schema: Arc::clone(&self.schema),
+            stored: Arc::clone(&self.stored),
+            data: None,
+            files: Vec::new(),
+            held: Vec::new(),
+        };
+        for segment in &self.segments {
+            let rows = &segment.rows;
+            match (&rows.reader, rows.held.get()) {
+                (Some(reader), None) if rows.file.ends_with(".parquet") => {
+                    scan.data = Some(reader.data());
+                    let deleted = (segment.deleted_count > 0).then(|| segment.deleted.clone());
+                    scan.files.push(ScannedFile { name: rows.file.clone(), rows: rows.count, deleted });
+                }
+                _ => {
+                    let batch = rows.batch()?;
+                    let batch = batch.project(&(0..declared).collect::<Vec<_>>())?;
+                    let batch = match segment.deleted_count {
+                        0 => batch,
+                        _ => filter_record_batch(
+                            &batch,
+                            &BooleanArray::from_iter(segment.deleted.iter().map(|d| Some(!d))),
+                        )?,
+                    };
+                    if batch.num_rows() > 0 {
+                        scan.held.push(batch);
+                    }
+                }
+            }
+        }
+        Ok(scan)
     }
 
     /// The live rows with the declared columns and the hidden row id, if the table has one:

@@ -156,6 +156,14 @@ impl TesseraError {
 impl From<datafusion_common::DataFusionError> for TesseraError {
     fn from(e: datafusion_common::DataFusionError) -> Self {
         use datafusion_common::DataFusionError as E;
+        // A damaged database file met while DataFusion read it: said as tessera says it.
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(error) = source {
+            if let Some(TesseraError::Database(message)) = error.downcast_ref::<TesseraError>() {
+                return TesseraError::Database(message.clone());
+            }
+            source = error.source();
+        }
         match e {
             // A planner error with the spot it is about: a SQL error there (its source line is
             // added by `ScriptText::locate` where the script is known).
