@@ -472,3 +472,28 @@ fn a_table_of_many_row_groups_is_scanned_without_its_deleted_rows_and_every_chun
     let err = error(&mut db, "SELECT SUM(id), SUM(g), SUM(v) FROM t");
     assert!(err.contains(&format!("{} is damaged: its contents do not match its checksum", file.display())), "{err}");
 }
+
+/// A database of format 2 (Arrow IPC files, written by tessera before its tables were Parquet):
+/// read as it is, and written as format 3 from its next statement on, its old files still read.
+#[test]
+fn a_database_of_format_2_is_read_and_carried_on_in_format_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/databases/format2");
+    std::fs::create_dir_all(path.join("data")).unwrap();
+    std::fs::copy(fixture.join("MANIFEST"), path.join("MANIFEST")).unwrap();
+    for file in std::fs::read_dir(fixture.join("data")).unwrap() {
+        let file = file.unwrap();
+        std::fs::copy(file.path(), path.join("data").join(file.file_name())).unwrap();
+    }
+    let mut db = Database::open(&path).unwrap();
+    assert_eq!(query(&mut db, "SELECT id, v FROM t ORDER BY id"), ["1|a", "3|c"]);
+    assert_eq!(query(&mut db, "SELECT rows FROM n"), ["2"]);
+    db.execute("INSERT INTO t VALUES (4, 'd'); UPDATE t SET v = 'z' WHERE id = 1; REFRESH MATERIALIZED VIEW n").unwrap();
+    drop(db);
+    let manifest = std::fs::read_to_string(path.join("MANIFEST")).unwrap();
+    assert!(manifest.contains("\"format\": 3"), "{manifest}");
+    let mut db = Database::open(&path).unwrap();
+    assert_eq!(query(&mut db, "SELECT id, v FROM t ORDER BY id"), ["1|z", "3|c", "4|d"]);
+    assert_eq!(query(&mut db, "SELECT rows FROM n"), ["3"]);
+}
