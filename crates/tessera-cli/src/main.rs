@@ -57,7 +57,7 @@ pub struct StateArgs {
     state_backend: StateBackendArg,
     /// Memory for window state with --state-backend disk, e.g. 256MB or 2GB, at most
     /// 1048576GB [default: 1GB].
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = tessera::settings::parse_size)]
     state_memory: Option<u64>,
 }
 
@@ -81,33 +81,6 @@ impl StateArgs {
                 ..StateOptions::default()
             }),
         }
-    }
-}
-
-/// The largest `--state-memory`: 2^50 bytes (1048576GB), far beyond any machine's memory and
-/// far from overflowing the budget's arithmetic.
-const MAX_STATE_MEMORY: u64 = 1 << 50;
-
-/// A size in bytes: a number with an optional KB, MB or GB (powers of 1024), at most
-/// [`MAX_STATE_MEMORY`].
-fn parse_size(text: &str) -> Result<u64, String> {
-    let upper = text.trim().to_ascii_uppercase();
-    // The unit is the letters at the end (`1e3MB` is a thousand megabytes).
-    let (number, unit) = upper.split_at(upper.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len());
-    let scale: Option<u64> = match unit {
-        "" | "B" => Some(1),
-        "KB" | "KIB" => Some(1 << 10),
-        "MB" | "MIB" => Some(1 << 20),
-        "GB" | "GIB" => Some(1 << 30),
-        _ => None,
-    };
-    let bytes = scale.and_then(|scale| Some(number.trim().parse::<f64>().ok()? * scale as f64));
-    match bytes {
-        Some(bytes) if (0.0..=MAX_STATE_MEMORY as f64).contains(&bytes) => Ok(bytes as u64),
-        _ => Err(format!(
-            "expected a size between 0 and {}GB, a number and KB, MB or GB such as 256MB, got `{text}`",
-            MAX_STATE_MEMORY >> 30
-        )),
     }
 }
 

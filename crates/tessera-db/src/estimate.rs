@@ -207,7 +207,7 @@ impl Database {
         let sample = view.sample.as_ref().expect("a sampled view");
         let mut samples = Vec::new();
         for stale in [false, true] {
-            let ctx = self.plain_context();
+            let ctx = self.plain_context()?;
             let rows = self.sample_plan(view, sample, stale, sample.outlier_rows.as_ref())?;
             ctx.register_table(key.as_str(), Arc::new(ViewTable::new(rows, None)))?;
             let plan = self.plan_statement(&ctx, &statement)?;

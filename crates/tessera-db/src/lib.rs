@@ -393,7 +393,7 @@ impl Database {
     /// that one with its rows' positions as a last column). Only those: registering a table
     /// whose segments had rows deleted copies its live rows.
     fn context(&self, reads: &[&ast::Statement], positions: Option<&str>) -> Result<SessionContext> {
-        let ctx = self.plain_context();
+        let ctx = self.plain_context()?;
         // Each relation under every spelling the statements use (names are matched without
         // case: `"My T"` and `my t` are one table).
         let mut named: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
@@ -448,7 +448,7 @@ impl Database {
         ctx: &SessionContext,
         statement: ast::Statement,
     ) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
-        self.runtime.block_on(async {
+        let run = async {
             let plan = ctx
                 .state()
                 .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(statement)))
@@ -456,26 +456,58 @@ impl Database {
             let frame = ctx.execute_logical_plan(plan).await?;
             let schema = Arc::new(frame.schema().as_arrow().clone());
             Ok((schema, frame.collect().await?))
-        })
+        };
+        self.runtime.block_on(run).map_err(|e| self.failed(e))
     }
 
     /// The columns and rows of logical plan `plan`.
     fn run_plan(&self, plan: LogicalPlan) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
-        self.runtime.block_on(async {
-            let frame = self.plain_context().execute_logical_plan(plan).await?;
+        let ctx = self.plain_context()?;
+        let run = async {
+            let frame = ctx.execute_logical_plan(plan).await?;
             let schema = Arc::new(frame.schema().as_arrow().clone());
             Ok((schema, frame.collect().await?))
-        })
+        };
+        self.runtime.block_on(run).map_err(|e| self.failed(e))
     }
 
-    /// A DataFusion session with nothing registered.
-    pub(crate) fn plain_context(&self) -> SessionContext {
+    /// DataFusion's error as tessera says it: an operator that did not fit the memory limit
+    /// names the limit.
+    fn failed(&self, error: datafusion::error::DataFusionError) -> TesseraError {
+        match (error.find_root(), self.settings.memory_limit) {
+            (datafusion::error::DataFusionError::ResourcesExhausted(what), Some(limit)) => {
+                TesseraError::Execution(format!(
+                    "the statement needs more memory than memory_limit ({}) allows, and what it holds cannot be \
+                     spilled to disk: {what}",
+                    tessera::settings::show_size(limit)
+                ))
+            }
+            _ => TesseraError::from(error),
+        }
+    }
+
+    /// A DataFusion session with nothing registered: its operators hold at most
+    /// `memory_limit` and spill beyond it (into the database folder's `tmp/`, or the system's
+    /// temporary folder for a database in memory).
+    pub(crate) fn plain_context(&self) -> Result<SessionContext> {
         // Spans let the planner's errors point at the line and column of the script.
         let config = SessionConfig::new()
             .with_target_partitions(tessera::exec::cores().clamp(1, 2))
             .with_information_schema(true)
             .set_bool("datafusion.sql_parser.collect_spans", true);
-        SessionContext::new_with_config(config)
+        let Some(limit) = self.settings.memory_limit else { return Ok(SessionContext::new_with_config(config)) };
+        // What a sort keeps back for merging its spilled runs: DataFusion's 10MB, or a
+        // sixteenth of a smaller limit.
+        let config =
+            config.set_usize("datafusion.execution.sort_spill_reservation_bytes", (limit as usize / 16).min(10 << 20));
+        let mut runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::new(datafusion::execution::memory_pool::FairSpillPool::new(limit as usize)));
+        if let Some(spill) = self.storage.spill_folder() {
+            // A folder that cannot be made is named by the operator that spills.
+            let _ = std::fs::create_dir_all(&spill);
+            runtime = runtime.with_temp_file_path(spill);
+        }
+        Ok(SessionContext::new_with_config_rt(config, runtime.build_arc()?))
     }
 
     /// The name and key of a table or view to create, or `None` if one exists already and the

@@ -138,8 +138,15 @@ impl TableProvider for TableScan {
         if !self.held.is_empty() || parts.is_empty() {
             let mut partitions = vec![Vec::new(); state.config().target_partitions().max(1)];
             let count = partitions.len();
-            for (i, batch) in self.held.iter().enumerate() {
-                partitions[i % count].push(batch.clone());
+            // In batches of the session's size, as the files are read: what a sort spills.
+            let size = state.config().batch_size().max(1);
+            let slices = self.held.iter().flat_map(|batch| {
+                (0..batch.num_rows())
+                    .step_by(size)
+                    .map(move |start| batch.slice(start, size.min(batch.num_rows() - start)))
+            });
+            for (i, slice) in slices.enumerate() {
+                partitions[i % count].push(slice);
             }
             parts.push(MemorySourceConfig::try_new_exec(&partitions, Arc::clone(&self.schema), Some(projection))?);
         }

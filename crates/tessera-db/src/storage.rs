@@ -39,6 +39,8 @@ const MANIFEST: &str = "MANIFEST";
 const PREVIOUS: &str = "MANIFEST.prev";
 const LOCK: &str = "LOCK";
 const DATA: &str = "data";
+/// The folder statements spill into beyond their memory limit.
+const SPILL: &str = "tmp";
 /// The manifest's format; a folder in another is refused. Format 2 added checksums, format 3
 /// Parquet data files (a folder of format 2 is read, and written in format 3 from its next
 /// statement on).
@@ -170,7 +172,7 @@ impl Storage {
             let others = fs::read_dir(dir)
                 .map_err(io("cannot read"))?
                 .flatten()
-                .any(|entry| ![LOCK, DATA].contains(&entry.file_name().to_string_lossy().as_ref()));
+                .any(|entry| ![LOCK, DATA, SPILL].contains(&entry.file_name().to_string_lossy().as_ref()));
             if others {
                 let previous = dir.join(PREVIOUS);
                 return Err(match previous.exists() {
@@ -297,6 +299,15 @@ impl Storage {
                 holding(name, batch.ok_or_else(|| TesseraError::Internal(format!("no database file {name}")))?, schema)
             }
             Storage::Folder { dir, .. } => FolderReader { dir: Arc::new(dir.clone()) }.read(name, schema),
+        }
+    }
+
+    /// Where statements spill what does not fit their memory limit: the folder's `tmp/` (`None`
+    /// in memory).
+    pub fn spill_folder(&self) -> Option<PathBuf> {
+        match self {
+            Storage::Memory { .. } => None,
+            Storage::Folder { dir, .. } => Some(dir.join(SPILL)),
         }
     }
 

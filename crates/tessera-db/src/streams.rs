@@ -68,7 +68,7 @@ impl Database {
             .collect();
         let functions = match self.sources.is_empty() {
             true => Default::default(),
-            false => self.plain_context().state().table_functions().clone(),
+            false => SessionContext::new().state().table_functions().clone(),
         };
         let mut found = false;
         let _ = tessera::sql::walk::relations(query, |name| {

@@ -392,7 +392,7 @@ impl Database {
             change = sampling.sample_stored(change).map_err(TesseraError::Internal)?;
         }
         let (schema, change) = self.run_plan(change)?;
-        let ctx = self.plain_context();
+        let ctx = self.plain_context()?;
         register_batches(&ctx, "__change", schema, change)?;
         register(&ctx, "__stored", contents, true)?;
         let (_, merged) = self.run(&ctx, parse_one(&incremental.merge_query())?)?;
@@ -546,7 +546,7 @@ impl Database {
                 }
                 let sources = Sources { db: self, since: view.refreshed_at, planning: false };
                 if let Some(change) = incremental.change(&sources).map_err(TesseraError::Internal)? {
-                    let optimized = self.plain_context().state().optimize(&change)?;
+                    let optimized = self.plain_context()?.state().optimize(&change)?;
                     items.push(("change plan".into(), optimized.display_indent().to_string()));
                     items.push(("merge query".into(), incremental.merge_query()));
                 }
@@ -586,7 +586,7 @@ impl Database {
                         if sample.sampling.sampled_at_root() {
                             change = sample.sampling.sample_stored(change).map_err(TesseraError::Internal)?;
                         }
-                        let optimized = self.plain_context().state().optimize(&change)?;
+                        let optimized = self.plain_context()?.state().optimize(&change)?;
                         items.push(("cleaning plan".into(), optimized.display_indent().to_string()));
                     }
                 }

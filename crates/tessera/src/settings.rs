@@ -20,6 +20,45 @@ pub const MAX_INPUT_FLUSH_MS: u64 = 60_000;
 /// The longest `SET lock_wait_ms`: an hour.
 pub const MAX_LOCK_WAIT_MS: u64 = 3_600_000;
 
+/// The smallest `SET memory_limit`: a megabyte.
+pub const MIN_MEMORY_LIMIT: u64 = 1 << 20;
+/// The largest size a setting or option takes: 2^50 bytes (1048576GB), far beyond any
+/// machine's memory and far from overflowing the arithmetic of budgets.
+pub const MAX_SIZE: u64 = 1 << 50;
+
+/// A size in bytes: a number with an optional KB, MB or GB (powers of 1024), at most
+/// [`MAX_SIZE`].
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    // The unit is the letters at the end (`1e3MB` is a thousand megabytes).
+    let (number, unit) = upper.split_at(upper.trim_end_matches(|c: char| c.is_ascii_alphabetic()).len());
+    let scale: Option<u64> = match unit {
+        "" | "B" => Some(1),
+        "KB" | "KIB" => Some(1 << 10),
+        "MB" | "MIB" => Some(1 << 20),
+        "GB" | "GIB" => Some(1 << 30),
+        _ => None,
+    };
+    let bytes = scale.and_then(|scale| Some(number.trim().parse::<f64>().ok()? * scale as f64));
+    match bytes {
+        Some(bytes) if (0.0..=MAX_SIZE as f64).contains(&bytes) => Ok(bytes as u64),
+        _ => Err(format!(
+            "expected a size between 0 and {}GB, a number and KB, MB or GB such as 256MB, got `{text}`",
+            MAX_SIZE >> 30
+        )),
+    }
+}
+
+/// `bytes` as [`parse_size`] reads it: in the largest unit that divides it.
+pub fn show_size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}GB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}MB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}KB", b >> 10),
+        b => b.to_string(),
+    }
+}
+
 /// A setting as users see it.
 #[derive(Debug, Clone, Copy)]
 pub struct SettingDoc {
@@ -99,6 +138,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         applies_to: "statements that write a database folder",
         doc: "how long a statement waits while another process writes the database before it is refused; 0: refused at once",
     },
+    SettingDoc {
+        name: "memory_limit",
+        values: "a size such as 512MB or 1GB (at least 1MB), or `none`",
+        applies_to: "statements over tables and views",
+        doc: "the memory a statement's sorts, aggregates and joins hold at most: beyond it they spill to the database folder's tmp/, and what cannot spill stops the statement with the limit named",
+    },
 ];
 
 /// How a query over materialized views is answered (`SET freshness`).
@@ -164,6 +209,8 @@ pub struct Settings {
     /// How long a statement that writes a database folder waits for another process's write
     /// lock before it is refused (`SET lock_wait_ms`).
     pub lock_wait_ms: u64,
+    /// The bytes a statement over tables holds at most in its operators (`SET memory_limit`).
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for Settings {
@@ -180,6 +227,7 @@ impl Default for Settings {
             freshness: Freshness::Stale,
             confidence: 0.95,
             lock_wait_ms: 0,
+            memory_limit: None,
         }
     }
 }
@@ -240,6 +288,11 @@ impl Settings {
                 _ => return Err(format!("confidence `{value}` is not a probability strictly between 0 and 1")),
             },
             "lock_wait_ms" => self.lock_wait_ms = parse_between(value, 0, MAX_LOCK_WAIT_MS).map_err(named)?,
+            "memory_limit" if lower == "none" => self.memory_limit = None,
+            "memory_limit" => match parse_size(value).map_err(named)? {
+                bytes if bytes >= MIN_MEMORY_LIMIT => self.memory_limit = Some(bytes),
+                _ => return Err(format!("memory_limit must be at least 1MB, got '{value}'")),
+            },
             _ => {
                 let names: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
                 let hint = crate::sql::diagnostic::closest_name(name, names.iter().copied())
@@ -268,6 +321,7 @@ impl Settings {
             "freshness" => self.freshness.name().to_string(),
             "confidence" => self.confidence.to_string(),
             "lock_wait_ms" => self.lock_wait_ms.to_string(),
+            "memory_limit" => self.memory_limit.map_or("none".into(), show_size),
             _ => return None,
         })
     }
@@ -275,7 +329,8 @@ impl Settings {
     /// What runs on the streaming engine depends on: the settings of streams and windows, not
     /// those of views (a checkpoint's fingerprint).
     pub fn of_streams(&self) -> String {
-        let streams = SETTINGS.iter().filter(|s| !["freshness", "confidence", "lock_wait_ms"].contains(&s.name));
+        let streams =
+            SETTINGS.iter().filter(|s| !["freshness", "confidence", "lock_wait_ms", "memory_limit"].contains(&s.name));
         streams.map(|s| format!("{}={}", s.name, self.get(s.name).unwrap_or_default())).collect::<Vec<_>>().join(" ")
     }
 }

@@ -489,11 +489,53 @@ fn a_database_of_format_2_is_read_and_carried_on_in_format_3() {
     let mut db = Database::open(&path).unwrap();
     assert_eq!(query(&mut db, "SELECT id, v FROM t ORDER BY id"), ["1|a", "3|c"]);
     assert_eq!(query(&mut db, "SELECT rows FROM n"), ["2"]);
-    db.execute("INSERT INTO t VALUES (4, 'd'); UPDATE t SET v = 'z' WHERE id = 1; REFRESH MATERIALIZED VIEW n").unwrap();
+    db.execute("INSERT INTO t VALUES (4, 'd'); UPDATE t SET v = 'z' WHERE id = 1; REFRESH MATERIALIZED VIEW n")
+        .unwrap();
     drop(db);
     let manifest = std::fs::read_to_string(path.join("MANIFEST")).unwrap();
     assert!(manifest.contains("\"format\": 3"), "{manifest}");
     let mut db = Database::open(&path).unwrap();
     assert_eq!(query(&mut db, "SELECT id, v FROM t ORDER BY id"), ["1|z", "3|c", "4|d"]);
     assert_eq!(query(&mut db, "SELECT rows FROM n"), ["3"]);
+}
+
+/// Under `SET memory_limit`, a sort larger than the limit spills to the folder's `tmp/` and
+/// answers as without it; a join whose build side cannot spill stops with the limit named.
+#[test]
+fn a_statement_stays_within_the_memory_limit_or_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut db = Database::open(&path).unwrap();
+    db.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v BIGINT, note VARCHAR)").unwrap();
+    db.execute(
+        "INSERT INTO t SELECT value, (value * 7919) % 1000003, 'note number ' || value FROM generate_series(1, 600000)",
+    )
+    .unwrap();
+    drop(db);
+    let mut db = Database::open(&path).unwrap();
+    let sorted = "SELECT id, v, note FROM t ORDER BY v DESC, id";
+    let unlimited = query_in_order(&mut db, sorted);
+    db.execute("SET memory_limit = '16MB'").unwrap();
+    assert_eq!(query(&mut db, "SHOW memory_limit"), ["16MB"]);
+    assert_eq!(query_in_order(&mut db, sorted), unlimited);
+    let err = error(&mut db, "SELECT COUNT(*) FROM t a JOIN t b ON a.note = b.note");
+    assert!(err.contains("needs more memory than memory_limit (16MB) allows"), "{err}");
+    assert!(error(&mut db, "SET memory_limit = '100KB'").contains("at least 1MB"));
+    db.execute("SET memory_limit = none").unwrap();
+    assert_eq!(query(&mut db, "SELECT COUNT(*) FROM t a JOIN t b ON a.note = b.note"), ["600000"]);
+}
+
+/// The rows of a query, as text, in the order it gives them.
+fn query_in_order(db: &mut Database, sql: &str) -> Vec<String> {
+    let Outcome::Rows { batches, .. } = db.execute(sql).unwrap().pop().unwrap() else { panic!("no rows") };
+    let mut lines = Vec::new();
+    for batch in &batches {
+        for row in 0..batch.num_rows() {
+            let values: Vec<String> = (0..batch.num_columns())
+                .map(|c| arrow::util::display::array_value_to_string(batch.column(c), row).unwrap())
+                .collect();
+            lines.push(values.join("|"));
+        }
+    }
+    lines
 }
