@@ -26,9 +26,10 @@ use datafusion::datasource::physical_plan::parquet::ParquetFileReaderFactory;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
-use parquet::arrow::async_reader::AsyncFileReader;
-use parquet::arrow::ArrowWriter;
+use futures::TryStreamExt;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::Compression;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{KeyValue, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
@@ -279,28 +280,32 @@ fn damaged(path: &Path, reason: &str) -> TesseraError {
     TesseraError::Database(format!("the database file {} is {reason}", path.display()))
 }
 
-/// The rows of data file `path`, every byte checked.
-pub fn read(path: &Path) -> Result<RecordBatch> {
+/// The rows of data file `path` (`columns`: only those columns, by index), every byte read
+/// checked.
+pub fn read(path: &Path, columns: Option<&[usize]>) -> Result<RecordBatch> {
     let mut file = DataFile::open(path.to_path_buf())?;
     let checked = file.checked()?;
-    let whole = Bytes::from(file.read_at(0..file.size)?);
-    for (range, sum) in &checked.chunks {
-        if checksum(&whole[range.start as usize..range.end as usize]) != *sum {
-            return Err(damaged(path, "damaged: its contents do not match its checksum"));
-        }
-    }
     let corrupt = |e: ParquetError| damaged(path, &format!("damaged: {e}"));
     let metadata =
         ArrowReaderMetadata::try_new(Arc::clone(&checked.metadata), ArrowReaderOptions::new()).map_err(corrupt)?;
-    // The footer's key-value pairs (the checksums) are not the rows' metadata.
-    let schema = Arc::new(metadata.schema().as_ref().clone().with_metadata(Default::default()));
     let rows = checked.metadata.file_metadata().num_rows().max(1) as usize;
-    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(whole, metadata)
-        .with_batch_size(rows)
-        .build()
-        .map_err(corrupt)?;
-    let batches =
-        reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| damaged(path, &format!("damaged: {e}")))?;
+    let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(file, metadata).with_batch_size(rows);
+    if let Some(columns) = columns {
+        let mask = ProjectionMask::roots(checked.metadata.file_metadata().schema_descr(), columns.iter().copied());
+        builder = builder.with_projection(mask);
+    }
+    let stream = builder.build().map_err(corrupt)?;
+    // The footer's key-value pairs (the checksums) are not the rows' metadata.
+    let schema = Arc::new(stream.schema().as_ref().clone().with_metadata(Default::default()));
+    // The file's futures are ready when made: this waits on nothing.
+    let batches: Vec<RecordBatch> =
+        futures::executor::block_on(stream.try_collect()).map_err(|e: ParquetError| match e {
+            ParquetError::External(inner) => match inner.downcast::<TesseraError>() {
+                Ok(error) => *error,
+                Err(other) => damaged(path, &format!("damaged: {other}")),
+            },
+            other => corrupt(other),
+        })?;
     let batches: Vec<RecordBatch> =
         batches.into_iter().map(|b| b.with_schema(Arc::clone(&schema))).collect::<std::result::Result<_, _>>()?;
     Ok(arrow::compute::concat_batches(&schema, &batches)?)

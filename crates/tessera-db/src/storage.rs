@@ -549,6 +549,16 @@ impl FolderReader {
     pub fn read(&self, name: &str, schema: &SchemaRef) -> Result<RecordBatch> {
         holding(name, read_file(&self.dir.join(DATA).join(name))?, schema)
     }
+
+    /// Columns `columns` (indices into `schema`) of data file `name`: only those read from a
+    /// Parquet file.
+    pub fn read_columns(&self, name: &str, schema: &SchemaRef, columns: &[usize]) -> Result<RecordBatch> {
+        let path = self.dir.join(DATA).join(name);
+        match path.extension().is_some_and(|e| e == "parquet") {
+            true => holding(name, datafile::read(&path, Some(columns))?, &Arc::new(schema.project(columns)?)),
+            false => Ok(self.read(name, schema)?.project(columns)?),
+        }
+    }
 }
 
 /// `batch`, read from file `name`, if it has the columns of `schema`.
@@ -565,7 +575,7 @@ fn holding(name: &str, batch: RecordBatch, schema: &SchemaRef) -> Result<RecordB
 /// format 2.
 fn read_file(path: &Path) -> Result<RecordBatch> {
     if path.extension().is_some_and(|e| e == "parquet") {
-        return datafile::read(path);
+        return datafile::read(path, None);
     }
     let bytes = verified_bytes(path)?;
     let damaged =

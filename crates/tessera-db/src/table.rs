@@ -3,8 +3,9 @@
 //! (the change relation incremental maintenance reads). A table without a declared primary key
 //! gets a hidden row id as its key, numbered in insertion order. A table loaded from a folder
 //! holds its segments' file names and counts only: a segment's rows are read (and kept) the
-//! first time a statement needs them, and the key index is built the first time a statement
-//! checks keys, so opening a database reads its manifest and deletion files, not its rows.
+//! first time a statement needs them, and the key index is built (from the key columns alone)
+//! the first time a statement checks keys, so opening a database reads its manifest and
+//! deletion files, not its rows. Queries read the files through [`TableScan`].
 //!
 //! A statement's edit is checked first ([`Table::check`]: nothing changes when a key is
 //! violated), its files written next, and only then applied in memory.
@@ -92,16 +93,31 @@ impl FileRows {
         }
         let reader =
             self.reader.as_ref().ok_or_else(|| TesseraError::Internal(format!("no rows for {}", self.file)))?;
-        let rows = reader.read(&self.file, &self.schema)?;
-        if rows.num_rows() != self.count {
-            return Err(TesseraError::Database(format!(
+        let rows = self.counted(reader.read(&self.file, &self.schema)?)?;
+        Ok(self.held.get_or_init(|| rows).clone())
+    }
+
+    /// Columns `columns` of the rows: read alone (and not kept) if the rows are not held.
+    pub fn columns(&self, columns: &[usize]) -> Result<Vec<ArrayRef>> {
+        if let (None, Some(reader)) = (self.held.get(), &self.reader) {
+            let rows = self.counted(reader.read_columns(&self.file, &self.schema, columns)?)?;
+            return Ok(rows.columns().to_vec());
+        }
+        let rows = self.batch()?;
+        Ok(columns.iter().map(|&i| Arc::clone(rows.column(i))).collect())
+    }
+
+    /// `rows`, read from the file, if they are as many as the manifest says.
+    fn counted(&self, rows: RecordBatch) -> Result<RecordBatch> {
+        match rows.num_rows() == self.count {
+            true => Ok(rows),
+            false => Err(TesseraError::Database(format!(
                 "the database file {} holds {} rows where the manifest says {}",
                 self.file,
                 rows.num_rows(),
                 self.count
-            )));
+            ))),
         }
-        Ok(self.held.get_or_init(|| rows).clone())
     }
 }
 
@@ -278,7 +294,7 @@ impl Table {
         let mut index = KeyIndex::default();
         let converter = self.key_converter()?;
         for segment in &self.segments {
-            let keys = converter.convert_columns(&self.key_columns(&segment.rows.batch()?))?;
+            let keys = converter.convert_columns(&segment.rows.columns(&self.key)?)?;
             index.add_segment(keys, |r| !segment.deleted[r]).map_err(|_| {
                 TesseraError::Option(format!("the table `{}` is damaged: a key is held twice", self.name))
             })?;
