@@ -122,7 +122,7 @@ fn an_output_onto_what_a_database_script_reads_is_refused_before_anything_is_tou
     std::fs::write(dir.path().join("more.csv"), "id,x\n2,2.5\n").unwrap();
     let script = "CREATE TABLE v (id BIGINT PRIMARY KEY, x DOUBLE) WITH (path = 'v.csv');
                   COPY v FROM 'more.csv';
-                  SELECT * FROM v;";
+                  SELECT * FROM v ORDER BY id;";
     std::fs::write(dir.path().join("s.sql"), script).unwrap();
     for (output, role) in [
         ("v.csv", "the initial contents of table `v`"),
