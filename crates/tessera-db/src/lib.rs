@@ -425,7 +425,7 @@ impl Database {
                             // Users see its columns computed from the stored ones.
                             let stored = LogicalPlanBuilder::scan(
                                 format!("__stored_{key}"),
-                                provider_as_source(Arc::new(view.contents.scan()?)),
+                                provider_as_source(Arc::new(view.contents.scan(false)?)),
                                 None,
                             )?
                             .build()?;
@@ -952,23 +952,10 @@ fn stored_field(field: &Field) -> Result<Field> {
 }
 
 /// Registers the live rows of `table` as `name` (`with_positions`: and their positions, see
-/// [`Table::batches`]).
+/// [`Table::scan`]).
 fn register(ctx: &SessionContext, name: &str, table: &Table, with_positions: bool) -> Result<()> {
-    if !with_positions {
-        ctx.register_table(datafusion::common::TableReference::bare(name), Arc::new(table.scan()?))?;
-        return Ok(());
-    }
-    let batches = table.batches(with_positions)?;
-    let schema = match batches.first() {
-        Some(batch) => batch.schema(),
-        None if with_positions => {
-            let mut fields: Vec<Field> = table.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-            fields.push(Field::new(POSITION, arrow::datatypes::DataType::Int64, false));
-            Arc::new(arrow::datatypes::Schema::new(fields))
-        }
-        None => Arc::clone(&table.schema),
-    };
-    register_batches(ctx, name, schema, batches)
+    ctx.register_table(datafusion::common::TableReference::bare(name), Arc::new(table.scan(with_positions)?))?;
+    Ok(())
 }
 
 /// Registers `batches` as table `name`, in two partitions (one a core).

@@ -312,66 +312,58 @@ impl Table {
         self.key.iter().map(|&i| Arc::clone(rows.column(i))).collect()
     }
 
-    /// The live rows, with the declared columns (`with_positions`: and a last column
-    /// `position`, segment << 32 | row, for a statement to name rows by).
-    pub fn batches(&self, with_positions: bool) -> Result<Vec<RecordBatch>> {
-        let declared = self.schema.fields().len();
+    /// The live rows, with the declared columns.
+    pub fn batches(&self) -> Result<Vec<RecordBatch>> {
         let mut batches = Vec::with_capacity(self.segments.len());
-        for (s, segment) in self.segments.iter().enumerate() {
-            let rows = segment.rows.batch()?;
-            let mut columns: Vec<ArrayRef> = rows.columns()[..declared].to_vec();
-            let mut fields: Vec<Field> = self.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-            if with_positions {
-                let base = (s as i64) << 32;
-                columns.push(Arc::new(Int64Array::from_iter_values((0..rows.num_rows() as i64).map(|r| base | r))));
-                fields.push(Field::new(POSITION, DataType::Int64, false));
-            }
-            let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
-            let batch = if segment.deleted_count == 0 {
-                batch
-            } else {
-                filter_record_batch(&batch, &BooleanArray::from_iter(segment.deleted.iter().map(|d| Some(!d))))?
-            };
-            if batch.num_rows() > 0 {
-                batches.push(batch);
-            }
+        for s in 0..self.segments.len() {
+            batches.extend(self.live_rows(s, false)?);
         }
         Ok(batches)
     }
 
-    /// What a query reads the live rows with: files on disk not read by this process yet are
-    /// scanned (only what the query needs), other rows are held.
-    pub fn scan(&self) -> Result<TableScan> {
+    /// The live rows of segment `s`, with the declared columns (`with_positions`: and a last
+    /// column `position`, segment << 32 | row, for a statement to name rows by); `None` if it
+    /// has none.
+    fn live_rows(&self, s: usize, with_positions: bool) -> Result<Option<RecordBatch>> {
+        let segment = &self.segments[s];
         let declared = self.schema.fields().len();
+        let rows = segment.rows.batch()?;
+        let mut columns: Vec<ArrayRef> = rows.columns()[..declared].to_vec();
+        let mut fields: Vec<Field> = self.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        if with_positions {
+            let base = (s as i64) << 32;
+            columns.push(Arc::new(Int64Array::from_iter_values((0..rows.num_rows() as i64).map(|r| base | r))));
+            fields.push(Field::new(POSITION, DataType::Int64, false));
+        }
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+        let batch = match segment.deleted_count {
+            0 => batch,
+            _ => filter_record_batch(&batch, &BooleanArray::from_iter(segment.deleted.iter().map(|d| Some(!d))))?,
+        };
+        Ok((batch.num_rows() > 0).then_some(batch))
+    }
+
+    /// What a query reads the live rows with (`with_positions`: and their positions, see
+    /// [`Table::live_rows`]): files on disk not read by this process yet are scanned (only
+    /// what the query needs), other rows are held.
+    pub fn scan(&self, with_positions: bool) -> Result<TableScan> {
         let mut scan = TableScan {
             schema: Arc::clone(&self.schema),
             stored: Arc::clone(&self.stored),
+            positions: with_positions,
             data: None,
             files: Vec::new(),
             held: Vec::new(),
         };
-        for segment in &self.segments {
+        for (s, segment) in self.segments.iter().enumerate() {
             let rows = &segment.rows;
             match (&rows.reader, rows.held.get()) {
                 (Some(reader), None) if rows.file.ends_with(".parquet") => {
                     scan.data = Some(reader.data());
                     let deleted = (segment.deleted_count > 0).then(|| segment.deleted.clone());
-                    scan.files.push(ScannedFile { name: rows.file.clone(), rows: rows.count, deleted });
+                    scan.files.push(ScannedFile { name: rows.file.clone(), segment: s, rows: rows.count, deleted });
                 }
-                _ => {
-                    let batch = rows.batch()?;
-                    let batch = batch.project(&(0..declared).collect::<Vec<_>>())?;
-                    let batch = match segment.deleted_count {
-                        0 => batch,
-                        _ => filter_record_batch(
-                            &batch,
-                            &BooleanArray::from_iter(segment.deleted.iter().map(|d| Some(!d))),
-                        )?,
-                    };
-                    if batch.num_rows() > 0 {
-                        scan.held.push(batch);
-                    }
-                }
+                _ => scan.held.extend(self.live_rows(s, with_positions)?),
             }
         }
         Ok(scan)

@@ -151,7 +151,7 @@ fn initial_contents_come_from_csv_jsonl_and_parquet() {
     .unwrap();
     assert_eq!(query(&mut db, "SELECT * FROM a UNION ALL SELECT * FROM b"), ["1|10|3.5", "2||60.0", "3|30|1.0"]);
     let parquet = dir.path().join("v.parquet");
-    let batch = db.table("a").unwrap().batches(false).unwrap().remove(0);
+    let batch = db.table("a").unwrap().batches().unwrap().remove(0);
     let mut writer =
         parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&parquet).unwrap(), batch.schema(), None).unwrap();
     writer.write(&batch).unwrap();

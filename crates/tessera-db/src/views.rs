@@ -121,7 +121,7 @@ impl View {
 
 /// A scan of the stored rows of `table` (a view's contents or its sample's), as `__stored`.
 fn stored_scan(table: &Table) -> Result<LogicalPlan> {
-    rows_scan(&table.schema, table.batches(false)?)
+    rows_scan(&table.schema, table.batches()?)
 }
 
 /// A scan of `rows` (of a view's stored columns, `schema`), as `__stored`.

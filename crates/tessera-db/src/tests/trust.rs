@@ -458,6 +458,19 @@ fn a_table_of_many_row_groups_is_scanned_without_its_deleted_rows_and_every_chun
     );
     drop(db);
 
+    // UPDATE and DELETE name rows by position, read through the scan by a new process.
+    let mut db = Database::open(&path).unwrap();
+    db.execute("UPDATE t SET v = -1 WHERE id BETWEEN 250000 AND 250010").unwrap();
+    db.execute("DELETE FROM t WHERE g = 5 AND id > 290000").unwrap();
+    drop(db);
+    let live: Vec<i64> = live.into_iter().filter(|id| !(id % 7 == 5 && *id > 290_000)).collect();
+    let updated = live.iter().filter(|id| (250_000..=250_010).contains(*id)).count();
+    let mut db = Database::open(&path).unwrap();
+    assert_eq!(query(&mut db, "SELECT COUNT(*) FROM t"), [live.len().to_string()]);
+    assert_eq!(query(&mut db, "SELECT COUNT(*) FROM t WHERE v = -1"), [updated.to_string()]);
+    assert_eq!(query(&mut db, "SELECT SUM(id) FROM t"), [live.iter().sum::<i64>().to_string()]);
+    drop(db);
+
     // Flipped bytes in the middle of the file: inside some column chunk.
     let file = std::fs::read_dir(path.join("data"))
         .unwrap()

@@ -170,7 +170,7 @@ impl Database {
         let edit = self.maintained_edit(&rows, view.refreshed_at, &cleaning, None)?;
         rows.check(&edit)?;
         rows.apply(edit, 2, &mut scratch, &mut manifest)?;
-        let clean = rows.batches(false)?;
+        let clean = rows.batches()?;
         let sample = self.views.get_mut(key).and_then(|v| v.sample.as_mut()).expect("the view has a sample");
         if picked_anew.is_some() {
             sample.outlier_base = picked_anew;
