@@ -2,6 +2,13 @@ use super::*;
 
 /// The rows of a query's outcome, sorted, as text.
 fn rows(outcome: &Outcome) -> Vec<String> {
+    let mut lines = rows_in_order(outcome);
+    lines.sort();
+    lines
+}
+
+/// The rows of a query's outcome, as text, in the order it gives them.
+fn rows_in_order(outcome: &Outcome) -> Vec<String> {
     let Outcome::Rows { batches, .. } = outcome else { panic!("no rows: {outcome:?}") };
     let mut lines = Vec::new();
     for batch in batches {
@@ -12,7 +19,6 @@ fn rows(outcome: &Outcome) -> Vec<String> {
             lines.push(values.join("|"));
         }
     }
-    lines.sort();
     lines
 }
 

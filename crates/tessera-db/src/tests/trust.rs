@@ -540,15 +540,5 @@ fn a_statement_stays_within_the_memory_limit_or_says_so() {
 
 /// The rows of a query, as text, in the order it gives them.
 fn query_in_order(db: &mut Database, sql: &str) -> Vec<String> {
-    let Outcome::Rows { batches, .. } = db.execute(sql).unwrap().pop().unwrap() else { panic!("no rows") };
-    let mut lines = Vec::new();
-    for batch in &batches {
-        for row in 0..batch.num_rows() {
-            let values: Vec<String> = (0..batch.num_columns())
-                .map(|c| arrow::util::display::array_value_to_string(batch.column(c), row).unwrap())
-                .collect();
-            lines.push(values.join("|"));
-        }
-    }
-    lines
+    rows_in_order(&db.execute(sql).unwrap().pop().unwrap())
 }
