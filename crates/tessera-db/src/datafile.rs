@@ -26,7 +26,6 @@ use datafusion::datasource::physical_plan::parquet::ParquetFileReaderFactory;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use futures::TryStreamExt;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
@@ -51,20 +50,35 @@ pub fn checksum(bytes: &[u8]) -> u64 {
     hasher.finish()
 }
 
-/// Writes `batches` (of `schema`) as data file number `number` in folder `data`, synced; its
-/// name, which carries its checksum.
-pub fn write<'a>(
+/// Writes `batches` (of `schema`, taken one at a time) as data file number `number` in folder
+/// `data`, synced; its name, which carries its checksum, and its number of rows. A batch that is
+/// an error stops the write, and the partial file is removed.
+pub fn write(
     data: &Path,
     number: u64,
     schema: &SchemaRef,
-    batches: impl IntoIterator<Item = &'a RecordBatch>,
-) -> Result<String> {
+    batches: impl IntoIterator<Item = Result<RecordBatch>>,
+) -> Result<(String, usize)> {
     let partial = data.join(format!("{number:08}.partial"));
+    let written = write_partial(data, number, &partial, schema, batches);
+    if written.is_err() {
+        let _ = std::fs::remove_file(partial);
+    }
+    written
+}
+
+fn write_partial(
+    data: &Path,
+    number: u64,
+    partial: &Path,
+    schema: &SchemaRef,
+    batches: impl IntoIterator<Item = Result<RecordBatch>>,
+) -> Result<(String, usize)> {
     let io = |what: &'static str, path: &Path| {
         let what = format!("cannot {what} {}", path.display());
         move |e| TesseraError::io(what, e)
     };
-    let mut file = File::create(&partial).map_err(io("write", &partial))?;
+    let mut file = File::create(partial).map_err(io("write", partial))?;
     let properties = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_max_row_group_row_count(Some(ROWS_PER_GROUP))
@@ -75,21 +89,23 @@ pub fn write<'a>(
     let mut moved = 0u64;
     let mut sums = Vec::new();
     let mut move_groups = |writer: &mut ArrowWriter<Vec<u8>>, sums: &mut Vec<String>| -> Result<()> {
-        writer.sync().map_err(io("write", &partial))?;
+        writer.sync().map_err(io("write", partial))?;
         let chunks = writer.flushed_row_groups().iter().flat_map(|g| g.columns());
         for chunk in chunks.skip(sums.len()) {
             let (start, length) = chunk.byte_range();
             let start = (start - moved) as usize;
             sums.push(format!("{:016x}", checksum(&writer.inner()[start..start + length as usize])));
         }
-        file.write_all(writer.inner()).map_err(io("write", &partial))?;
+        file.write_all(writer.inner()).map_err(io("write", partial))?;
         moved += writer.inner().len() as u64;
         writer.inner_mut().clear();
         Ok(())
     };
-    let mut groups = 0;
+    let (mut groups, mut rows) = (0, 0);
     for batch in batches {
-        writer.write(batch).map_err(failed)?;
+        let batch = batch?;
+        rows += batch.num_rows();
+        writer.write(&batch).map_err(failed)?;
         if writer.flushed_row_groups().len() > groups {
             move_groups(&mut writer, &mut sums)?;
             groups = writer.flushed_row_groups().len();
@@ -99,14 +115,14 @@ pub fn write<'a>(
     move_groups(&mut writer, &mut sums)?;
     writer.append_key_value_metadata(KeyValue::new(CHUNK_CHECKSUMS.to_string(), sums.join(" ")));
     let metadata = writer.finish().map_err(failed)?;
-    writer.sync().map_err(io("write", &partial))?;
+    writer.sync().map_err(io("write", partial))?;
     let tail_start = (data_end(&metadata) - moved) as usize;
     let name = format!("{number:08}-{:016x}.parquet", checksum(&writer.inner()[tail_start..]));
-    file.write_all(writer.inner()).map_err(io("write", &partial))?;
-    file.sync_all().map_err(io("write", &partial))?;
+    file.write_all(writer.inner()).map_err(io("write", partial))?;
+    file.sync_all().map_err(io("write", partial))?;
     let path = data.join(&name);
-    std::fs::rename(&partial, &path).map_err(io("name", &path))?;
-    Ok(name)
+    std::fs::rename(partial, &path).map_err(io("name", &path))?;
+    Ok((name, rows))
 }
 
 /// Where the last column chunk ends: the tail (page indexes and footer) starts there.
@@ -283,13 +299,26 @@ fn damaged(path: &Path, reason: &str) -> TesseraError {
 /// The rows of data file `path` (`columns`: only those columns, by index), every byte read
 /// checked.
 pub fn read(path: &Path, columns: Option<&[usize]>) -> Result<RecordBatch> {
+    let (schema, batches) = read_batches(path, columns, usize::MAX)?;
+    let batches = batches.collect::<Result<Vec<_>>>()?;
+    Ok(arrow::compute::concat_batches(&schema, &batches)?)
+}
+
+/// The rows of data file `path` (`columns`: only those columns, by index) in batches of at
+/// most `batch_size` rows, read as they are taken, every byte read checked; and their schema.
+pub fn read_batches(
+    path: &Path,
+    columns: Option<&[usize]>,
+    batch_size: usize,
+) -> Result<(SchemaRef, impl Iterator<Item = Result<RecordBatch>>)> {
     let mut file = DataFile::open(path.to_path_buf())?;
     let checked = file.checked()?;
     let corrupt = |e: ParquetError| damaged(path, &format!("damaged: {e}"));
     let metadata =
         ArrowReaderMetadata::try_new(Arc::clone(&checked.metadata), ArrowReaderOptions::new()).map_err(corrupt)?;
     let rows = checked.metadata.file_metadata().num_rows().max(1) as usize;
-    let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(file, metadata).with_batch_size(rows);
+    let mut builder =
+        ParquetRecordBatchStreamBuilder::new_with_metadata(file, metadata).with_batch_size(rows.min(batch_size));
     if let Some(columns) = columns {
         let mask = ProjectionMask::roots(checked.metadata.file_metadata().schema_descr(), columns.iter().copied());
         builder = builder.with_projection(mask);
@@ -297,18 +326,20 @@ pub fn read(path: &Path, columns: Option<&[usize]>) -> Result<RecordBatch> {
     let stream = builder.build().map_err(corrupt)?;
     // The footer's key-value pairs (the checksums) are not the rows' metadata.
     let schema = Arc::new(stream.schema().as_ref().clone().with_metadata(Default::default()));
-    // The file's futures are ready when made: this waits on nothing.
-    let batches: Vec<RecordBatch> =
-        futures::executor::block_on(stream.try_collect()).map_err(|e: ParquetError| match e {
+    let path = path.to_path_buf();
+    let batch_schema = Arc::clone(&schema);
+    // The file's futures are ready when made: taking a batch waits on nothing.
+    let batches = futures::executor::block_on_stream(stream).map(move |batch| {
+        let batch = batch.map_err(|e: ParquetError| match e {
             ParquetError::External(inner) => match inner.downcast::<TesseraError>() {
                 Ok(error) => *error,
-                Err(other) => damaged(path, &format!("damaged: {other}")),
+                Err(other) => damaged(&path, &format!("damaged: {other}")),
             },
-            other => corrupt(other),
+            other => damaged(&path, &format!("damaged: {other}")),
         })?;
-    let batches: Vec<RecordBatch> =
-        batches.into_iter().map(|b| b.with_schema(Arc::clone(&schema))).collect::<std::result::Result<_, _>>()?;
-    Ok(arrow::compute::concat_batches(&schema, &batches)?)
+        Ok(batch.with_schema(Arc::clone(&batch_schema))?)
+    });
+    Ok((schema, batches))
 }
 
 /// What DataFusion's Parquet scan reads a database's data files with: every byte checked.

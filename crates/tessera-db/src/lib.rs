@@ -14,7 +14,6 @@ mod describe;
 mod estimate;
 mod estimator;
 mod file;
-mod key_index;
 mod maintain;
 mod sample;
 mod scan;
@@ -25,6 +24,7 @@ mod statement;
 pub mod storage;
 mod streams;
 pub mod table;
+mod vacuum;
 mod views;
 
 use std::collections::BTreeMap;
@@ -49,7 +49,7 @@ use views::changes_needed_after;
 pub use views::View;
 
 use storage::{Manifest, Storage};
-use table::{Edit, Table, POSITION};
+use table::{Edit, HeldKeys, Table, POSITION};
 use tessera::error::{Result, TesseraError};
 
 /// Rows a statement selected: their positions, and the values it computed on them.
@@ -158,19 +158,27 @@ impl Database {
     }
 
     /// Brings the session to the state the folder holds, if another process has committed
-    /// statements since it was read (only possible while this one does not write). Files of
-    /// a state may be removed while it is read, once two newer ones are committed: then the
-    /// newer state is read.
+    /// statements since it was read (only possible while this one does not write). A reader
+    /// registers the state it reads, so that the writer keeps its files (see [`storage`]);
+    /// where it cannot, the files of a state may be removed while it is read, once two newer
+    /// ones are committed: then the newer state is read.
     fn catch_up(&mut self) -> Result<()> {
         let mut attempts = 0;
         loop {
-            let manifest = self.storage.read_manifest()?;
-            if manifest.sequence == self.manifest.sequence {
+            if self.storage.read_manifest()?.sequence == self.manifest.sequence {
                 return Ok(());
             }
+            let manifest = self.storage.read_state()?;
             match self.load(manifest) {
-                Err(_) if attempts < 5 && !self.storage.writes() => attempts += 1,
-                result => return result,
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    // The state read before stays the one registered.
+                    self.storage.register(&self.manifest)?;
+                    match attempts < 5 && !self.storage.writes() {
+                        true => attempts += 1,
+                        false => return Err(error),
+                    }
+                }
             }
         }
     }
@@ -370,6 +378,7 @@ impl Database {
             ast::Statement::ShowTables { .. } => self.show_tables(),
             ast::Statement::ExplainTable { table_name, .. } => self.describe(table_name),
             ast::Statement::ShowVariable { variable } => self.show_setting(variable),
+            ast::Statement::Vacuum(vacuum) => self.vacuum(vacuum),
             other => Err(TesseraError::Plan(format!("this statement is not supported on tables: {other}"))),
         }
     }
@@ -623,7 +632,7 @@ impl Database {
         };
         if let Some(rows) = rows {
             let edit = Edit { inserted: Some(rows), ..Edit::default() };
-            table.check(&edit)?;
+            table.check(&edit, &HeldKeys::default())?;
             table.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
         }
         manifest.tables.insert(key.clone(), table.entry());
@@ -785,11 +794,44 @@ impl Database {
             .collect())
     }
 
+    /// The live rows of table `key` that hold the keys of `rows` (rows of the table's declared
+    /// columns), found by a semi-join of those keys with the table's scan: a query reads the
+    /// table's key columns only, and only the row groups and pages whose statistics allow the
+    /// keys (DataFusion pushes the join's key bounds into the scan).
+    fn held_keys(&self, key: &str, rows: &RecordBatch) -> Result<HeldKeys> {
+        let table = self.tables.get(key).ok_or_else(|| TesseraError::Internal(format!("no table {key}")))?;
+        if !table.has_primary_key() || rows.num_rows() == 0 || table.rows() == 0 {
+            return Ok(HeldKeys::default());
+        }
+        let names = table.key_names();
+        let given: Vec<String> = (0..names.len()).map(|i| format!("__tessera_key_{i}")).collect();
+        let columns = table.key_columns(rows);
+        let fields: Vec<Field> =
+            given.iter().zip(&columns).map(|(name, c)| Field::new(name, c.data_type().clone(), true)).collect();
+        let keys = RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), columns)?;
+        let ctx = self.plain_context()?;
+        let scan = Arc::new(table.scan(true)?);
+        let found = async {
+            use datafusion::prelude::ident;
+            let selected: Vec<&str> = names.iter().map(String::as_str).chain([POSITION]).collect();
+            let table = ctx.read_table(scan)?.select_columns(&selected)?;
+            let on = names.iter().zip(&given).map(|(name, given)| ident(name).eq(ident(given)));
+            let keys = ctx.read_batch(keys)?;
+            table.join_on(keys, datafusion::common::JoinType::LeftSemi, on)?.collect().await
+        };
+        let found = self.runtime.block_on(found).map_err(|e| self.failed(e))?;
+        table.held_keys(&found)
+    }
+
     /// Applies `edit` to table `key` as one statement: checked, written, then the manifest
     /// replaced.
     fn commit(&mut self, key: &str, edit: Edit) -> Result<()> {
+        let held = match &edit.inserted {
+            Some(rows) => self.held_keys(key, rows)?,
+            None => HeldKeys::default(),
+        };
         let table = self.tables.get_mut(key).ok_or_else(|| TesseraError::Internal(format!("no table {key}")))?;
-        table.check(&edit)?;
+        table.check(&edit, &held)?;
         if edit.deleted.is_empty() && edit.inserted.as_ref().is_none_or(|r| r.num_rows() == 0) {
             return Ok(());
         }
@@ -814,7 +856,10 @@ impl Database {
         let op_column = options.op_column.as_deref();
         let count = rows.num_rows() as u64;
         let edit = match (ops, op_column) {
-            (Some(ops), Some(op_column)) => table.edit_from_ops(rows, &ops, op_column)?,
+            (Some(ops), Some(op_column)) => {
+                let held = self.held_keys(&key, &rows)?;
+                self.tables[&key].edit_from_ops(rows, &ops, op_column, &held)?
+            }
             _ => Edit { inserted: Some(rows), ..Edit::default() },
         };
         self.commit(&key, edit)?;

@@ -18,6 +18,13 @@
 //! refused with the holder named. A folder that holds something else, or a database of another
 //! format, is refused with a message.
 //!
+//! A reading process registers the state it reads (a snapshot): a file under `readers/`
+//! holding the manifest it read, locked by the reader for as long as it reads that state. The
+//! writer keeps every data file a registered manifest names, and removes the registrations of
+//! readers that have ended (their lock free). A reader registers a manifest and then checks it
+//! is still the newest: the writer removes a manifest's files only two statements later, after
+//! the registration is in place.
+//!
 //! Without a folder the database lives in memory: the same manifest and batches, no files.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,6 +48,8 @@ const LOCK: &str = "LOCK";
 const DATA: &str = "data";
 /// The folder statements spill into beyond their memory limit.
 const SPILL: &str = "tmp";
+/// The folder of readers' registrations.
+const READERS: &str = "readers";
 /// The manifest's format; a folder in another is refused. Format 2 added checksums, format 3
 /// Parquet data files (a folder of format 2 is read, and written in format 3 from its next
 /// statement on).
@@ -139,6 +148,10 @@ pub struct SegmentEntry {
 pub struct ChangeEntry {
     pub sequence: u64,
     pub inserted: Option<String>,
+    /// How many rows `inserted` holds (absent in manifests written before it was kept: the
+    /// file is then read at open where no segment shares it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inserted_rows: Option<u64>,
     pub deleted: Option<String>,
     /// How many rows `deleted` holds (absent in manifests written before it was kept: the
     /// file is then read at open to count them).
@@ -149,7 +162,7 @@ pub struct ChangeEntry {
 /// Where the database is kept.
 pub enum Storage {
     Memory { next_file: u64, files: BTreeMap<String, RecordBatch> },
-    Folder { dir: PathBuf, lock: WriterLock },
+    Folder { dir: PathBuf, lock: WriterLock, snapshot: Option<Snapshot> },
 }
 
 impl Storage {
@@ -172,7 +185,7 @@ impl Storage {
             let others = fs::read_dir(dir)
                 .map_err(io("cannot read"))?
                 .flatten()
-                .any(|entry| ![LOCK, DATA, SPILL].contains(&entry.file_name().to_string_lossy().as_ref()));
+                .any(|entry| ![LOCK, DATA, SPILL, READERS].contains(&entry.file_name().to_string_lossy().as_ref()));
             if others {
                 let previous = dir.join(PREVIOUS);
                 return Err(match previous.exists() {
@@ -188,21 +201,57 @@ impl Storage {
                 });
             }
             // A new database: whoever creates it writes it.
-            let mut storage = Storage::Folder { dir: dir.to_path_buf(), lock: WriterLock::open(dir)? };
+            let mut storage = Storage::folder(dir)?;
             storage.lock_for_writing(std::time::Duration::ZERO)?;
             fs::create_dir_all(dir.join(DATA)).map_err(io("cannot create"))?;
             let manifest = new_manifest();
             storage.write_manifest(&manifest)?;
             return Ok((storage, manifest));
         }
-        let mut lock = WriterLock::open(dir)?;
-        lock.try_acquire()?;
-        let mut storage = Storage::Folder { dir: dir.to_path_buf(), lock };
-        let manifest = storage.read_manifest()?;
+        let mut storage = Storage::folder(dir)?;
+        if let Storage::Folder { lock, .. } = &mut storage {
+            lock.try_acquire()?;
+        }
+        let manifest = storage.read_state()?;
         if storage.writes() {
             storage.remove_leftovers(&manifest)?;
         }
         Ok((storage, manifest))
+    }
+
+    fn folder(dir: &Path) -> Result<Self> {
+        Ok(Storage::Folder { dir: dir.to_path_buf(), lock: WriterLock::open(dir)?, snapshot: None })
+    }
+
+    /// The manifest as the folder holds it now, registered as the state this process reads
+    /// if it only reads (see the module's doc): its files stay until the process reads
+    /// another state or ends.
+    pub fn read_state(&mut self) -> Result<Manifest> {
+        for _ in 0..1000 {
+            let manifest = self.read_manifest()?;
+            if !self.register(&manifest)? || self.read_manifest()?.sequence == manifest.sequence {
+                return Ok(manifest);
+            }
+        }
+        Err(TesseraError::Database("the database changed a thousand times while it was being opened".into()))
+    }
+
+    /// Registers `manifest` as the state this process reads, if it only reads; whether it did
+    /// (a folder this process may not write in is read without a registration).
+    pub fn register(&mut self, manifest: &Manifest) -> Result<bool> {
+        let Storage::Folder { dir, lock, snapshot } = self else { return Ok(false) };
+        if lock.held {
+            return Ok(false);
+        }
+        let text = seal(manifest)?;
+        match snapshot {
+            Some(snapshot) => snapshot.hold(&text)?,
+            None => match Snapshot::register(dir, &text) {
+                Some(registered) => *snapshot = Some(registered),
+                None => return Ok(false),
+            },
+        }
+        Ok(true)
     }
 
     /// Whether this process may write: it holds the folder's lock, or the database is in memory.
@@ -217,13 +266,15 @@ impl Storage {
     /// holder named if another process has it. Whether it was taken now (the manifest may have
     /// changed since it was read).
     pub fn lock_for_writing(&mut self, wait: std::time::Duration) -> Result<bool> {
-        let Storage::Folder { dir, lock } = self else { return Ok(false) };
+        let Storage::Folder { dir, lock, snapshot } = self else { return Ok(false) };
         if lock.held {
             return Ok(false);
         }
         let until = std::time::Instant::now() + wait;
         loop {
             if lock.try_acquire()? {
+                // The writer reads the newest state, which it keeps.
+                *snapshot = None;
                 return Ok(true);
             }
             if std::time::Instant::now() >= until {
@@ -275,18 +326,32 @@ impl Storage {
     /// Writes `batch` to a new file; its name. The file is durable once the manifest naming it
     /// is committed.
     pub fn write(&mut self, manifest: &mut Manifest, batch: &RecordBatch) -> Result<String> {
+        Ok(self.write_batches(manifest, &batch.schema(), [Ok(batch.clone())])?.0)
+    }
+
+    /// Writes `batches` (of `schema`, taken one at a time: a folder holds one row group at a
+    /// time) to a new file; its name and number of rows.
+    pub fn write_batches(
+        &mut self,
+        manifest: &mut Manifest,
+        schema: &SchemaRef,
+        batches: impl IntoIterator<Item = Result<RecordBatch>>,
+    ) -> Result<(String, usize)> {
         let number = manifest.next_file;
         manifest.next_file += 1;
         match self {
             Storage::Memory { files, next_file } => {
                 let name = format!("{number:08}.arrow");
                 *next_file = manifest.next_file;
-                files.insert(name.clone(), batch.clone());
-                Ok(name)
+                let batches = batches.into_iter().collect::<Result<Vec<_>>>()?;
+                let batch = arrow::compute::concat_batches(schema, &batches)?;
+                let rows = batch.num_rows();
+                files.insert(name.clone(), batch);
+                Ok((name, rows))
             }
-            Storage::Folder { dir, lock } => {
+            Storage::Folder { dir, lock, .. } => {
                 lock.ensure_held()?;
-                datafile::write(&dir.join(DATA), number, &batch.schema(), [batch])
+                datafile::write(&dir.join(DATA), number, schema, batches)
             }
         }
     }
@@ -323,7 +388,7 @@ impl Storage {
     /// Replaces the manifest `previous` by `manifest` (atomically in a folder, `previous` kept
     /// as the one to recover to), then deletes the files neither names.
     pub fn commit(&mut self, previous: &Manifest, manifest: &Manifest) -> Result<()> {
-        if let Storage::Folder { dir, lock } = self {
+        if let Storage::Folder { dir, lock, .. } = self {
             lock.ensure_held()?;
             // The new files' names are durable before a manifest names them.
             let data = dir.join(DATA);
@@ -370,12 +435,16 @@ impl Storage {
         self.remove_unnamed(&keep)
     }
 
-    /// Deletes the data files none of `manifests` names.
+    /// Deletes the data files none of `manifests` names, nor the manifest of a state a reader
+    /// reads.
     fn remove_unnamed(&mut self, manifests: &[&Manifest]) -> Result<()> {
-        let named: BTreeSet<&str> = manifests.iter().flat_map(|m| named_files(m)).collect();
+        let mut named: BTreeSet<String> = manifests.iter().flat_map(|m| named_files(m)).map(String::from).collect();
         match self {
             Storage::Memory { files, .. } => files.retain(|name, _| named.contains(name.as_str())),
             Storage::Folder { dir, .. } => {
+                // A registration being written: nothing is removed this time.
+                let Some(read) = read_states(dir) else { return Ok(()) };
+                named.extend(read.iter().flat_map(named_files).map(String::from));
                 let data = dir.join(DATA);
                 let entries =
                     fs::read_dir(&data).map_err(|e| TesseraError::io(format!("cannot read {}", data.display()), e))?;
@@ -400,7 +469,7 @@ pub fn recover(dir: &Path) -> Result<String> {
     if !dir.join(MANIFEST).exists() && !dir.join(PREVIOUS).exists() {
         return Err(TesseraError::Option(format!("{} holds no tessera database", dir.display())));
     }
-    let mut storage = Storage::Folder { dir: dir.to_path_buf(), lock: WriterLock::open(dir)? };
+    let mut storage = Storage::folder(dir)?;
     storage.lock_for_writing(std::time::Duration::ZERO)?;
     let problem = match storage.read_manifest() {
         Ok(manifest) => {
@@ -515,7 +584,71 @@ impl WriterLock {
     }
 }
 
-/// The XXH64 of `bytes`: the checksum of every file of a database.
+/// A reader's registration of the state it reads: the file `readers/<pid>-<n>`, holding that
+/// state's manifest and locked while the registration stands; removed when it is dropped.
+pub struct Snapshot {
+    file: File,
+    path: PathBuf,
+}
+
+impl Snapshot {
+    /// A new registration of manifest `text` in folder `dir`, or `None` where the folder cannot
+    /// take one. It is written under a hidden name, locked, and then given its name, so that the
+    /// writer never finds it unlocked while this process lives.
+    fn register(dir: &Path, text: &str) -> Option<Self> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let readers = dir.join(READERS);
+        fs::create_dir_all(&readers).ok()?;
+        let name = format!("{}-{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let hidden = readers.join(format!(".{name}"));
+        let mut file = File::options().read(true).write(true).create_new(true).open(&hidden).ok()?;
+        // The writer may have taken the hidden file for a dead reader's and removed it: then the
+        // rename fails and no registration is made.
+        file.try_lock().ok()?;
+        file.write_all(text.as_bytes()).ok()?;
+        let path = readers.join(name);
+        fs::rename(&hidden, &path).ok()?;
+        Some(Snapshot { file, path })
+    }
+
+    /// Makes the registration hold manifest `text` instead.
+    fn hold(&mut self, text: &str) -> Result<()> {
+        let error = |e| TesseraError::io(format!("cannot write {}", self.path.display()), e);
+        self.file.set_len(0).map_err(error)?;
+        self.file.rewind().map_err(error)?;
+        self.file.write_all(text.as_bytes()).map_err(error)
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// The manifests the readers of folder `dir` have registered, after removing the registrations
+/// of readers that have ended; `None` if one is being written (or cannot be read) now.
+fn read_states(dir: &Path) -> Option<Vec<Manifest>> {
+    let Ok(entries) = fs::read_dir(dir.join(READERS)) else { return Some(Vec::new()) };
+    let mut states = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(mut file) = File::open(entry.path()) else { continue };
+        match file.try_lock() {
+            // Its reader has ended.
+            Ok(()) => {
+                let _ = fs::remove_file(entry.path());
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut bytes = Vec::new();
+                file.read_to_end(&mut bytes).ok()?;
+                states.push(parse_manifest(&bytes).ok()?);
+            }
+            Err(std::fs::TryLockError::Error(_)) => return None,
+        }
+    }
+    Some(states)
+}
+
 /// The bytes of Arrow IPC data file `path` (format 2), checked against the checksum in its name.
 fn verified_bytes(path: &Path) -> Result<Vec<u8>> {
     let damaged = |reason: String| TesseraError::Database(format!("the database file {} is {reason}", path.display()));
@@ -548,6 +681,24 @@ impl FolderReader {
     /// The rows of data file `name`, checked against its checksum and `schema`.
     pub fn read(&self, name: &str, schema: &SchemaRef) -> Result<RecordBatch> {
         holding(name, read_file(&self.dir.join(DATA).join(name))?, schema)
+    }
+
+    /// The rows of data file `name` in batches of at most `batch_size` rows, read as they are
+    /// taken from a Parquet file (a format-2 file is read whole), checked against its checksums
+    /// and `schema`.
+    pub fn read_batches(
+        &self,
+        name: &str,
+        schema: &SchemaRef,
+        batch_size: usize,
+    ) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>>>> {
+        let path = self.dir.join(DATA).join(name);
+        if path.extension().is_none_or(|e| e != "parquet") {
+            return Ok(Box::new(std::iter::once(self.read(name, schema))));
+        }
+        let (read, batches) = datafile::read_batches(&path, None, batch_size)?;
+        holding(name, RecordBatch::new_empty(read), schema)?;
+        Ok(Box::new(batches))
     }
 
     /// Columns `columns` (indices into `schema`) of data file `name`: only those read from a

@@ -1,11 +1,11 @@
 //! A table: its rows in segments (the rows one statement inserted, and which of them were
-//! deleted since), an index from each primary key to its row, and what each statement changed
-//! (the change relation incremental maintenance reads). A table without a declared primary key
-//! gets a hidden row id as its key, numbered in insertion order. A table loaded from a folder
-//! holds its segments' file names and counts only: a segment's rows are read (and kept) the
-//! first time a statement needs them, and the key index is built (from the key columns alone)
-//! the first time a statement checks keys, so opening a database reads its manifest and
-//! deletion files, not its rows. Queries read the files through [`TableScan`].
+//! deleted since) and what each statement changed (the change relation incremental maintenance
+//! reads). A table without a declared primary key gets a hidden row id as its key, numbered in
+//! insertion order. A table loaded from a folder holds its segments' file names and counts
+//! only: a segment's rows are read (and kept) the first time a statement needs them whole, so
+//! opening a database reads its manifest and deletion files, not its rows. Queries read the
+//! files through [`TableScan`]; so do the key checks of a statement, which look up only the
+//! keys it inserts ([`HeldKeys`], found by the database with a semi-join).
 //!
 //! A statement's edit is checked first ([`Table::check`]: nothing changes when a key is
 //! violated), its files written next, and only then applied in memory.
@@ -20,7 +20,7 @@ use arrow::row::{RowConverter, SortField};
 use hashbrown::HashMap;
 
 use crate::convert::checked_cast;
-use crate::key_index::KeyIndex;
+use crate::datafile::ROWS_PER_GROUP;
 use crate::scan::{ScannedFile, TableScan};
 use crate::storage::{ChangeEntry, FolderReader, Manifest, SegmentEntry, Storage, TableEntry};
 use tessera::catalog::{sql_type_name, TimeUnit};
@@ -46,8 +46,6 @@ pub struct Table {
     /// name.
     pub max_lengths: BTreeMap<String, u64>,
     segments: Vec<Segment>,
-    /// Key to (segment, row), for declared primary keys: built when first needed.
-    index: OnceLock<KeyIndex>,
     changes: Vec<ChangeSet>,
 }
 
@@ -97,6 +95,17 @@ impl FileRows {
         Ok(self.held.get_or_init(|| rows).clone())
     }
 
+    /// The rows in batches of at most `batch_size` rows: read as they are taken (and not kept)
+    /// if they are not held.
+    fn batches(&self, batch_size: usize) -> Result<Box<dyn Iterator<Item = Result<RecordBatch>>>> {
+        if let (None, Some(reader)) = (self.held.get(), &self.reader) {
+            return reader.read_batches(&self.file, &self.schema, batch_size);
+        }
+        let rows = self.batch()?;
+        let starts = (0..rows.num_rows()).step_by(batch_size.max(1));
+        Ok(Box::new(starts.map(move |start| Ok(rows.slice(start, batch_size.min(rows.num_rows() - start))))))
+    }
+
     /// Columns `columns` of the rows: read alone (and not kept) if the rows are not held.
     pub fn columns(&self, columns: &[usize]) -> Result<Vec<ArrayRef>> {
         if let (None, Some(reader)) = (self.held.get(), &self.reader) {
@@ -118,6 +127,93 @@ impl FileRows {
                 self.count
             ))),
         }
+    }
+}
+
+impl Segment {
+    fn live(&self) -> usize {
+        self.rows.num_rows() - self.deleted_count
+    }
+
+    /// The live rows, a row group at a time, read as they are taken.
+    fn live_batches(&self) -> Result<impl Iterator<Item = Result<RecordBatch>> + '_> {
+        let mut start = 0;
+        Ok(self.rows.batches(ROWS_PER_GROUP)?.map(move |batch| {
+            let batch = batch?;
+            let deleted = &self.deleted[start..start + batch.num_rows()];
+            start += batch.num_rows();
+            match deleted.iter().any(|&d| d) {
+                true => Ok(filter_record_batch(&batch, &BooleanArray::from_iter(deleted.iter().map(|d| Some(!d))))?),
+                false => Ok(batch),
+            }
+        }))
+    }
+}
+
+/// Which segments a compaction rewrites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compaction {
+    /// After every statement, and by `VACUUM`: segments of fewer than a row group's rows are
+    /// merged when four or more of one size tier (a power of four) are there, and a segment a
+    /// quarter or more of whose rows are deleted is rewritten without them. A row is rewritten
+    /// by merges at most once per tier below a row group's size (9 times), and a rewrite for
+    /// deletions writes at most three live rows per deleted row it drops.
+    Tiered,
+    /// `VACUUM FULL`: every segment rewritten into one, without its deleted rows, if the table
+    /// has more than one segment or any deleted row.
+    Full,
+}
+
+/// What a compaction did to a table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    pub segments_before: usize,
+    pub segments_after: usize,
+    /// Live rows written into new segments.
+    pub rows_written: usize,
+    /// Deleted rows dropped.
+    pub rows_dropped: usize,
+}
+
+/// The groups of segments (each segment's rows and deleted rows) `compaction` rewrites, each
+/// group into one new segment.
+fn compaction_groups(segments: &[(usize, usize)], compaction: Compaction) -> Vec<Vec<usize>> {
+    if compaction == Compaction::Full {
+        let rewrite = segments.len() > 1 || segments.iter().any(|&(_, deleted)| deleted > 0);
+        return match rewrite {
+            true => vec![(0..segments.len()).collect()],
+            false => Vec::new(),
+        };
+    }
+    let mut groups = Vec::new();
+    let mut tiers: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    let holey = |(rows, deleted): (usize, usize)| deleted > 0 && deleted * 4 >= rows;
+    for (s, &(rows, deleted)) in segments.iter().enumerate() {
+        let live = rows - deleted;
+        if live == 0 {
+            groups.push(vec![s]);
+        } else if live < ROWS_PER_GROUP {
+            tiers.entry(live.ilog2() / 2).or_default().push(s);
+        } else if holey((rows, deleted)) {
+            groups.push(vec![s]);
+        }
+    }
+    for members in tiers.into_values() {
+        match members.len() >= 4 {
+            true => groups.push(members),
+            false => groups.extend(members.into_iter().filter(|&s| holey(segments[s])).map(|s| vec![s])),
+        }
+    }
+    groups
+}
+
+/// The live rows holding some keys: each key (in Arrow's row format) to its row's position.
+#[derive(Default)]
+pub struct HeldKeys(HashMap<Vec<u8>, (u32, u32)>);
+
+impl HeldKeys {
+    fn get(&self, key: &[u8]) -> Option<(u32, u32)> {
+        self.0.get(key).copied()
     }
 }
 
@@ -175,7 +271,6 @@ impl Table {
             time_unit: None,
             max_lengths: BTreeMap::new(),
             segments: Vec::new(),
-            index: OnceLock::new(),
             changes: Vec::new(),
         })
     }
@@ -210,6 +305,7 @@ impl Table {
                 .map(|c| ChangeEntry {
                     sequence: c.sequence,
                     inserted: c.inserted.as_ref().map(|r| r.file.clone()),
+                    inserted_rows: c.inserted.as_ref().map(|r| r.num_rows() as u64),
                     deleted: c.deleted.as_ref().map(|r| r.file.clone()),
                     deleted_rows: c.deleted.as_ref().map(|r| r.num_rows() as u64),
                 })
@@ -268,12 +364,14 @@ impl Table {
         }
         for change in &entry.changes {
             // A change set's inserted rows are a segment's file: the segment's rows, shared.
-            let inserted = match &change.inserted {
-                Some(file) => match table.segments.iter().find(|s| s.rows.file == *file) {
-                    Some(segment) => Some(segment.rows.clone()),
-                    None => Some(FileRows::held(storage.read(file, &table.stored)?, file.clone())),
+            // (until a compaction rewrote the segment: then they are counted in the manifest).
+            let inserted = match (&change.inserted, change.inserted_rows) {
+                (Some(file), count) => match (table.segments.iter().find(|s| s.rows.file == *file), count) {
+                    (Some(segment), _) => Some(segment.rows.clone()),
+                    (None, Some(count)) => Some(rows_of(file, count)?),
+                    (None, None) => Some(FileRows::held(storage.read(file, &table.stored)?, file.clone())),
                 },
-                None => None,
+                (None, _) => None,
             };
             // Its deleted rows are counted in the manifest (read here to count them where not).
             let deleted = match (&change.deleted, change.deleted_rows) {
@@ -286,20 +384,28 @@ impl Table {
         Ok(table)
     }
 
-    /// The key index, built from every segment's keys the first time it is needed.
-    fn index(&self) -> Result<&KeyIndex> {
-        if let Some(index) = self.index.get() {
-            return Ok(index);
-        }
-        let mut index = KeyIndex::default();
+    /// Whether statements look its keys up: it has a declared primary key (a hidden row id is
+    /// new for every row).
+    pub fn has_primary_key(&self) -> bool {
+        !self.hidden_row_id
+    }
+
+    /// The keys held by live rows among those of `found`: rows of the key columns and
+    /// [`POSITION`], as a scan of the table with positions gives them.
+    pub fn held_keys(&self, found: &[RecordBatch]) -> Result<HeldKeys> {
         let converter = self.key_converter()?;
-        for segment in &self.segments {
-            let keys = converter.convert_columns(&segment.rows.columns(&self.key)?)?;
-            index.add_segment(keys, |r| !segment.deleted[r]).map_err(|_| {
-                TesseraError::Option(format!("the table `{}` is damaged: a key is held twice", self.name))
-            })?;
+        let mut held = HashMap::new();
+        for batch in found {
+            let n = self.key.len();
+            let keys = converter.convert_columns(&batch.columns()[..n])?;
+            let positions = batch.column(n).as_primitive::<arrow::datatypes::Int64Type>();
+            for (row, &p) in positions.values().iter().enumerate() {
+                if held.insert(keys.row(row).data().to_vec(), position(p)).is_some() {
+                    return Err(TesseraError::Database(format!("the table `{}` holds a key twice", self.name)));
+                }
+            }
         }
-        Ok(self.index.get_or_init(|| index))
+        Ok(HeldKeys(held))
     }
 
     fn key_converter(&self) -> Result<RowConverter> {
@@ -308,7 +414,9 @@ impl Table {
         )?)
     }
 
-    fn key_columns(&self, rows: &RecordBatch) -> Vec<ArrayRef> {
+    /// The key columns of `rows` (with the table's stored columns, or its declared ones where
+    /// it has a primary key).
+    pub fn key_columns(&self, rows: &RecordBatch) -> Vec<ArrayRef> {
         self.key.iter().map(|&i| Arc::clone(rows.column(i))).collect()
     }
 
@@ -477,8 +585,9 @@ impl Table {
     }
 
     /// Checks `edit` against the table: every deleted position live, every inserted row with a
-    /// key, and no key twice among the rows left and inserted. Changes nothing.
-    pub fn check(&self, edit: &Edit) -> Result<()> {
+    /// key, and no key twice among the rows left and inserted (`held`: the live rows holding the
+    /// inserted rows' keys). Changes nothing.
+    pub fn check(&self, edit: &Edit, held: &HeldKeys) -> Result<()> {
         for &(s, r) in &edit.deleted {
             let live = self.segments.get(s as usize).and_then(|seg| seg.deleted.get(r as usize)).is_some_and(|d| !d);
             if !live {
@@ -494,12 +603,11 @@ impl Table {
         }
         let converter = self.key_converter()?;
         let keys = converter.convert_columns(&self.key_columns(inserted))?;
-        let index = self.index()?;
         let deleted: hashbrown::HashSet<(u32, u32)> = edit.deleted.iter().copied().collect();
         let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(inserted.num_rows());
         for row in 0..inserted.num_rows() {
             let key = keys.row(row);
-            let held = index.get(key.data()).is_some_and(|p| !deleted.contains(&p));
+            let held = held.get(key.data()).is_some_and(|p| !deleted.contains(&p));
             if held || seen.insert(key.data(), row).is_some() {
                 return Err(TesseraError::Execution(format!(
                     "duplicate primary key in `{}`: ({}) = ({}) is already in the table; nothing of the statement was applied",
@@ -519,8 +627,15 @@ impl Table {
     /// The edit that applies `rows` as `ops` says, row by row in order: `insert` (or `I`) adds
     /// a row whose key is not held, `update` (`U`) replaces the row holding its key, `delete`
     /// (`D`) removes it (its other columns are not read). A key may change several times in
-    /// one file; the table needs a declared primary key to name rows by.
-    pub fn edit_from_ops(&self, rows: RecordBatch, ops: &StringArray, op_column: &str) -> Result<Edit> {
+    /// one file; the table needs a declared primary key to name rows by (`held`: the live rows
+    /// holding the keys of `rows`).
+    pub fn edit_from_ops(
+        &self,
+        rows: RecordBatch,
+        ops: &StringArray,
+        op_column: &str,
+        held: &HeldKeys,
+    ) -> Result<Edit> {
         if self.hidden_row_id {
             return Err(TesseraError::Plan(format!(
                 "`{}` has no primary key: op_column needs one to find the rows to update and delete",
@@ -528,7 +643,6 @@ impl Table {
             )));
         }
         let keys = self.key_converter()?.convert_columns(&self.key_columns(&rows))?;
-        let index = self.index()?;
         // Rows of the file inserted so far by key, and the table's rows deleted so far.
         let mut pending: HashMap<&[u8], usize> = HashMap::new();
         let mut deleted: Vec<(u32, u32)> = Vec::new();
@@ -537,7 +651,7 @@ impl Table {
             let key = keys.row(row);
             let op = if ops.is_valid(row) { ops.value(row).trim().to_ascii_lowercase() } else { String::new() };
             let held_by_file = pending.contains_key(key.data());
-            let held_by_table = index.get(key.data()).filter(|p| !gone.contains(p));
+            let held_by_table = held.get(key.data()).filter(|p| !gone.contains(p));
             let missing = || {
                 TesseraError::Execution(format!(
                     "row {} of the file ({op}) names a key of `{}` that no row holds; nothing of the statement was applied",
@@ -584,7 +698,8 @@ impl Table {
     }
 
     /// Applies a checked `edit` as statement `sequence`: writes its files to `storage`, then
-    /// changes the table. `manifest` gets the new file numbers.
+    /// changes the table, and compacts it ([`Compaction::Tiered`]). `manifest` gets the new
+    /// file numbers.
     pub fn apply(&mut self, edit: Edit, sequence: u64, storage: &mut Storage, manifest: &mut Manifest) -> Result<()> {
         // Files first: a failure leaves the table as it was.
         let inserted = match edit.inserted {
@@ -627,20 +742,6 @@ impl Table {
             }
             segment.deleted_file = Some(file);
         }
-        // An index not built yet is built later from the segments as they are then.
-        let converter = self.key_converter()?;
-        if let Some(index) = self.index.get_mut().filter(|_| !self.hidden_row_id) {
-            for &position in &edit.deleted {
-                index.remove(position);
-            }
-            if let Some(rows) = &inserted {
-                let keys = converter
-                    .convert_columns(&self.key.iter().map(|&i| Arc::clone(rows.column(i))).collect::<Vec<_>>())?;
-                index.add_segment(keys, |_| true).map_err(|row| {
-                    TesseraError::Internal(format!("row {row} of an edit of `{}` holds a key held already", self.name))
-                })?;
-            }
-        }
         let inserted = match (inserted, new_segment) {
             (Some(rows), Some(file)) => {
                 let rows = FileRows::held(rows, file);
@@ -660,6 +761,74 @@ impl Table {
         };
         if inserted.is_some() || deleted.is_some() {
             self.changes.push(ChangeSet { sequence, inserted, deleted });
+        }
+        self.compact(Compaction::Tiered, storage, manifest)?;
+        Ok(())
+    }
+
+    /// Rewrites the segments `compaction` chooses (their files first, then memory): their
+    /// live rows into new segments, a row group at a time, their deleted rows dropped. The
+    /// rows, their keys and the change sets stay as they were; positions change.
+    pub fn compact(
+        &mut self,
+        compaction: Compaction,
+        storage: &mut Storage,
+        manifest: &mut Manifest,
+    ) -> Result<Compacted> {
+        let mut compacted = Compacted { segments_before: self.segments.len(), ..Compacted::default() };
+        // Merged segments may make a tier of four: until none is left.
+        loop {
+            let sizes: Vec<(usize, usize)> =
+                self.segments.iter().map(|s| (s.rows.num_rows(), s.deleted_count)).collect();
+            let groups = compaction_groups(&sizes, compaction);
+            if groups.is_empty() {
+                compacted.segments_after = self.segments.len();
+                return Ok(compacted);
+            }
+            self.rewrite(&groups, storage, manifest, &mut compacted)?;
+        }
+    }
+
+    /// Rewrites each of `groups` of segments into one new segment, counting it in `compacted`.
+    fn rewrite(
+        &mut self,
+        groups: &[Vec<usize>],
+        storage: &mut Storage,
+        manifest: &mut Manifest,
+        compacted: &mut Compacted,
+    ) -> Result<()> {
+        let mut written = Vec::new();
+        for group in groups {
+            let live: usize = group.iter().map(|&s| self.segments[s].live()).sum();
+            compacted.rows_written += live;
+            compacted.rows_dropped += group.iter().map(|&s| self.segments[s].deleted_count).sum::<usize>();
+            if live == 0 {
+                continue;
+            }
+            let segments = group.iter().map(|&s| self.segments[s].live_batches()).collect::<Result<Vec<_>>>()?;
+            let (file, rows) = storage.write_batches(manifest, &self.stored, segments.into_iter().flatten())?;
+            if rows != live {
+                return Err(TesseraError::Internal(format!(
+                    "a compaction of `{}` wrote {rows} of {live} rows",
+                    self.name
+                )));
+            }
+            written.push(match storage.reader() {
+                Some(reader) => FileRows::on_disk(file, rows, Arc::clone(&self.stored), reader),
+                None => FileRows::held(storage.read(&file, &self.stored)?, file),
+            });
+        }
+        // Then memory: the segments kept, in their order, then the new ones.
+        let rewritten: hashbrown::HashSet<usize> = groups.iter().flatten().copied().collect();
+        let segments = std::mem::take(&mut self.segments).into_iter().enumerate();
+        self.segments = segments.filter(|(s, _)| !rewritten.contains(s)).map(|(_, segment)| segment).collect();
+        for rows in written {
+            self.segments.push(Segment {
+                deleted: vec![false; rows.num_rows()],
+                rows,
+                deleted_count: 0,
+                deleted_file: None,
+            });
         }
         Ok(())
     }

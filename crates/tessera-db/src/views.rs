@@ -19,7 +19,7 @@ use datafusion_sql::sqlparser::ast;
 use tessera::error::{Result, TesseraError};
 
 use crate::sample::{Indexed, OutlierOptions, SampleOptions, Sampling};
-use crate::table::{self, Edit, Table};
+use crate::table::{self, Edit, HeldKeys, Table};
 use crate::{
     key_value, maintain, mem_table, object_name, parse_one, register, register_batches, sample, storage, Database,
     Outcome, StatementKind,
@@ -91,7 +91,7 @@ pub struct OutlierRows {
 }
 
 impl Sample {
-    fn entry(&self) -> storage::SampleEntry {
+    pub(crate) fn entry(&self) -> storage::SampleEntry {
         storage::SampleEntry {
             ratio: self.sampling.options.ratio,
             seed: self.sampling.options.seed,
@@ -620,7 +620,7 @@ impl Database {
     pub(crate) fn save_view(&mut self, key: String, mut view: View, edit: Edit) -> Result<()> {
         let mut manifest = self.manifest.clone();
         manifest.sequence += 1;
-        view.contents.check(&edit)?;
+        view.contents.check(&edit, &HeldKeys::default())?;
         view.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
         if let Some(sample) = &mut view.sample {
             // The sample of fresh contents is clean.

@@ -542,3 +542,153 @@ fn a_statement_stays_within_the_memory_limit_or_says_so() {
 fn query_in_order(db: &mut Database, sql: &str) -> Vec<String> {
     rows_in_order(&db.execute(sql).unwrap().pop().unwrap())
 }
+
+/// The segments of table `name` as the folder's manifest names them: (file, rows, whether
+/// it has deleted rows).
+fn segments(path: &std::path::Path, name: &str) -> Vec<(String, u64, bool)> {
+    let text = std::fs::read_to_string(path.join("MANIFEST")).unwrap();
+    let sealed: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let segments = sealed["manifest"]["tables"][name]["segments"].as_array().unwrap().clone();
+    segments
+        .iter()
+        .map(|s| (s["file"].as_str().unwrap().to_string(), s["rows"].as_u64().unwrap(), !s["deleted"].is_null()))
+        .collect()
+}
+
+fn data_files(path: &std::path::Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(path.join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Small segments are merged as statements go, four of a size at a time, and segments a
+/// quarter deleted are rewritten; `VACUUM FULL` leaves one segment. The rows, the keys, the
+/// view's changes and a new process's reads stay as a model says.
+#[test]
+fn segments_are_compacted_as_statements_go_and_by_vacuum_keeping_rows_keys_and_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut db = Database::open(&path).unwrap();
+    db.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, g BIGINT)").unwrap();
+    db.execute("CREATE MATERIALIZED VIEW m AS SELECT g, COUNT(*) AS n, SUM(id) AS s FROM t GROUP BY g").unwrap();
+    let mut model: BTreeMap<i64, i64> = BTreeMap::new();
+    for id in 1..=100 {
+        db.execute(&format!("INSERT INTO t VALUES ({id}, {})", id % 3)).unwrap();
+        model.insert(id, id % 3);
+        // Tiers of four: never more than three segments of a size.
+        let sizes = segments(&path, "t");
+        let mut tiers: BTreeMap<u32, usize> = BTreeMap::new();
+        for (_, rows, _) in &sizes {
+            *tiers.entry(rows.ilog2() / 2).or_default() += 1;
+        }
+        assert!(tiers.values().all(|&n| n < 4), "after {id} inserts: {sizes:?}");
+    }
+    // 100 = 64 + 2 * 16 + 4 in tiers of 4^3, 4^2 and 4^1.
+    let rows: Vec<u64> = segments(&path, "t").iter().map(|s| s.1).collect();
+    assert_eq!(rows.iter().sum::<u64>(), 100);
+    assert!(rows.len() <= 4, "{rows:?}");
+    // A key held is refused after the merges renumbered the rows; a deleted one comes back.
+    let err = error(&mut db, "INSERT INTO t VALUES (37, 0)");
+    assert!(err.contains("duplicate primary key in `t`: (id) = (37)"), "{err}");
+    db.execute("DELETE FROM t WHERE id BETWEEN 1 AND 40").unwrap();
+    model.retain(|id, _| *id > 40);
+    db.execute("INSERT INTO t VALUES (7, 2)").unwrap();
+    model.insert(7, 2);
+    db.execute("UPDATE t SET g = 5 WHERE id > 90").unwrap();
+    model.range_mut(91..=100).for_each(|(_, g)| *g = 5);
+    let expected = |model: &BTreeMap<i64, i64>| {
+        let mut groups: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+        for (id, g) in model {
+            let group = groups.entry(*g).or_default();
+            group.0 += 1;
+            group.1 += id;
+        }
+        let mut rows = groups.iter().map(|(g, (n, s))| format!("{g}|{n}|{s}")).collect::<Vec<_>>();
+        rows.sort();
+        rows
+    };
+    let ids = |model: &BTreeMap<i64, i64>| {
+        let mut rows = model.iter().map(|(id, g)| format!("{id}|{g}")).collect::<Vec<_>>();
+        rows.sort();
+        rows
+    };
+    assert_eq!(query(&mut db, "SELECT id, g FROM t"), ids(&model));
+
+    // VACUUM FULL: one segment without deleted rows, the same rows, and the view's changes
+    // still there for its incremental refresh.
+    let vacuumed = query(&mut db, "VACUUM FULL t");
+    assert_eq!(vacuumed.len(), 1, "{vacuumed:?}");
+    let fields: Vec<&str> = vacuumed[0].split('|').collect();
+    assert_eq!(fields[..2], ["t", "table"], "{vacuumed:?}");
+    assert_eq!(fields[3..5], ["1".to_string(), model.len().to_string()], "{vacuumed:?}");
+    assert_eq!(segments(&path, "t"), vec![(segments(&path, "t")[0].0.clone(), model.len() as u64, false)]);
+    assert_eq!(query(&mut db, "SELECT id, g FROM t"), ids(&model));
+    assert!(query(&mut db, "EXPLAIN REFRESH MATERIALIZED VIEW m").concat().contains("incremental"));
+    db.execute("REFRESH MATERIALIZED VIEW m").unwrap();
+    assert_eq!(query(&mut db, "SELECT g, n, s FROM m"), expected(&model));
+    // Nothing left to do, and the files replaced are gone once no manifest names them.
+    assert!(query(&mut db, "VACUUM").contains(&"t|table|1|1|0|0".to_string()));
+    let manifests = ["MANIFEST", "MANIFEST.prev"].map(|m| std::fs::read_to_string(path.join(m)).unwrap());
+    for file in data_files(&path) {
+        assert!(manifests.iter().any(|m| m.contains(&file)), "{file} is named by no manifest");
+    }
+    drop(db);
+    let mut db = Database::open(&path).unwrap();
+    assert_eq!(query(&mut db, "SELECT id, g FROM t"), ids(&model));
+    assert!(error(&mut db, "INSERT INTO t VALUES (50, 1)").contains("(id) = (50)"));
+    db.execute("INSERT INTO t VALUES (1, 1)").unwrap();
+    model.insert(1, 1);
+    db.execute("REFRESH MATERIALIZED VIEW m").unwrap();
+    assert_eq!(query(&mut db, "SELECT g, n, s FROM m"), expected(&model));
+    let err = error(&mut db, "VACUUM nothing");
+    assert!(err.contains("no table or materialized view `nothing` to vacuum"), "{err}");
+    let err = error(&mut db, "VACUUM SORT ONLY t");
+    assert!(err.contains("VACUUM [FULL] [table or materialized view]"), "{err}");
+}
+
+/// A reader keeps the files of the state it reads while the writer deletes, compacts and
+/// inserts past it; they are removed once it ends, as are the registrations of readers that
+/// ended without saying so.
+#[test]
+fn a_reader_keeps_the_files_of_the_state_it_reads_until_it_moves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut writer = Database::open(&path).unwrap();
+    writer.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR)").unwrap();
+    writer.execute("INSERT INTO t SELECT value, 'v' || value FROM generate_series(1, 1000)").unwrap();
+    writer.execute("DELETE FROM t WHERE id % 2 = 0").unwrap();
+    let mut reader = Database::open(&path).unwrap();
+    assert_eq!(query(&mut reader, "SELECT COUNT(*) FROM t"), ["500"]);
+    let read = segments(&path, "t");
+    // The writer moves on: the reader's files are neither its manifest's nor the previous one's.
+    writer.execute("DELETE FROM t WHERE id < 100").unwrap();
+    writer.execute("INSERT INTO t VALUES (2000, 'new')").unwrap();
+    writer.execute("VACUUM FULL").unwrap();
+    writer.execute("INSERT INTO t VALUES (2001, 'newer')").unwrap();
+    let prev = std::fs::read_to_string(path.join("MANIFEST.prev")).unwrap();
+    assert!(read.iter().all(|(file, _, _)| !prev.contains(file)), "{read:?}");
+    assert!(segments(&path, "t").iter().all(|s| !read.contains(s)));
+    let files = data_files(&path);
+    assert!(read.iter().all(|(file, _, _)| files.contains(file)), "{read:?} in {files:?}");
+    // The reader reads its state from them (not the newest: it has not run a statement since).
+    let rows: usize = reader.table("t").unwrap().batches().unwrap().iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 500);
+    // Its next statement reads the newest state, and the writer's next commit drops the old.
+    assert_eq!(query(&mut reader, "SELECT COUNT(*) FROM t"), ["452"]);
+    writer.execute("INSERT INTO t VALUES (2002, 'newest')").unwrap();
+    let files = data_files(&path);
+    assert!(read.iter().all(|(file, _, _)| !files.contains(file)), "{read:?} in {files:?}");
+    // A registration whose reader ended without removing it (killed) holds nothing.
+    drop(reader);
+    assert_eq!(std::fs::read_dir(path.join("readers")).unwrap().count(), 0);
+    let stale = std::fs::read(path.join("MANIFEST")).unwrap();
+    std::fs::write(path.join("readers").join("999999-0"), stale).unwrap();
+    let kept = segments(&path, "t");
+    writer.execute("VACUUM FULL").unwrap();
+    writer.execute("INSERT INTO t VALUES (2003, 'last')").unwrap();
+    writer.execute("INSERT INTO t VALUES (2004, 'last')").unwrap();
+    assert_eq!(std::fs::read_dir(path.join("readers")).unwrap().count(), 0);
+    let files = data_files(&path);
+    assert!(kept.iter().all(|(file, _, _)| !files.contains(file)), "{kept:?} in {files:?}");
+}

@@ -13,7 +13,7 @@ use tessera::error::{Result, TesseraError};
 
 use super::{rows_scan, stored_scan, OutlierBase, OutlierRows, Sample, Sources, View};
 use crate::sample::{Indexed, Sampling};
-use crate::table::{Edit, Table};
+use crate::table::{Edit, HeldKeys, Table};
 use crate::{maintain, mem_table, storage, Database};
 
 impl Database {
@@ -168,7 +168,7 @@ impl Database {
         let planning = Sources { planning: true, ..since };
         let cleaning = sample.sampling.outliers_cleaning(incremental, &hashes, &planning).map_err(internal)?;
         let edit = self.maintained_edit(&rows, view.refreshed_at, &cleaning, None)?;
-        rows.check(&edit)?;
+        rows.check(&edit, &HeldKeys::default())?;
         rows.apply(edit, 2, &mut scratch, &mut manifest)?;
         let clean = rows.batches()?;
         let sample = self.views.get_mut(key).and_then(|v| v.sample.as_mut()).expect("the view has a sample");
@@ -206,7 +206,7 @@ impl Database {
         manifest.sequence += 1;
         let view = self.views.get_mut(key).expect("the view exists");
         let sample = view.sample.as_mut().expect("the view has a sample");
-        sample.contents.check(&edit)?;
+        sample.contents.check(&edit, &HeldKeys::default())?;
         sample.contents.apply(edit, manifest.sequence, &mut self.storage, &mut manifest)?;
         sample.contents.forget_changes_through(u64::MAX);
         sample.cleaned_at = cleaned_at;
