@@ -28,7 +28,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
-use parquet::arrow::{ArrowWriter, ProjectionMask};
+use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{KeyValue, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
@@ -296,33 +296,24 @@ fn damaged(path: &Path, reason: &str) -> TesseraError {
     TesseraError::Database(format!("the database file {} is {reason}", path.display()))
 }
 
-/// The rows of data file `path` (`columns`: only those columns, by index), every byte read
-/// checked.
-pub fn read(path: &Path, columns: Option<&[usize]>) -> Result<RecordBatch> {
-    let (schema, batches) = read_batches(path, columns, usize::MAX)?;
+/// The rows of data file `path`, every byte read checked.
+pub fn read(path: &Path) -> Result<RecordBatch> {
+    let (schema, batches) = read_batches(path, usize::MAX)?;
     let batches = batches.collect::<Result<Vec<_>>>()?;
     Ok(arrow::compute::concat_batches(&schema, &batches)?)
 }
 
-/// The rows of data file `path` (`columns`: only those columns, by index) in batches of at
-/// most `batch_size` rows, read as they are taken, every byte read checked; and their schema.
-pub fn read_batches(
-    path: &Path,
-    columns: Option<&[usize]>,
-    batch_size: usize,
-) -> Result<(SchemaRef, impl Iterator<Item = Result<RecordBatch>>)> {
+/// The rows of data file `path` in batches of at most `batch_size` rows, read as they are
+/// taken, every byte read checked; and their schema.
+pub fn read_batches(path: &Path, batch_size: usize) -> Result<(SchemaRef, impl Iterator<Item = Result<RecordBatch>>)> {
     let mut file = DataFile::open(path.to_path_buf())?;
     let checked = file.checked()?;
     let corrupt = |e: ParquetError| damaged(path, &format!("damaged: {e}"));
     let metadata =
         ArrowReaderMetadata::try_new(Arc::clone(&checked.metadata), ArrowReaderOptions::new()).map_err(corrupt)?;
     let rows = checked.metadata.file_metadata().num_rows().max(1) as usize;
-    let mut builder =
+    let builder =
         ParquetRecordBatchStreamBuilder::new_with_metadata(file, metadata).with_batch_size(rows.min(batch_size));
-    if let Some(columns) = columns {
-        let mask = ProjectionMask::roots(checked.metadata.file_metadata().schema_descr(), columns.iter().copied());
-        builder = builder.with_projection(mask);
-    }
     let stream = builder.build().map_err(corrupt)?;
     // The footer's key-value pairs (the checksums) are not the rows' metadata.
     let schema = Arc::new(stream.schema().as_ref().clone().with_metadata(Default::default()));

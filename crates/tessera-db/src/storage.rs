@@ -696,19 +696,9 @@ impl FolderReader {
         if path.extension().is_none_or(|e| e != "parquet") {
             return Ok(Box::new(std::iter::once(self.read(name, schema))));
         }
-        let (read, batches) = datafile::read_batches(&path, None, batch_size)?;
+        let (read, batches) = datafile::read_batches(&path, batch_size)?;
         holding(name, RecordBatch::new_empty(read), schema)?;
         Ok(Box::new(batches))
-    }
-
-    /// Columns `columns` (indices into `schema`) of data file `name`: only those read from a
-    /// Parquet file.
-    pub fn read_columns(&self, name: &str, schema: &SchemaRef, columns: &[usize]) -> Result<RecordBatch> {
-        let path = self.dir.join(DATA).join(name);
-        match path.extension().is_some_and(|e| e == "parquet") {
-            true => holding(name, datafile::read(&path, Some(columns))?, &Arc::new(schema.project(columns)?)),
-            false => Ok(self.read(name, schema)?.project(columns)?),
-        }
     }
 }
 
@@ -726,7 +716,7 @@ fn holding(name: &str, batch: RecordBatch, schema: &SchemaRef) -> Result<RecordB
 /// format 2.
 fn read_file(path: &Path) -> Result<RecordBatch> {
     if path.extension().is_some_and(|e| e == "parquet") {
-        return datafile::read(path, None);
+        return datafile::read(path);
     }
     let bytes = verified_bytes(path)?;
     let damaged =

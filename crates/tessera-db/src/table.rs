@@ -106,16 +106,6 @@ impl FileRows {
         Ok(Box::new(starts.map(move |start| Ok(rows.slice(start, batch_size.min(rows.num_rows() - start))))))
     }
 
-    /// Columns `columns` of the rows: read alone (and not kept) if the rows are not held.
-    pub fn columns(&self, columns: &[usize]) -> Result<Vec<ArrayRef>> {
-        if let (None, Some(reader)) = (self.held.get(), &self.reader) {
-            let rows = self.counted(reader.read_columns(&self.file, &self.schema, columns)?)?;
-            return Ok(rows.columns().to_vec());
-        }
-        let rows = self.batch()?;
-        Ok(columns.iter().map(|&i| Arc::clone(rows.column(i))).collect())
-    }
-
     /// `rows`, read from the file, if they are as many as the manifest says.
     fn counted(&self, rows: RecordBatch) -> Result<RecordBatch> {
         match rows.num_rows() == self.count {
